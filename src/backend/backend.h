@@ -1,0 +1,97 @@
+// The Backend interface: every op the decoder forward (and later the trainer) needs, implemented
+// by backend/cpu (f32, OpenBLAS, OpenMP) and gpu/ (bf16, cuBLASLt, own kernels) with the same names
+// and argument order. Tensors are views on the backend's device; shapes are in the comments.
+// All tensors are row-major contiguous unless a stride is noted. Index tensors are int32.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "src/core/status.h"
+#include "src/core/tensor.h"
+
+namespace astrai {
+
+// Describes a packed batch of sequences for paged attention (all int32, on the backend's device):
+//   q_start   [S+1]  prefix sums of query tokens per sequence (rows of q belonging to sequence s:
+//                    q_start[s] .. q_start[s+1])
+//   kv_len    [S]    tokens of sequence s in the KV cache after this step's tokens were stored
+//   page_table [S, max_pages]  physical page of each logical page of sequence s
+// Query row i of sequence s sits at position kv_len[s] - (q_start[s+1] - q_start[s]) + (i - q_start[s])
+// and attends causally to KV positions [0, that position].
+struct AttentionBatch {
+  Tensor q_start, kv_len, page_table;
+  int num_seqs = 0;
+  int max_pages = 0;
+  int page_size = 16;
+  int max_q_len = 0;   // longest query run (launch sizing on the GPU)
+  int max_kv_len = 0;  // longest kv_len
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;
+  // The dtype activations and weights use on this backend (cpu: f32, cuda: bf16).
+  virtual DType compute_dtype() const = 0;
+
+  // ---- memory -------------------------------------------------------------------------------
+  virtual Buffer alloc(size_t bytes) = 0;                       // zero-initialised
+  virtual void upload(Tensor dst, const void* host_src) = 0;    // dst.nbytes() bytes
+  virtual void download(void* host_dst, const Tensor& src) = 0; // src.nbytes() bytes
+  virtual void synchronize() = 0;
+
+  // ---- forward ops -----------------------------------------------------------------------------
+  // out[t, :] = table[ids[t], :]            table [V, H], ids [T] i32, out [T, H]
+  virtual void embedding(const Tensor& table, const Tensor& ids, Tensor out) = 0;
+
+  // out = x / sqrt(mean(x^2) + eps) * w     x, out [R, D] (R rows of D), w [D]; in place allowed.
+  // Used per token (D = hidden) and per head (q/k norm: R = T*heads, D = head_dim).
+  virtual void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor out) = 0;
+
+  // residual += x; out = rms_norm(residual)  (the fused pre-norm of the next sub-layer)
+  virtual void add_rms_norm(Tensor residual, const Tensor& x, const Tensor& w, float eps, Tensor out) = 0;
+
+  // out = x @ w^T (+ bias)                  x [M, K], w [N, K] (nn.Linear layout), bias [N], out [M, N]
+  virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) = 0;
+
+  // In-place rotary embedding, Hugging Face rotate-half pairing: dims (i, i + D/2) rotate together.
+  //   x [T, heads, D] (row stride may exceed heads*D: q/k may be column slices of one qkv buffer),
+  //   positions [T] i32, cos_sin [max_pos, D] f32: cos in [:, :D/2], sin in [:, D/2:].
+  virtual void rope(Tensor x, const Tensor& positions, const Tensor& cos_sin) = 0;
+
+  // out = silu(gate) * up                   gate, up, out [T, F]
+  virtual void swiglu(const Tensor& gate, const Tensor& up, Tensor out) = 0;
+
+  // out = a + b (same shape)
+  virtual void add(const Tensor& a, const Tensor& b, Tensor out) = 0;
+
+  // Writes each token's K and V rows into its cache slot (slot = page * page_size + offset).
+  //   k, v [T, KVH, D]; slots [T] i32; k_cache, v_cache [num_pages * page_size, KVH, D]
+  virtual void kv_store(const Tensor& k, const Tensor& v, const Tensor& slots, Tensor k_cache,
+                        Tensor v_cache) = 0;
+
+  // Causal grouped-query attention over the paged cache (the new tokens' K/V already stored).
+  //   q [T, H, D] -> out [T, H, D]; head h reads KV head h / (H / KVH); scores scaled by `scale`.
+  virtual void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                               const AttentionBatch& batch, float scale, Tensor out) = 0;
+
+  // Copies rows: out[i, :] = x[rows[i], :]     x [T, H], rows [R] i32, out [R, H]
+  virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) = 0;
+
+  // Converts between dtypes (f32 <-> bf16/f16), same shape.
+  virtual void convert(const Tensor& src, Tensor dst) = 0;
+};
+
+struct BackendOptions {
+  Device device = Device::cpu;
+  int threads = 0;  // cpu: 0 = all cores
+  int gpu_index = 0;
+};
+
+// Creates the backend for a device; cuda without a GPU (or without CUDA support built in) is an error.
+Result<std::unique_ptr<Backend>> make_backend(const BackendOptions& options);
+
+}  // namespace astrai

@@ -1,0 +1,56 @@
+#include "src/cli/commands.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "src/core/status.h"
+#include "src/core/threads.h"
+
+namespace astrai::cli {
+namespace {
+std::vector<std::pair<const char*, RegisterFn>>& registry() {
+  static std::vector<std::pair<const char*, RegisterFn>> r;
+  return r;
+}
+int g_exit_code = 0;
+}  // namespace
+
+bool add_registration(const char* name, RegisterFn fn) {
+  registry().emplace_back(name, fn);
+  return true;
+}
+
+void register_all(CLI::App& app) {
+  auto& r = registry();
+  // Fixed order in --help regardless of link order.
+  std::sort(r.begin(), r.end(), [](const auto& a, const auto& b) { return std::strcmp(a.first, b.first) < 0; });
+  for (auto& [name, fn] : r) fn(app);
+}
+
+int exit_code() { return g_exit_code; }
+void set_exit_code(int code) { g_exit_code = code; }
+
+void add_common_options(CLI::App& sub, CommonOptions& o) {
+  sub.add_option("--device", o.device, "cpu | cuda | auto (cuda when present)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
+      ->capture_default_str();
+  sub.add_option("--dtype", o.dtype, "f32 | bf16 | auto (cpu: f32, cuda: bf16)")
+      ->check(CLI::IsMember({"f32", "bf16", "auto"}))
+      ->capture_default_str();
+  sub.add_option("--threads", o.threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  sub.add_option("--log-level", o.log_level, "trace | debug | info | warn | error | off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
+      ->capture_default_str();
+}
+
+void apply_common_options(const CommonOptions& o) {
+  spdlog::set_level(spdlog::level::from_str(o.log_level));
+  spdlog::set_pattern("[%H:%M:%S.%e] [%^%l%$] %v");
+  if (o.threads > 0) set_num_threads(o.threads);
+}
+
+}  // namespace astrai::cli

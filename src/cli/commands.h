@@ -1,0 +1,37 @@
+// Subcommand registry. Each src/cli/cmd_<name>.cpp defines a function that adds its subcommand
+// to the CLI11 app and registers it with ASTRAI_REGISTER_COMMAND; main() calls register_all().
+// A command's callback runs the command and calls set_exit_code(); errors it cannot handle are
+// thrown as astrai::Error and printed by main() as one line with exit code 1.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include "src/core/status.h"
+
+#include <string>
+
+namespace astrai::cli {
+
+using RegisterFn = void (*)(CLI::App&);
+
+void register_all(CLI::App& app);
+bool add_registration(const char* name, RegisterFn fn);
+
+int exit_code();
+void set_exit_code(int code);
+
+// Flags every model-using subcommand accepts (contract: --device, --dtype, --threads, --log-level).
+struct CommonOptions {
+  std::string device = "auto";   // cpu | cuda | auto
+  std::string dtype = "auto";    // f32 | bf16 | auto (cpu: f32, cuda: bf16)
+  int threads = 0;               // 0: all cores
+  std::string log_level = "info";
+};
+void add_common_options(CLI::App& sub, CommonOptions& opts);
+// Applies --log-level and --threads; call first thing in a callback.
+void apply_common_options(const CommonOptions& opts);
+
+}  // namespace astrai::cli
+
+#define ASTRAI_REGISTER_COMMAND(name, fn) \
+  static const bool ASTRAI_CONCAT(astrai_cmd_registered_, __LINE__) = ::astrai::cli::add_registration(name, fn)

@@ -1,0 +1,59 @@
+// ModelConfig: the shape of a decoder-only model, read from a Hugging Face config.json
+// (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM) or built from a preset.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "src/core/status.h"
+
+namespace astrai {
+
+struct RopeScaling {
+  enum class Type { none, linear, llama3 } type = Type::none;
+  double factor = 1.0;
+  // llama3
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+
+struct ModelConfig {
+  std::string architecture;     // e.g. "Qwen3ForCausalLM"
+  std::string model_type;       // e.g. "qwen3"
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t num_layers = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;          // explicit key when present, else hidden / heads
+  int64_t intermediate_size = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;   // q/k/v projections have bias (Qwen2)
+  bool qk_norm = false;          // per-head RMSNorm on q and k (Qwen3)
+  int64_t max_position_embeddings = 2048;
+  std::vector<int32_t> bos_token_ids, eos_token_ids;
+  std::string torch_dtype = "float32";
+
+  static Result<ModelConfig> from_json(std::string_view json_text, std::string_view source_name = "config.json");
+  static Result<ModelConfig> load(const std::filesystem::path& model_dir);
+  // The config.json text Hugging Face transformers loads back to the same model.
+  std::string to_json() const;
+  Status validate() const;
+
+  int64_t q_dim() const { return num_heads * head_dim; }
+  int64_t kv_dim() const { return num_kv_heads * head_dim; }
+  int64_t num_parameters() const;
+};
+
+// Presets of the contract: tiny, llama-1b, qwen3-0.6b, qwen3-8b.
+Result<ModelConfig> preset_config(std::string_view name);
+std::vector<std::string> preset_names();
+
+}  // namespace astrai

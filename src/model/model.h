@@ -1,0 +1,68 @@
+// The decoder forward, written once against the Backend interface, over a paged KV cache.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "src/backend/backend.h"
+#include "src/core/status.h"
+#include "src/core/tensor.h"
+#include "src/model/config.h"
+
+namespace astrai {
+
+// K/V storage for all layers: per layer k and v [num_pages * page_size, num_kv_heads, head_dim]
+// in the backend's compute dtype. Pages are handed out by sched/'s KV pool; the model only reads and
+// writes the slots a ForwardBatch names.
+struct KvCache {
+  int num_pages = 0;
+  int page_size = 16;
+  std::vector<Buffer> k, v;  // one per layer
+  Tensor k_layer(int layer) const;
+  Tensor v_layer(int layer) const;
+};
+
+// One step's packed batch, host side. Sequence s owns query rows [q_start[s], q_start[s+1]).
+struct ForwardBatch {
+  std::vector<int32_t> tokens;      // [T]
+  std::vector<int32_t> positions;   // [T]
+  std::vector<int32_t> slots;       // [T] KV slot for each token's K/V (page * page_size + offset)
+  std::vector<int32_t> q_start;     // [S+1]
+  std::vector<int32_t> kv_len;      // [S] tokens in cache for s after this step
+  std::vector<int32_t> page_table;  // [S * max_pages], row s = physical pages of s (unused: 0)
+  int max_pages = 0;
+  std::vector<int32_t> logit_rows;  // rows of the batch whose logits are wanted (e.g. each last row)
+
+  int num_tokens() const { return int(tokens.size()); }
+  int num_seqs() const { return q_start.empty() ? 0 : int(q_start.size()) - 1; }
+};
+
+struct LoadOptions {
+  // Keep weights in their file dtype where the backend can use it; cpu converts to f32.
+  bool verbose = false;
+};
+
+class Model {
+ public:
+  // Loads config.json and the safetensors weights of an HF model directory (or shards via
+  // model.safetensors.index.json). Every error names the file and the tensor.
+  static Result<std::unique_ptr<Model>> load(const std::filesystem::path& dir, Backend& backend,
+                                             const LoadOptions& options = {});
+  virtual ~Model() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  virtual Backend& backend() const = 0;
+
+  // Bytes one page of KV takes across all layers.
+  virtual size_t kv_bytes_per_page(int page_size) const = 0;
+  virtual KvCache allocate_kv(int num_pages, int page_size) const = 0;
+
+  // Runs the decoder over the batch: stores every token's K/V in its slot, then returns the
+  // logits of batch.logit_rows as f32 [R, vocab] on the backend's device. The view stays valid
+  // until the next forward() call.
+  virtual Result<Tensor> forward(const ForwardBatch& batch, KvCache& kv) = 0;
+};
+
+}  // namespace astrai
