@@ -31,6 +31,14 @@ void register_all(CLI::App& app) {
   for (auto& [name, fn] : r) fn(app);
 }
 
+CLI::App* bench_command(CLI::App& app) {
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+    if (sub->get_name() == "bench") return sub;
+  CLI::App* b = app.add_subcommand("bench", "Benchmarks: print a table and a JSON line");
+  b->require_subcommand(1);
+  return b;
+}
+
 int exit_code() { return g_exit_code; }
 void set_exit_code(int code) { g_exit_code = code; }
 

@@ -17,6 +17,10 @@ using RegisterFn = void (*)(CLI::App&);
 void register_all(CLI::App& app);
 bool add_registration(const char* name, RegisterFn fn);
 
+// `astrai bench` groups benchmarks: each bench file adds its own subcommand under it, e.g.
+//   CLI::App* b = bench_command(app)->add_subcommand("decode", "...");
+CLI::App* bench_command(CLI::App& app);
+
 int exit_code();
 void set_exit_code(int code);
 
