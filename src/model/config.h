@@ -22,26 +22,33 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-  std::string architecture;     // e.g. "Qwen3ForCausalLM"
-  std::string model_type;       // e.g. "qwen3"
+  std::string architecture;  // e.g. "Qwen3ForCausalLM"
+  std::string model_type;    // e.g. "qwen3"
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t num_layers = 0;
   int64_t num_heads = 0;
   int64_t num_kv_heads = 0;
-  int64_t head_dim = 0;          // explicit key when present, else hidden / heads
+  int64_t head_dim = 0;  // explicit key when present, else hidden / heads
   int64_t intermediate_size = 0;
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
-  bool attention_bias = false;   // q/k/v projections have bias (Qwen2)
-  bool qk_norm = false;          // per-head RMSNorm on q and k (Qwen3)
+  bool attention_bias = false;  // q/k/v projections have bias (Qwen2)
+  bool qk_norm = false;         // per-head RMSNorm on q and k (Qwen3)
+  // o_proj has a bias too: transformers' Llama and Qwen3 put `attention_bias` on all four
+  // projections, Qwen2 only on q/k/v.
+  bool o_proj_bias = false;
+  // Mistral-style sliding-window attention span (0: full attention). Recorded, not applied yet:
+  // it only matters beyond `sliding_window` tokens.
+  int64_t sliding_window = 0;
   int64_t max_position_embeddings = 2048;
   std::vector<int32_t> bos_token_ids, eos_token_ids;
   std::string torch_dtype = "float32";
 
-  static Result<ModelConfig> from_json(std::string_view json_text, std::string_view source_name = "config.json");
+  static Result<ModelConfig> from_json(std::string_view json_text,
+                                       std::string_view source_name = "config.json");
   static Result<ModelConfig> load(const std::filesystem::path& model_dir);
   // The config.json text Hugging Face transformers loads back to the same model.
   std::string to_json() const;

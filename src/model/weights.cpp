@@ -1,0 +1,95 @@
+#include "src/model/weights.h"
+
+#include <filesystem>
+
+namespace astrai {
+
+namespace {
+
+std::string layer_prefix(int64_t i) {
+  return "model.layers." + std::to_string(i) + ".";
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> weight_shapes(const ModelConfig& c) {
+  const int64_t H = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
+  const int64_t q = c.q_dim(), kv = c.kv_dim();
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  out.push_back({"model.embed_tokens.weight", {V, H}});
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string p = layer_prefix(i);
+    out.push_back({p + "input_layernorm.weight", {H}});
+    out.push_back({p + "self_attn.q_proj.weight", {q, H}});
+    out.push_back({p + "self_attn.k_proj.weight", {kv, H}});
+    out.push_back({p + "self_attn.v_proj.weight", {kv, H}});
+    out.push_back({p + "self_attn.o_proj.weight", {H, q}});
+    if (c.attention_bias) {
+      out.push_back({p + "self_attn.q_proj.bias", {q}});
+      out.push_back({p + "self_attn.k_proj.bias", {kv}});
+      out.push_back({p + "self_attn.v_proj.bias", {kv}});
+    }
+    if (c.o_proj_bias) out.push_back({p + "self_attn.o_proj.bias", {H}});
+    if (c.qk_norm) {
+      out.push_back({p + "self_attn.q_norm.weight", {c.head_dim}});
+      out.push_back({p + "self_attn.k_norm.weight", {c.head_dim}});
+    }
+    out.push_back({p + "post_attention_layernorm.weight", {H}});
+    out.push_back({p + "mlp.gate_proj.weight", {F, H}});
+    out.push_back({p + "mlp.up_proj.weight", {F, H}});
+    out.push_back({p + "mlp.down_proj.weight", {H, F}});
+  }
+  out.push_back({"model.norm.weight", {H}});
+  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {V, H}});
+  return out;
+}
+
+Result<WeightRefs> resolve_weights(const ModelConfig& c, const WeightStore& store) {
+  auto get = [&](const std::string& name, std::vector<int64_t> shape) -> Result<const SafeTensor*> {
+    ASTRAI_ASSIGN_OR_RETURN(const SafeTensor* t, store.get(name, shape));
+    if (t->dtype != DType::f32 && t->dtype != DType::bf16 && t->dtype != DType::f16)
+      return unsupported(std::filesystem::path(t->file).filename().string() + ": tensor '" + name +
+                         "' has dtype " + std::string(safetensors_dtype_name(t->dtype)) +
+                         ", expected F32, BF16 or F16");
+    return t;
+  };
+  const int64_t H = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
+  const int64_t q = c.q_dim(), kv = c.kv_dim();
+  WeightRefs w;
+  ASTRAI_ASSIGN_OR_RETURN(w.embed, get("model.embed_tokens.weight", {V, H}));
+  w.layers.resize(size_t(c.num_layers));
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string p = layer_prefix(i);
+    LayerWeightRefs& l = w.layers[size_t(i)];
+    ASTRAI_ASSIGN_OR_RETURN(l.input_norm, get(p + "input_layernorm.weight", {H}));
+    ASTRAI_ASSIGN_OR_RETURN(l.q, get(p + "self_attn.q_proj.weight", {q, H}));
+    ASTRAI_ASSIGN_OR_RETURN(l.k, get(p + "self_attn.k_proj.weight", {kv, H}));
+    ASTRAI_ASSIGN_OR_RETURN(l.v, get(p + "self_attn.v_proj.weight", {kv, H}));
+    ASTRAI_ASSIGN_OR_RETURN(l.o, get(p + "self_attn.o_proj.weight", {H, q}));
+    if (c.attention_bias) {
+      ASTRAI_ASSIGN_OR_RETURN(l.q_bias, get(p + "self_attn.q_proj.bias", {q}));
+      ASTRAI_ASSIGN_OR_RETURN(l.k_bias, get(p + "self_attn.k_proj.bias", {kv}));
+      ASTRAI_ASSIGN_OR_RETURN(l.v_bias, get(p + "self_attn.v_proj.bias", {kv}));
+    }
+    if (c.o_proj_bias) {
+      ASTRAI_ASSIGN_OR_RETURN(l.o_bias, get(p + "self_attn.o_proj.bias", {H}));
+    }
+    if (c.qk_norm) {
+      ASTRAI_ASSIGN_OR_RETURN(l.q_norm, get(p + "self_attn.q_norm.weight", {c.head_dim}));
+      ASTRAI_ASSIGN_OR_RETURN(l.k_norm, get(p + "self_attn.k_norm.weight", {c.head_dim}));
+    }
+    ASTRAI_ASSIGN_OR_RETURN(l.post_norm, get(p + "post_attention_layernorm.weight", {H}));
+    ASTRAI_ASSIGN_OR_RETURN(l.gate, get(p + "mlp.gate_proj.weight", {F, H}));
+    ASTRAI_ASSIGN_OR_RETURN(l.up, get(p + "mlp.up_proj.weight", {F, H}));
+    ASTRAI_ASSIGN_OR_RETURN(l.down, get(p + "mlp.down_proj.weight", {H, F}));
+  }
+  ASTRAI_ASSIGN_OR_RETURN(w.final_norm, get("model.norm.weight", {H}));
+  if (c.tie_word_embeddings) {
+    w.lm_head = w.embed;
+  } else {
+    ASTRAI_ASSIGN_OR_RETURN(w.lm_head, get("lm_head.weight", {V, H}));
+  }
+  return w;
+}
+
+}  // namespace astrai
