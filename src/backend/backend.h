@@ -4,6 +4,7 @@
 // All tensors are row-major contiguous unless a stride is noted. Index tensors are int32.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -38,23 +39,25 @@ class Backend {
   virtual DType compute_dtype() const = 0;
 
   // ---- memory -------------------------------------------------------------------------------
-  virtual Buffer alloc(size_t bytes) = 0;                       // zero-initialised
-  virtual void upload(Tensor dst, const void* host_src) = 0;    // dst.nbytes() bytes
-  virtual void download(void* host_dst, const Tensor& src) = 0; // src.nbytes() bytes
+  virtual Buffer alloc(size_t bytes) = 0;                        // zero-initialised
+  virtual void upload(Tensor dst, const void* host_src) = 0;     // dst.nbytes() bytes
+  virtual void download(void* host_dst, const Tensor& src) = 0;  // src.nbytes() bytes
   virtual void synchronize() = 0;
 
   // ---- forward ops -----------------------------------------------------------------------------
   // out[t, :] = table[ids[t], :]            table [V, H], ids [T] i32, out [T, H]
   virtual void embedding(const Tensor& table, const Tensor& ids, Tensor out) = 0;
 
-  // out = x / sqrt(mean(x^2) + eps) * w     x, out [R, D] (R rows of D), w [D]; in place allowed.
-  // Used per token (D = hidden) and per head (q/k norm: R = T*heads, D = head_dim).
+  // out = x / sqrt(mean(x^2) + eps) * w     x, out rows of D ([R, D] or [T, heads, D]), w [D];
+  // in place allowed. Used per token (D = hidden) and per head (q/k norm: x [T, heads, head_dim],
+  // possibly a column slice of the qkv buffer).
   virtual void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor out) = 0;
 
   // residual += x; out = rms_norm(residual)  (the fused pre-norm of the next sub-layer)
   virtual void add_rms_norm(Tensor residual, const Tensor& x, const Tensor& w, float eps, Tensor out) = 0;
 
   // out = x @ w^T (+ bias)                  x [M, K], w [N, K] (nn.Linear layout), bias [N], out [M, N]
+  //   x and out may have a row stride larger than their width (column slices); w is contiguous.
   virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) = 0;
 
   // In-place rotary embedding, Hugging Face rotate-half pairing: dims (i, i + D/2) rotate together.
@@ -62,19 +65,21 @@ class Backend {
   //   positions [T] i32, cos_sin [max_pos, D] f32: cos in [:, :D/2], sin in [:, D/2:].
   virtual void rope(Tensor x, const Tensor& positions, const Tensor& cos_sin) = 0;
 
-  // out = silu(gate) * up                   gate, up, out [T, F]
+  // out = silu(gate) * up                   gate, up, out [T, F] (rows; gate/up may be the two halves
+  //                                          of one fused gate_up buffer)
   virtual void swiglu(const Tensor& gate, const Tensor& up, Tensor out) = 0;
 
   // out = a + b (same shape)
   virtual void add(const Tensor& a, const Tensor& b, Tensor out) = 0;
 
   // Writes each token's K and V rows into its cache slot (slot = page * page_size + offset).
-  //   k, v [T, KVH, D]; slots [T] i32; k_cache, v_cache [num_pages * page_size, KVH, D]
+  //   k, v [T, KVH, D] (rows may be strided); slots [T] i32; k_cache, v_cache [num_pages * page_size, KVH, D]
   virtual void kv_store(const Tensor& k, const Tensor& v, const Tensor& slots, Tensor k_cache,
                         Tensor v_cache) = 0;
 
   // Causal grouped-query attention over the paged cache (the new tokens' K/V already stored).
-  //   q [T, H, D] -> out [T, H, D]; head h reads KV head h / (H / KVH); scores scaled by `scale`.
+  //   q [T, H, D] (rows may be strided) -> out [T, H, D]; head h reads KV head h / (H / KVH);
+  //   scores scaled by `scale`; softmax in f32 (max-subtracted).
   virtual void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                                const AttentionBatch& batch, float scale, Tensor out) = 0;
 
@@ -93,5 +98,11 @@ struct BackendOptions {
 
 // Creates the backend for a device; cuda without a GPU (or without CUDA support built in) is an error.
 Result<std::unique_ptr<Backend>> make_backend(const BackendOptions& options);
+
+// Device backends other than the CPU (gpu/) register a factory so that backend/ never depends on
+// them; the CPU backend is built in. Registering twice for a device replaces the first factory.
+using BackendFactory = std::function<Result<std::unique_ptr<Backend>>(const BackendOptions&)>;
+void register_backend_factory(Device device, BackendFactory factory);
+bool has_backend_factory(Device device);
 
 }  // namespace astrai

@@ -1,0 +1,82 @@
+#include "src/backend/cpu/cpu_backend.h"
+
+#include <omp.h>
+
+#include <cstring>
+
+#include "src/backend/cpu/ops.h"
+#include "src/backend/cpu/rows.h"
+#include "src/core/threads.h"
+
+// Declared here rather than taken from <cblas.h>: the cblas.h the build finds may be the netlib
+// one, which does not declare OpenBLAS's extensions.
+extern "C" void openblas_set_num_threads(int num_threads);
+
+namespace astrai {
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads) : threads_(threads) {
+    openblas_set_num_threads(threads);
+    omp_set_num_threads(threads);
+  }
+
+  Device device() const override { return Device::cpu; }
+  std::string name() const override {
+    return "cpu (f32, OpenBLAS, " + std::to_string(threads_) + " threads)";
+  }
+  DType compute_dtype() const override { return DType::f32; }
+
+  Buffer alloc(size_t bytes) override { return Buffer::host(bytes); }
+  void upload(Tensor dst, const void* host_src) override {
+    ASTRAI_OP_CHECK(dst.is_contiguous(), "upload: destination must be contiguous");
+    if (dst.nbytes()) std::memcpy(dst.data, host_src, dst.nbytes());
+  }
+  void download(void* host_dst, const Tensor& src) override {
+    ASTRAI_OP_CHECK(src.is_contiguous(), "download: source must be contiguous");
+    if (src.nbytes()) std::memcpy(host_dst, src.data, src.nbytes());
+  }
+  void synchronize() override {}
+
+  void embedding(const Tensor& table, const Tensor& ids, Tensor out) override {
+    cpu::embedding(table, ids, out);
+  }
+  void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor out) override {
+    cpu::rms_norm(x, w, eps, out);
+  }
+  void add_rms_norm(Tensor residual, const Tensor& x, const Tensor& w, float eps, Tensor out) override {
+    cpu::add_rms_norm(residual, x, w, eps, out);
+  }
+  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) override {
+    cpu::linear(x, w, bias, out);
+  }
+  void rope(Tensor x, const Tensor& positions, const Tensor& cos_sin) override {
+    cpu::rope(x, positions, cos_sin);
+  }
+  void swiglu(const Tensor& gate, const Tensor& up, Tensor out) override { cpu::swiglu(gate, up, out); }
+  void add(const Tensor& a, const Tensor& b, Tensor out) override { cpu::add(a, b, out); }
+  void kv_store(const Tensor& k, const Tensor& v, const Tensor& slots, Tensor k_cache,
+                Tensor v_cache) override {
+    cpu::kv_store(k, v, slots, k_cache, v_cache);
+  }
+  void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                       const AttentionBatch& batch, float scale, Tensor out) override {
+    cpu::paged_attention(q, k_cache, v_cache, batch, scale, out);
+  }
+  void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) override {
+    cpu::gather_rows(x, rows, out);
+  }
+  void convert(const Tensor& src, Tensor dst) override { cpu::convert(src, dst); }
+
+ private:
+  int threads_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int threads) {
+  return std::make_unique<CpuBackend>(threads > 0 ? threads : num_threads());
+}
+
+}  // namespace astrai

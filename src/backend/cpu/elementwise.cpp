@@ -1,0 +1,122 @@
+// Row-wise and element-wise ops: embedding lookup, SwiGLU, add, row gather, dtype conversion.
+#include <cmath>
+#include <cstring>
+
+#include "src/backend/cpu/ops.h"
+#include "src/backend/cpu/rows.h"
+
+namespace astrai::cpu {
+
+void embedding(const Tensor& table, const Tensor& ids, Tensor out) {
+  check_f32(table, "embedding", "table");
+  check_i32(ids, "embedding", "ids");
+  check_f32(out, "embedding", "out");
+  ASTRAI_OP_CHECK(table.ndim == 2 && table.is_contiguous(), "embedding: table must be a contiguous [V, H]");
+  const int64_t V = table.shape[0], H = table.shape[1], T = ids.numel();
+  const RowView ov = rows_of(out, "embedding");
+  ASTRAI_OP_CHECK(ov.n_rows == T && ov.width == H, "embedding: out " + out.shape_str() + " for " +
+                                                       std::to_string(T) + " ids of width " +
+                                                       std::to_string(H));
+  const int32_t* id = ids.ptr<int32_t>();
+  for (int64_t t = 0; t < T; ++t)
+    ASTRAI_OP_CHECK(id[t] >= 0 && id[t] < V, "embedding: token id " + std::to_string(id[t]) +
+                                                 " outside [0, " + std::to_string(V) + ")");
+  for (int64_t t = 0; t < T; ++t)
+    std::memcpy(ov.row(t), table.ptr<float>() + int64_t(id[t]) * H, size_t(H) * sizeof(float));
+}
+
+// silu(g) = g * sigmoid(g) = g / (1 + exp(-g)); exp(-g) overflows to inf for g << 0, giving 0.
+void swiglu(const Tensor& gate, const Tensor& up, Tensor out) {
+  check_f32(gate, "swiglu", "gate");
+  check_f32(up, "swiglu", "up");
+  check_f32(out, "swiglu", "out");
+  const RowView gv = rows_of(gate, "swiglu"), uv = rows_of(up, "swiglu"), ov = rows_of(out, "swiglu");
+  ASTRAI_OP_CHECK(
+      gv.n_rows == uv.n_rows && gv.n_rows == ov.n_rows && gv.width == uv.width && gv.width == ov.width,
+      "swiglu: gate " + gate.shape_str() + " up " + up.shape_str() + " out " + out.shape_str());
+  const int64_t F = gv.width;
+#pragma omp parallel for schedule(static) if (gv.n_rows * F > 16384)
+  for (int64_t r = 0; r < gv.n_rows; ++r) {
+    const float* g = gv.row(r);
+    const float* u = uv.row(r);
+    float* o = ov.row(r);
+#pragma omp simd
+    for (int64_t i = 0; i < F; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  }
+}
+
+void add(const Tensor& a, const Tensor& b, Tensor out) {
+  check_f32(a, "add", "a");
+  check_f32(b, "add", "b");
+  check_f32(out, "add", "out");
+  const RowView av = rows_of(a, "add"), bv = rows_of(b, "add"), ov = rows_of(out, "add");
+  ASTRAI_OP_CHECK(
+      av.n_rows == bv.n_rows && av.n_rows == ov.n_rows && av.width == bv.width && av.width == ov.width,
+      "add: a " + a.shape_str() + " b " + b.shape_str() + " out " + out.shape_str());
+  const int64_t d = av.width;
+#pragma omp parallel for schedule(static) if (av.n_rows * d > 16384)
+  for (int64_t r = 0; r < av.n_rows; ++r) {
+    const float* x = av.row(r);
+    const float* y = bv.row(r);
+    float* o = ov.row(r);
+#pragma omp simd
+    for (int64_t i = 0; i < d; ++i) o[i] = x[i] + y[i];
+  }
+}
+
+void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) {
+  check_i32(rows, "gather_rows", "rows");
+  ASTRAI_OP_CHECK(x.dtype == out.dtype, "gather_rows: x and out dtypes differ");
+  ASTRAI_OP_CHECK(x.ndim == 2 && out.ndim == 2, "gather_rows: x and out must be 2-D");
+  const RowView xv = rows_of(x, "gather_rows"), ov = rows_of(out, "gather_rows");
+  const int64_t R = rows.numel();
+  ASTRAI_OP_CHECK(
+      ov.n_rows == R && ov.width == xv.width,
+      "gather_rows: out " + out.shape_str() + " for " + std::to_string(R) + " rows of " + x.shape_str());
+  const int32_t* idx = rows.ptr<int32_t>();
+  const size_t row_bytes = size_t(xv.width) * xv.esize;
+  for (int64_t i = 0; i < R; ++i) {
+    ASTRAI_OP_CHECK(idx[i] >= 0 && idx[i] < xv.n_rows, "gather_rows: row " + std::to_string(idx[i]) +
+                                                           " outside [0, " + std::to_string(xv.n_rows) + ")");
+    std::memcpy(ov.row<char>(i), xv.row<char>(idx[i]), row_bytes);
+  }
+}
+
+namespace {
+inline float load_as_f32(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::f32: return static_cast<const float*>(p)[i];
+    case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    default: return 0.0f;
+  }
+}
+inline void store_from_f32(void* p, DType t, int64_t i, float v) {
+  switch (t) {
+    case DType::f32: static_cast<float*>(p)[i] = v; break;
+    case DType::bf16: static_cast<uint16_t*>(p)[i] = f32_to_bf16(v); break;
+    case DType::f16: static_cast<uint16_t*>(p)[i] = f32_to_f16(v); break;
+    default: break;
+  }
+}
+bool is_float(DType t) {
+  return t == DType::f32 || t == DType::bf16 || t == DType::f16;
+}
+}  // namespace
+
+void convert(const Tensor& src, Tensor dst) {
+  ASTRAI_OP_CHECK(is_float(src.dtype) && is_float(dst.dtype),
+                  "convert: only f32, bf16 and f16 are supported");
+  ASTRAI_OP_CHECK(
+      src.is_contiguous() && dst.is_contiguous() && src.numel() == dst.numel(),
+      "convert: src " + src.shape_str() + " and dst " + dst.shape_str() + " must be contiguous, same size");
+  const int64_t n = src.numel();
+  if (src.dtype == dst.dtype) {
+    std::memcpy(dst.data, src.data, src.nbytes());
+    return;
+  }
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) store_from_f32(dst.data, dst.dtype, i, load_as_f32(src.data, src.dtype, i));
+}
+
+}  // namespace astrai::cpu
