@@ -1,0 +1,58 @@
+// The step loop's view of a request (Task) and of each of its choices (Sequence).
+//
+// A Sequence is the unit of scheduling: its `tokens` are the prompt followed by what it generated,
+// and the first `num_computed` of them have their K/V in the pages of `pages` (page i holds tokens
+// [i * page_size, (i + 1) * page_size)). Each step forwards the next chunk of uncomputed tokens;
+// when a chunk reaches the end of `tokens`, its last row's logits give the next token. Prefill,
+// chunked prefill, prefix-hit extend, decode, recompute after preemption and the tail of a forked
+// choice are all this one rule.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "sched/radix_cache.h"
+#include "sched/request_state.h"
+#include "sched/sampler.h"
+#include "src/engine/engine.h"
+
+namespace astrai {
+
+struct Task;
+
+struct Sequence {
+  Task* task = nullptr;
+  int choice = 0;
+  std::vector<int32_t> tokens;
+  int num_prompt = 0;
+  int num_computed = 0;
+  int generated = 0;
+  std::vector<int32_t> pages;            // one pool reference each
+  std::vector<RadixCache::Node*> chain;  // cache nodes of pages[0, chain.size()), locked by us
+  bool chain_closed = false;             // a page of ours was cached by someone else first
+  uint64_t admit_order = 0;              // larger: admitted more recently (preempted first)
+  bool running = false, waiting = false, finished = false;
+  std::unique_ptr<PenaltyState> penalties;  // only when the request uses penalties
+  std::chrono::steady_clock::time_point last_token_time;
+};
+
+struct Task {
+  RequestId id = 0;
+  Request req;
+  uint64_t seed = 0;
+  std::shared_ptr<RequestState> state;
+  std::vector<std::unique_ptr<Sequence>> seqs;  // seqs[c] is choice c (created at fork for c > 0)
+  int finished_choices = 0;
+  int completion_tokens = 0;
+  bool forked = false;
+  bool cancelled = false;
+  bool counted_waiting = true;  // still counted against max_queue (never admitted yet)
+  bool admitted_once = false;
+  bool got_first_token = false;
+  bool touched = false;  // pushed events this step: notify once at the end of it
+  std::chrono::steady_clock::time_point submitted, first_token;
+};
+
+}  // namespace astrai
