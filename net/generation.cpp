@@ -1,0 +1,119 @@
+#include "net/generation.h"
+
+#include <algorithm>
+
+#include "net/server_metrics.h"
+
+namespace astrai::net {
+
+using Clock = std::chrono::steady_clock;
+
+Result<std::unique_ptr<Generation>> Generation::start(Engine& engine, const Tokenizer& tok, GenerationSpec spec,
+                                                      std::function<void()> notify, ServerMetrics* metrics) {
+  if (spec.prompt.empty()) return invalid_argument("the prompt is empty");
+  const int64_t ctx = engine.model_config().max_position_embeddings;
+  const int64_t room = ctx - int64_t(spec.prompt.size());
+  if (room < 1)
+    return invalid_argument("the prompt has " + std::to_string(spec.prompt.size()) +
+                            " tokens, the model's context window is " + std::to_string(ctx));
+  Request req;
+  req.prompt = std::move(spec.prompt);
+  req.sampling = spec.sampling;
+  // Ask for no more than the context window can hold (a client's max_tokens is an upper bound).
+  req.max_tokens = int(spec.max_tokens > 0 ? std::min<int64_t>(spec.max_tokens, room) : room);
+  req.n = spec.n;
+  req.ignore_eos = spec.ignore_eos;
+  req.notify = std::move(notify);
+
+  std::unique_ptr<Generation> g(new Generation(engine, tok));
+  g->prompt_tokens_ = int(req.prompt.size());
+  g->metrics_ = metrics;
+  g->start_ = Clock::now();
+  g->choices_.resize(size_t(std::max(1, spec.n)));
+  for (auto& c : g->choices_) {
+    c.detok = std::make_unique<IncrementalDetokenizer>(tok, /*skip_special_tokens=*/true);
+    c.stop = StopMatcher(spec.stop);
+  }
+  auto stream = engine.submit(std::move(req));
+  if (!stream.ok()) return stream.status();
+  g->stream_ = std::move(stream).value();
+  if (metrics) metrics->active_generations.fetch_add(1, std::memory_order_relaxed);
+  return g;
+}
+
+Generation::~Generation() {
+  if (!finished() || (!stream_.done() && !cancelled_)) cancel();
+  if (metrics_) {
+    metrics_->active_generations.fetch_sub(1, std::memory_order_relaxed);
+    if (finished_count_ == int(choices_.size()))
+      metrics_->e2e.observe(std::chrono::duration<double>(Clock::now() - start_).count());
+  }
+}
+
+void Generation::cancel() {
+  if (cancelled_) return;
+  cancelled_ = true;
+  engine_.cancel(stream_.id());
+}
+
+int Generation::completion_tokens() const {
+  int t = 0;
+  for (const auto& c : choices_) t += c.tokens;
+  return t;
+}
+
+void Generation::finish_choice(int c, std::string reason, std::vector<ChoiceDelta>& out, std::string error) {
+  Choice& ch = choices_[size_t(c)];
+  ChoiceDelta d;
+  d.choice = c;
+  if (!ch.stop.matched()) {
+    // Flush what the detokenizer and the stop matcher still hold; a stop string may complete here.
+    d.text = ch.stop.push(ch.detok->finish());
+    if (!ch.stop.matched()) d.text += ch.stop.finish();
+  }
+  if (ch.stop.matched()) {
+    reason = "stop";
+    d.stop_string = ch.stop.matched_string();
+  }
+  d.finish = std::move(reason);
+  d.error = std::move(error);
+  out.push_back(std::move(d));
+  ch.done = true;
+  ++finished_count_;
+  // Every choice has ended on our side (stop strings): the engine can stop computing.
+  if (finished() && !stream_.done()) cancel();
+}
+
+bool Generation::pump(std::vector<ChoiceDelta>& out) {
+  TokenEvent ev;
+  while (!finished() && stream_.poll(ev)) {
+    if (ev.choice < 0 || ev.choice >= int(choices_.size())) continue;
+    Choice& ch = choices_[size_t(ev.choice)];
+    if (ch.done) continue;
+    if (ev.token >= 0) {
+      const auto now = Clock::now();
+      if (metrics_) {
+        if (!first_token_seen_) metrics_->ttft.observe(std::chrono::duration<double>(now - start_).count());
+        else metrics_->itl.observe(std::chrono::duration<double>(now - last_token_).count());
+        metrics_->streamed_tokens.fetch_add(1, std::memory_order_relaxed);
+      }
+      first_token_seen_ = true;
+      last_token_ = now;
+      ++ch.tokens;
+      ChoiceDelta d;
+      d.choice = ev.choice;
+      d.text = ch.stop.push(ch.detok->push(ev.token));
+      d.tokens.push_back(TokenInfo{ev.token, ev.logprob, std::move(ev.top)});
+      const bool stopped = ch.stop.matched();
+      out.push_back(std::move(d));
+      if (stopped) {
+        finish_choice(ev.choice, "stop", out);
+        continue;
+      }
+    }
+    if (ev.finish != FinishReason::none) finish_choice(ev.choice, finish_reason_name(ev.finish), out, ev.error);
+  }
+  return finished();
+}
+
+}  // namespace astrai::net

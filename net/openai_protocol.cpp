@@ -1,0 +1,711 @@
+#include "net/openai_protocol.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <limits>
+
+#include "net/sse_format.h"
+#include "net/tool_calls.h"
+#include "src/core/json_writer.h"
+#include "src/tokenizer/tokenizer.h"
+
+namespace astrai::net {
+namespace od = simdjson::ondemand;
+
+std::string random_id(std::string_view prefix) {
+  std::string id = new_tool_call_id(prefix);
+  return id;
+}
+
+namespace {
+
+constexpr int64_t kMaxTokensLimit = 1 << 30;
+
+// Runs fn(key, value) for each field of the top-level object of body.
+template <typename Fn>
+MaybeError for_each_field(std::string_view body, Fn&& fn) {
+  thread_local od::parser parser;
+  simdjson::padded_string padded(body);
+  od::document doc;
+  if (auto ec = parser.iterate(padded).get(doc)) return json_syntax_error(ec);
+  od::object obj;
+  if (doc.get_object().get(obj)) return ApiError{400, "request body must be a JSON object", "", "invalid_request_error", ""};
+  for (auto field : obj) {
+    std::string_view key;
+    if (auto ec = field.unescaped_key().get(key)) return json_syntax_error(ec);
+    JsonValue v;
+    if (auto ec = field.value().get(v)) return json_syntax_error(ec);
+    if (auto e = fn(key, v)) return e;
+  }
+  return std::nullopt;
+}
+
+MaybeError parse_logit_bias(JsonValue& v, std::vector<std::pair<int32_t, float>>& out) {
+  od::object obj;
+  if (v.get_object().get(obj)) return bad_field("logit_bias", "must be an object of token id -> bias");
+  for (auto field : obj) {
+    std::string_view key;
+    if (field.unescaped_key().get(key)) return bad_field("logit_bias", "is not valid JSON");
+    char* end = nullptr;
+    const std::string k(key);
+    const long id = std::strtol(k.c_str(), &end, 10);
+    if (k.empty() || *end != '\0' || id < 0 || id > std::numeric_limits<int32_t>::max())
+      return bad_field("logit_bias", "keys must be token ids, got '" + k + "'");
+    JsonValue bv;
+    if (field.value().get(bv)) return bad_field("logit_bias", "is not valid JSON");
+    double b = 0;
+    if (auto e = read_number(bv, "logit_bias." + k, -100, 100, b)) return e;
+    out.emplace_back(int32_t(id), float(b));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+MaybeError parse_common_field(std::string_view key, JsonValue& v, CommonParams& c, bool& handled) {
+  handled = true;
+  if (is_null(v)) return std::nullopt;  // null = not given, for every optional field
+  double d = 0;
+  int64_t i = 0;
+  auto& s = c.sampling;
+  if (key == "model") return read_string(v, "model", c.model);
+  if (key == "temperature") {
+    if (auto e = read_number(v, "temperature", 0, 2, d)) return e;
+    s.temperature = float(d);
+  } else if (key == "top_p") {
+    if (auto e = read_number(v, "top_p", 0, 1, d)) return e;
+    s.top_p = float(d);
+  } else if (key == "top_k") {
+    if (auto e = read_int(v, "top_k", -1, 1 << 20, i)) return e;
+    s.top_k = i < 0 ? 0 : int(i);
+  } else if (key == "min_p") {
+    if (auto e = read_number(v, "min_p", 0, 1, d)) return e;
+    s.min_p = float(d);
+  } else if (key == "frequency_penalty") {
+    if (auto e = read_number(v, "frequency_penalty", -2, 2, d)) return e;
+    s.frequency_penalty = float(d);
+  } else if (key == "presence_penalty") {
+    if (auto e = read_number(v, "presence_penalty", -2, 2, d)) return e;
+    s.presence_penalty = float(d);
+  } else if (key == "repetition_penalty") {
+    if (auto e = read_number(v, "repetition_penalty", 1e-6, 10, d)) return e;
+    s.repetition_penalty = float(d);
+  } else if (key == "seed") {
+    if (auto e = read_int(v, "seed", std::numeric_limits<int64_t>::min() / 2, std::numeric_limits<int64_t>::max() / 2, i))
+      return e;
+    s.seed = uint64_t(i);
+  } else if (key == "max_tokens" || key == "max_completion_tokens") {
+    if (auto e = read_int(v, std::string(key), 1, kMaxTokensLimit, i)) return e;
+    c.max_tokens = int(i);
+  } else if (key == "n") {
+    if (auto e = read_int(v, "n", 1, 16, i)) return e;
+    c.n = int(i);
+  } else if (key == "stop") {
+    return read_string_list(v, "stop", 16, c.stop);
+  } else if (key == "stream") {
+    return read_bool(v, "stream", c.stream);
+  } else if (key == "stream_options") {
+    od::object o;
+    if (v.get_object().get(o)) return bad_field("stream_options", "must be an object");
+    for (auto f : o) {
+      std::string_view k;
+      JsonValue fv;
+      if (f.unescaped_key().get(k) || f.value().get(fv)) return bad_field("stream_options", "is not valid JSON");
+      if (k == "include_usage") {
+        if (!is_null(fv))
+          if (auto e = read_bool(fv, "stream_options.include_usage", c.include_usage)) return e;
+      }
+    }
+  } else if (key == "top_logprobs") {
+    if (auto e = read_int(v, "top_logprobs", 0, 20, i)) return e;
+    s.top_logprobs = int(i);
+  } else if (key == "logit_bias") {
+    return parse_logit_bias(v, s.logit_bias);
+  } else {
+    handled = false;
+  }
+  return std::nullopt;
+}
+
+MaybeError parse_chat_messages(JsonValue& v, std::string& messages_json) {
+  od::array arr;
+  if (v.get_array().get(arr)) return bad_field("messages", "must be an array of message objects");
+  JsonWriter w;
+  w.begin_array();
+  size_t idx = 0;
+  for (auto el : arr) {
+    const std::string at = "messages[" + std::to_string(idx) + "]";
+    od::object m;
+    if (el.get_object().get(m)) return bad_field(at, "must be an object");
+    std::string role, content, name, tool_calls, tool_call_id;
+    bool have_content = false;
+    for (auto f : m) {
+      std::string_view k;
+      JsonValue fv;
+      if (f.unescaped_key().get(k) || f.value().get(fv)) return bad_field(at, "is not valid JSON");
+      if (k == "role") {
+        if (auto e = read_string(fv, at + ".role", role)) return e;
+      } else if (k == "content") {
+        if (is_null(fv)) continue;
+        od::json_type t;
+        if (fv.type().get(t)) return bad_field(at + ".content", "is not valid JSON");
+        if (t == od::json_type::string) {
+          if (auto e = read_string(fv, at + ".content", content)) return e;
+        } else if (t == od::json_type::array) {
+          // Content parts: text parts are joined with newlines; other modalities are not supported.
+          od::array parts;
+          if (fv.get_array().get(parts)) return bad_field(at + ".content", "is not valid JSON");
+          size_t pi = 0;
+          for (auto pe : parts) {
+            const std::string pat = at + ".content[" + std::to_string(pi++) + "]";
+            od::object po;
+            if (pe.get_object().get(po)) return bad_field(pat, "must be an object");
+            std::string type, text;
+            bool have_text = false;
+            for (auto pf : po) {
+              std::string_view pk;
+              JsonValue pv;
+              if (pf.unescaped_key().get(pk) || pf.value().get(pv)) return bad_field(pat, "is not valid JSON");
+              if (pk == "type") {
+                if (auto e = read_string(pv, pat + ".type", type)) return e;
+              } else if (pk == "text") {
+                if (auto e = read_string(pv, pat + ".text", text)) return e;
+                have_text = true;
+              }
+            }
+            if (type != "text")
+              return bad_field(pat + ".type", "content part type '" + type + "' is not supported (only 'text')");
+            if (!have_text) return bad_field(pat + ".text", "is required");
+            if (pi > 1) content += '\n';
+            content += text;
+          }
+        } else {
+          return bad_field(at + ".content", "must be a string, an array of content parts or null");
+        }
+        have_content = true;
+      } else if (k == "name") {
+        if (auto e = read_string(fv, at + ".name", name)) return e;
+      } else if (k == "tool_calls") {
+        if (is_null(fv)) continue;
+        od::json_type t;
+        if (fv.type().get(t) || t != od::json_type::array) return bad_field(at + ".tool_calls", "must be an array");
+        if (auto e = read_raw(fv, at + ".tool_calls", tool_calls)) return e;
+      } else if (k == "tool_call_id") {
+        if (auto e = read_string(fv, at + ".tool_call_id", tool_call_id)) return e;
+      }
+    }
+    if (role.empty()) return bad_field(at + ".role", "is required");
+    if (role == "developer") role = "system";
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool")
+      return bad_field(at + ".role", "must be one of system, developer, user, assistant, tool; got '" + role + "'");
+    if (!have_content && !(role == "assistant" && !tool_calls.empty()))
+      return bad_field(at + ".content", "is required");
+    w.begin_object().key("role").value(role).key("content").value(content);
+    if (!name.empty()) w.key("name").value(name);
+    if (!tool_calls.empty()) w.key("tool_calls").raw(tool_calls);
+    if (!tool_call_id.empty()) w.key("tool_call_id").value(tool_call_id);
+    w.end_object();
+    ++idx;
+  }
+  if (idx == 0) return bad_field("messages", "must contain at least one message");
+  w.end_array();
+  messages_json = w.take();
+  return std::nullopt;
+}
+
+namespace {
+
+MaybeError parse_tools(JsonValue& v, std::string& tools_json) {
+  od::json_type t;
+  if (v.type().get(t) || t != od::json_type::array) return bad_field("tools", "must be an array of tool objects");
+  if (auto e = read_raw(v, "tools", tools_json)) return e;
+  // Validate the shape on a second, independent pass over the raw text.
+  od::parser p;
+  simdjson::padded_string padded(tools_json);
+  od::document doc;
+  od::array arr;
+  if (p.iterate(padded).get(doc) || doc.get_array().get(arr)) return bad_field("tools", "is not valid JSON");
+  size_t i = 0;
+  for (auto el : arr) {
+    const std::string at = "tools[" + std::to_string(i++) + "]";
+    od::object o;
+    if (el.get_object().get(o)) return bad_field(at, "must be an object");
+    std::string_view type;
+    if (o["type"].get_string().get(type) || type != "function") return bad_field(at + ".type", "must be 'function'");
+    std::string_view name;
+    if (o["function"]["name"].get_string().get(name) || name.empty())
+      return bad_field(at + ".function.name", "is required");
+  }
+  if (i == 0) tools_json.clear();
+  return std::nullopt;
+}
+
+MaybeError parse_tool_choice(JsonValue& v, std::string& out) {
+  od::json_type t;
+  if (v.type().get(t)) return bad_field("tool_choice", "is not valid JSON");
+  if (t == od::json_type::string) {
+    if (auto e = read_string(v, "tool_choice", out)) return e;
+    if (out != "none" && out != "auto" && out != "required")
+      return bad_field("tool_choice", "must be 'none', 'auto', 'required' or a function object");
+    return std::nullopt;
+  }
+  od::object o;
+  std::string_view name;
+  if (v.get_object().get(o) || o["function"]["name"].get_string().get(name))
+    return bad_field("tool_choice", "must be 'none', 'auto', 'required' or {\"type\":\"function\",\"function\":{\"name\":...}}");
+  out = std::string(name);
+  return std::nullopt;
+}
+
+}  // namespace
+
+MaybeError parse_chat_request(std::string_view body, ChatRequest& out) {
+  bool have_messages = false;
+  auto err = for_each_field(body, [&](std::string_view key, JsonValue& v) -> MaybeError {
+    bool handled = false;
+    if (auto e = parse_common_field(key, v, out.common, handled)) return e;
+    if (handled) return std::nullopt;
+    if (key == "messages") {
+      have_messages = true;
+      return parse_chat_messages(v, out.messages_json);
+    }
+    if (is_null(v)) return std::nullopt;
+    if (key == "logprobs") return read_bool(v, "logprobs", out.common.sampling.logprobs);
+    if (key == "tools") return parse_tools(v, out.tools_json);
+    if (key == "tool_choice") return parse_tool_choice(v, out.tool_choice);
+    if (key == "add_generation_prompt") return read_bool(v, "add_generation_prompt", out.add_generation_prompt);
+    return std::nullopt;  // unknown fields are ignored, as OpenAI-compatible servers do
+  });
+  if (err) return err;
+  if (!have_messages) return bad_field("messages", "is required");
+  if (out.common.sampling.top_logprobs > 0 && !out.common.sampling.logprobs)
+    return bad_field("top_logprobs", "requires logprobs to be true");
+  return std::nullopt;
+}
+
+MaybeError parse_completion_request(std::string_view body, CompletionRequest& out) {
+  bool have_prompt = false;
+  auto err = for_each_field(body, [&](std::string_view key, JsonValue& v) -> MaybeError {
+    bool handled = false;
+    if (auto e = parse_common_field(key, v, out.common, handled)) return e;
+    if (handled) return std::nullopt;
+    if (key == "prompt") {
+      have_prompt = true;
+      od::json_type t;
+      if (v.type().get(t)) return bad_field("prompt", "is not valid JSON");
+      if (t == od::json_type::string) return read_string(v, "prompt", out.prompt_text);
+      if (t != od::json_type::array) return bad_field("prompt", "must be a string or an array of token ids");
+      od::array arr;
+      if (v.get_array().get(arr)) return bad_field("prompt", "is not valid JSON");
+      size_t i = 0;
+      for (auto el : arr) {
+        JsonValue ev;
+        if (el.get(ev)) return bad_field("prompt", "is not valid JSON");
+        od::json_type et;
+        if (ev.type().get(et)) return bad_field("prompt", "is not valid JSON");
+        if (et == od::json_type::string && i == 0) {
+          // A one-element list of strings is the same as the string (batches of prompts: use n or
+          // separate requests).
+          if (auto e = read_string(ev, "prompt[0]", out.prompt_text)) return e;
+          ++i;
+          continue;
+        }
+        int64_t id = 0;
+        if (auto e = read_int(ev, "prompt[" + std::to_string(i) + "]", 0, std::numeric_limits<int32_t>::max(), id))
+          return e;
+        out.prompt_ids.push_back(int32_t(id));
+        out.prompt_is_ids = true;
+        ++i;
+      }
+      if (out.prompt_is_ids && !out.prompt_text.empty())
+        return bad_field("prompt", "must be a string or an array of token ids, not both");
+      if (i > 1 && !out.prompt_is_ids) return bad_field("prompt", "only one prompt per request is supported");
+      return std::nullopt;
+    }
+    if (is_null(v)) return std::nullopt;
+    if (key == "echo") return read_bool(v, "echo", out.echo);
+    if (key == "logprobs") {
+      int64_t k = 0;
+      if (auto e = read_int(v, "logprobs", 0, 20, k)) return e;
+      out.logprobs = int(k);
+      out.common.sampling.logprobs = true;
+      out.common.sampling.top_logprobs = int(k);
+      return std::nullopt;
+    }
+    return std::nullopt;
+  });
+  if (err) return err;
+  if (!have_prompt) return bad_field("prompt", "is required");
+  return std::nullopt;
+}
+
+std::string models_body(const std::string& model, int64_t max_model_len) {
+  JsonWriter w;
+  w.begin_object().key("object").value("list").key("data").begin_array();
+  w.begin_object().key("id").value(model).key("object").value("model");
+  w.key("created").value(int64_t(std::time(nullptr))).key("owned_by").value("astrai");
+  w.key("max_model_len").value(max_model_len).end_object();
+  w.end_array().end_object();
+  return w.take();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Response formatting
+
+namespace {
+
+void write_usage(JsonWriter& w, const Generation& g) {
+  w.begin_object().key("prompt_tokens").value(g.prompt_tokens());
+  w.key("completion_tokens").value(g.completion_tokens());
+  w.key("total_tokens").value(g.prompt_tokens() + g.completion_tokens()).end_object();
+}
+
+void write_bytes(JsonWriter& w, const std::string& s) {
+  w.begin_array();
+  for (unsigned char ch : s) w.value(int(ch));
+  w.end_array();
+}
+
+// One chat logprobs "content" entry.
+void write_chat_logprob(JsonWriter& w, const TokenInfo& t, const Tokenizer& tok) {
+  const std::string piece = tok.decode({t.id}, false);
+  w.begin_object().key("token").value(piece).key("logprob").value(t.logprob).key("bytes");
+  write_bytes(w, piece);
+  w.key("top_logprobs").begin_array();
+  for (const auto& alt : t.top) {
+    const std::string ap = tok.decode({alt.token}, false);
+    w.begin_object().key("token").value(ap).key("logprob").value(alt.logprob).key("bytes");
+    write_bytes(w, ap);
+    w.end_object();
+  }
+  w.end_array().end_object();
+}
+
+const char* openai_finish(const std::string& f, bool tool_calls) {
+  if (tool_calls && (f == "stop" || f.empty())) return "tool_calls";
+  if (f == "length") return "length";
+  if (f == "error") return "error";
+  return "stop";  // stop, cancelled
+}
+
+void write_tool_call(JsonWriter& w, const ToolCall& c, int index, bool with_index) {
+  w.begin_object();
+  if (with_index) w.key("index").value(index);
+  w.key("id").value(c.id).key("type").value("function").key("function").begin_object();
+  w.key("name").value(c.name).key("arguments").value(c.arguments_json).end_object();
+  w.end_object();
+}
+
+class ChatFormatter final : public ResponseFormatter {
+ public:
+  ChatFormatter(const ChatRequest& req, std::string model, const Tokenizer& tok)
+      : stream_(req.common.stream),
+        include_usage_(req.common.include_usage),
+        logprobs_(req.common.sampling.logprobs),
+        tools_(!req.tools_json.empty() && req.tool_choice != "none"),
+        model_(std::move(model)),
+        tok_(tok),
+        id_(random_id("chatcmpl-")),
+        created_(int64_t(std::time(nullptr))),
+        choices_(size_t(req.common.n)) {}
+
+  bool streaming() const override { return stream_; }
+
+  std::string begin() override {
+    if (!stream_) return {};
+    std::string out;
+    for (size_t c = 0; c < choices_.size(); ++c)
+      append_sse(out, chunk(int(c), [](JsonWriter& w) { w.key("role").value("assistant").key("content").value(""); }));
+    return out;
+  }
+
+  std::string on_deltas(const std::vector<ChoiceDelta>& deltas, const Generation&) override {
+    std::string out;
+    for (const auto& d : deltas) {
+      auto& ch = choices_[size_t(d.choice)];
+      if (!stream_) {
+        ch.text += d.text;
+        if (logprobs_)
+          for (const auto& t : d.tokens) {
+            JsonWriter lw;
+            write_chat_logprob(lw, t, tok_);
+            ch.logprobs.push_back(lw.take());
+          }
+        if (!d.finish.empty()) ch.finish = d.finish;
+        continue;
+      }
+      ToolParse parsed;
+      if (tools_) {
+        parsed = ch.parser.push(d.text);
+        if (!d.finish.empty()) {
+          ToolParse tail = ch.parser.finish();
+          parsed.content += tail.content;
+          for (auto& c : tail.calls) parsed.calls.push_back(std::move(c));
+        }
+      } else {
+        parsed.content = d.text;
+      }
+      if (!parsed.content.empty() || (logprobs_ && !d.tokens.empty())) {
+        std::string lp;
+        if (logprobs_ && !d.tokens.empty()) {
+          JsonWriter lw;
+          lw.begin_object().key("content").begin_array();
+          for (const auto& t : d.tokens) write_chat_logprob(lw, t, tok_);
+          lw.end_array().end_object();
+          lp = lw.take();
+        }
+        append_sse(out, chunk(d.choice, [&](JsonWriter& w) { w.key("content").value(parsed.content); }, nullptr, lp));
+      }
+      for (const auto& call : parsed.calls) {
+        const int index = ch.num_calls++;
+        append_sse(out, chunk(d.choice, [&](JsonWriter& w) {
+          w.key("tool_calls").begin_array();
+          write_tool_call(w, call, index, true);
+          w.end_array();
+        }));
+      }
+      if (!d.finish.empty())
+        append_sse(out, chunk(d.choice, [](JsonWriter&) {}, openai_finish(d.finish, ch.num_calls > 0)));
+    }
+    return out;
+  }
+
+  std::string end(const Generation& g) override {
+    if (stream_) {
+      std::string out;
+      if (include_usage_) {
+        JsonWriter w;
+        head(w);
+        w.key("choices").begin_array().end_array().key("usage");
+        write_usage(w, g);
+        w.end_object();
+        append_sse(out, w.str());
+      }
+      append_sse(out, "[DONE]");
+      return out;
+    }
+    JsonWriter w;
+    w.begin_object().key("id").value(id_).key("object").value("chat.completion");
+    w.key("created").value(created_).key("model").value(model_).key("choices").begin_array();
+    for (size_t c = 0; c < choices_.size(); ++c) {
+      auto& ch = choices_[c];
+      ToolParse parsed;
+      if (tools_) parsed = parse_tool_calls(ch.text);
+      else parsed.content = ch.text;
+      const bool calls = !parsed.calls.empty();
+      w.begin_object().key("index").value(int(c)).key("message").begin_object();
+      w.key("role").value("assistant").key("content");
+      if (calls) {
+        std::string_view content = parsed.content;
+        while (!content.empty() && (content.back() == '\n' || content.back() == ' ')) content.remove_suffix(1);
+        while (!content.empty() && (content.front() == '\n' || content.front() == ' ')) content.remove_prefix(1);
+        if (content.empty()) w.null(); else w.value(content);
+        w.key("tool_calls").begin_array();
+        int i = 0;
+        for (const auto& call : parsed.calls) write_tool_call(w, call, i++, false);
+        w.end_array();
+      } else {
+        w.value(parsed.content);
+      }
+      w.end_object().key("logprobs");
+      if (logprobs_) {
+        w.begin_object().key("content").begin_array();
+        for (const auto& e : ch.logprobs) w.raw(e);
+        w.end_array().end_object();
+      } else {
+        w.null();
+      }
+      w.key("finish_reason").value(openai_finish(ch.finish, calls)).end_object();
+    }
+    w.end_array().key("usage");
+    write_usage(w, g);
+    w.end_object();
+    return w.take();
+  }
+
+ private:
+  struct Choice {
+    std::string text;
+    std::vector<std::string> logprobs;  // serialised "content" entries
+    std::string finish;
+    ToolCallStreamParser parser;
+    int num_calls = 0;
+  };
+
+  void head(JsonWriter& w) const {
+    w.begin_object().key("id").value(id_).key("object").value("chat.completion.chunk");
+    w.key("created").value(created_).key("model").value(model_);
+  }
+
+  template <typename DeltaFn>
+  std::string chunk(int index, DeltaFn&& delta, const char* finish = nullptr, const std::string& logprobs = {}) const {
+    JsonWriter w;
+    head(w);
+    w.key("choices").begin_array().begin_object().key("index").value(index).key("delta").begin_object();
+    delta(w);
+    w.end_object().key("logprobs");
+    if (logprobs.empty()) w.null(); else w.raw(logprobs);
+    w.key("finish_reason");
+    if (finish) w.value(finish); else w.null();
+    w.end_object().end_array().end_object();
+    return w.take();
+  }
+
+  bool stream_, include_usage_, logprobs_, tools_;
+  std::string model_;
+  const Tokenizer& tok_;
+  std::string id_;
+  int64_t created_;
+  std::vector<Choice> choices_;
+};
+
+}  // namespace
+
+std::unique_ptr<ResponseFormatter> make_chat_formatter(const ChatRequest& req, const std::string& model,
+                                                       const Tokenizer& tok) {
+  return std::make_unique<ChatFormatter>(req, model, tok);
+}
+
+}  // namespace astrai::net
+
+namespace astrai::net {
+namespace {
+
+class CompletionFormatter final : public ResponseFormatter {
+ public:
+  CompletionFormatter(const CompletionRequest& req, std::string model, const Tokenizer& tok, std::string prompt_text)
+      : stream_(req.common.stream),
+        include_usage_(req.common.include_usage),
+        logprobs_(req.logprobs >= 0),
+        echo_(req.echo),
+        model_(std::move(model)),
+        tok_(tok),
+        prompt_(std::move(prompt_text)),
+        id_(random_id("cmpl-")),
+        created_(int64_t(std::time(nullptr))),
+        choices_(size_t(req.common.n)) {}
+
+  bool streaming() const override { return stream_; }
+
+  std::string begin() override {
+    if (!stream_ || !echo_) return {};
+    std::string out;
+    for (size_t c = 0; c < choices_.size(); ++c) append_sse(out, chunk(int(c), prompt_, nullptr, nullptr));
+    return out;
+  }
+
+  std::string on_deltas(const std::vector<ChoiceDelta>& deltas, const Generation&) override {
+    std::string out;
+    for (const auto& d : deltas) {
+      auto& ch = choices_[size_t(d.choice)];
+      if (!stream_) {
+        ch.text += d.text;
+        if (logprobs_) ch.tokens.insert(ch.tokens.end(), d.tokens.begin(), d.tokens.end());
+        if (!d.finish.empty()) ch.finish = d.finish;
+        continue;
+      }
+      if (!d.text.empty() || (logprobs_ && !d.tokens.empty()) || !d.finish.empty())
+        append_sse(out, chunk(d.choice, d.text, d.finish.empty() ? nullptr : finish_name(d.finish),
+                              logprobs_ ? &d.tokens : nullptr));
+    }
+    return out;
+  }
+
+  std::string end(const Generation& g) override {
+    if (stream_) {
+      std::string out;
+      if (include_usage_) {
+        JsonWriter w;
+        head(w, "text_completion");
+        w.key("choices").begin_array().end_array().key("usage");
+        write_usage(w, g);
+        w.end_object();
+        append_sse(out, w.str());
+      }
+      append_sse(out, "[DONE]");
+      return out;
+    }
+    JsonWriter w;
+    head(w, "text_completion");
+    w.key("choices").begin_array();
+    for (size_t c = 0; c < choices_.size(); ++c) {
+      auto& ch = choices_[c];
+      w.begin_object().key("index").value(int(c)).key("text").value(echo_ ? prompt_ + ch.text : ch.text);
+      w.key("logprobs");
+      if (logprobs_) write_logprobs(w, ch.tokens);
+      else w.null();
+      w.key("finish_reason").value(finish_name(ch.finish)).end_object();
+    }
+    w.end_array().key("usage");
+    write_usage(w, g);
+    w.end_object();
+    return w.take();
+  }
+
+ private:
+  struct Choice {
+    std::string text, finish;
+    std::vector<TokenInfo> tokens;
+  };
+  static const char* finish_name(const std::string& f) { return f == "length" ? "length" : "stop"; }
+
+  void head(JsonWriter& w, const char* object) const {
+    w.begin_object().key("id").value(id_).key("object").value(object);
+    w.key("created").value(created_).key("model").value(model_);
+  }
+
+  // Completions-style logprobs: parallel arrays.
+  void write_logprobs(JsonWriter& w, const std::vector<TokenInfo>& toks) const {
+    std::vector<std::string> pieces;
+    for (const auto& t : toks) pieces.push_back(tok_.decode({t.id}, false));
+    w.begin_object().key("tokens").begin_array();
+    for (const auto& p : pieces) w.value(p);
+    w.end_array().key("token_logprobs").begin_array();
+    for (const auto& t : toks) w.value(t.logprob);
+    w.end_array().key("top_logprobs").begin_array();
+    for (const auto& t : toks) {
+      w.begin_object();
+      for (const auto& a : t.top) w.key(tok_.decode({a.token}, false)).value(a.logprob);
+      w.end_object();
+    }
+    w.end_array().key("text_offset").begin_array();
+    size_t off = echo_ ? prompt_.size() : 0;
+    for (const auto& p : pieces) {
+      w.value(uint64_t(off));
+      off += p.size();
+    }
+    w.end_array().end_object();
+  }
+
+  std::string chunk(int index, const std::string& text, const char* finish, const std::vector<TokenInfo>* toks) const {
+    JsonWriter w;
+    head(w, "text_completion");
+    w.key("choices").begin_array().begin_object().key("index").value(index).key("text").value(text);
+    w.key("logprobs");
+    if (toks) write_logprobs(w, *toks);
+    else w.null();
+    w.key("finish_reason");
+    if (finish) w.value(finish); else w.null();
+    w.end_object().end_array().end_object();
+    return w.take();
+  }
+
+  bool stream_, include_usage_, logprobs_, echo_;
+  std::string model_;
+  const Tokenizer& tok_;
+  std::string prompt_;
+  std::string id_;
+  int64_t created_;
+  std::vector<Choice> choices_;
+};
+
+}  // namespace
+
+std::unique_ptr<ResponseFormatter> make_completion_formatter(const CompletionRequest& req, const std::string& model,
+                                                             const Tokenizer& tok, std::string prompt_text) {
+  return std::make_unique<CompletionFormatter>(req, model, tok, std::move(prompt_text));
+}
+
+}  // namespace astrai::net

@@ -1,0 +1,67 @@
+// OpenAI Chat Completions and Completions: request parsing (simdjson on-demand, validated field by
+// field) and response / stream-chunk formatting.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "net/json_fields.h"
+#include "net/response_formatter.h"
+#include "src/engine/engine.h"
+
+namespace astrai {
+class Tokenizer;
+}
+
+namespace astrai::net {
+
+// Fields shared by every generation route.
+struct CommonParams {
+  std::string model;
+  SamplingParams sampling;
+  int max_tokens = 0;  // 0: not given
+  int n = 1;
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;
+};
+
+struct ChatRequest {
+  CommonParams common;
+  std::string messages_json;  // normalised for the chat template: content parts joined to strings
+  std::string tools_json;     // "" when no tools
+  std::string tool_choice = "auto";  // none | auto | required | <function name>
+  bool add_generation_prompt = true;
+};
+
+struct CompletionRequest {
+  CommonParams common;
+  std::string prompt_text;
+  std::vector<int32_t> prompt_ids;
+  bool prompt_is_ids = false;
+  bool echo = false;
+  int logprobs = -1;  // completions API: number of top logprobs, -1 = off
+};
+
+MaybeError parse_chat_request(std::string_view body, ChatRequest& out);
+MaybeError parse_completion_request(std::string_view body, CompletionRequest& out);
+// One field common to chat / completions / WebSocket generate frames. Sets handled when the key
+// is one of them.
+MaybeError parse_common_field(std::string_view key, JsonValue& v, CommonParams& c, bool& handled);
+// Parses the `messages` array into the chat template's message list.
+MaybeError parse_chat_messages(JsonValue& v, std::string& messages_json);
+
+std::unique_ptr<ResponseFormatter> make_chat_formatter(const ChatRequest& req, const std::string& model,
+                                                       const Tokenizer& tok);
+std::unique_ptr<ResponseFormatter> make_completion_formatter(const CompletionRequest& req,
+                                                             const std::string& model, const Tokenizer& tok,
+                                                             std::string prompt_text);
+
+// {"object":"list","data":[{"id","object":"model","created","owned_by","max_model_len"}]}
+std::string models_body(const std::string& model, int64_t max_model_len);
+
+std::string random_id(std::string_view prefix);
+
+}  // namespace astrai::net

@@ -1,0 +1,42 @@
+// Routes: one function per route, Asio-free. A route either answers at once (HttpResponse) or
+// returns a GenerationJob that the connection runs (submit, wait for notify, write SSE / JSON).
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "net/api_error.h"
+#include "net/generation.h"
+#include "net/http_types.h"
+#include "net/response_formatter.h"
+#include "net/server_state.h"
+
+namespace astrai::net {
+
+enum class Dialect { openai, anthropic };
+
+struct GenerationJob {
+  GenerationSpec spec;
+  std::unique_ptr<ResponseFormatter> fmt;
+  Dialect dialect = Dialect::openai;
+  GenerationSlot slot;
+};
+
+struct RouteResult {
+  HttpResponse response;
+  std::optional<GenerationJob> job;
+};
+
+RouteResult route(const HttpRequest& req, ServerState& state);
+
+HttpResponse error_response(const ApiError& e, Dialect d);
+// The HTTP error for a failed Engine::submit / Generation::start.
+ApiError submit_error(const Status& s);
+// Checks the API key of a request (Bearer or x-api-key); nullopt when allowed.
+std::optional<ApiError> check_api_key(const HttpRequest& req, const ServerState& state);
+
+// Parses a WebSocket "generate" frame into a job (the frame is a chat-completions body plus
+// "type" and "id"). The id is returned through client_id.
+std::optional<ApiError> websocket_generate_job(std::string_view frame, ServerState& state, GenerationJob& job);
+
+}  // namespace astrai::net

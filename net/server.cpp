@@ -1,0 +1,114 @@
+#include "net/server.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <thread>
+#include <vector>
+
+#include "net/connection.h"
+
+namespace astrai::net {
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+namespace {
+
+asio::awaitable<void> accept_loop(asio::io_context& ioc, tcp::acceptor& acceptor, ServerState& st) {
+  for (;;) {
+    // Each connection gets its own strand: its coroutine and the engine's wake-up posts never run
+    // concurrently, even with several net threads.
+    auto [ec, socket] = co_await acceptor.async_accept(asio::make_strand(ioc), asio::as_tuple(asio::use_awaitable));
+    if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
+    if (ec) {
+      spdlog::warn("accept: {}", ec.message());
+      continue;
+    }
+    socket.set_option(tcp::no_delay(true), ec);
+    auto ex = socket.get_executor();
+    asio::co_spawn(ex, run_connection(std::move(socket), st), asio::detached);
+  }
+}
+
+// SIGTERM/SIGINT: close the listener, wait for in-flight generations (bounded), stop the loop.
+asio::awaitable<void> drain_on_signal(asio::io_context& ioc, tcp::acceptor& acceptor, ServerState& st) {
+  asio::signal_set signals(ioc, SIGINT, SIGTERM);
+  auto [ec, sig] = co_await signals.async_wait(asio::as_tuple(asio::use_awaitable));
+  if (ec) co_return;
+  spdlog::info("signal {}: draining (up to {:.1f} s for {} in-flight generations)", sig, st.config.drain_timeout,
+               st.inflight.load());
+  st.draining.store(true);
+  boost::system::error_code ignore;
+  acceptor.close(ignore);
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(st.config.drain_timeout));
+  // Shutdown only: a coarse check every 20 ms is simpler than threading a completion signal
+  // through every connection, and costs nothing while serving.
+  asio::steady_timer t(ioc);
+  while (st.inflight.load() > 0 && std::chrono::steady_clock::now() < deadline) {
+    t.expires_after(std::chrono::milliseconds(20));
+    co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
+  }
+  if (st.inflight.load() > 0) spdlog::warn("drain timeout: {} generations still running", st.inflight.load());
+  ioc.stop();
+}
+
+}  // namespace
+
+Status run_server(ServerState& st, const ModelLoader& load) {
+  asio::io_context ioc(st.config.net_threads);
+  tcp::acceptor acceptor(ioc);
+  boost::system::error_code ec;
+  const auto addr = asio::ip::make_address(st.config.host, ec);
+  if (ec) return invalid_argument("--host: '" + st.config.host + "' is not an IP address");
+  const tcp::endpoint ep(addr, uint16_t(st.config.port));
+  acceptor.open(ep.protocol(), ec);
+  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor.bind(ep, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec)
+    return io_error("cannot listen on " + st.config.host + ":" + std::to_string(st.config.port) + ": " + ec.message());
+  const int port = acceptor.local_endpoint().port();
+  spdlog::info("listening on http://{}:{} ({} net thread{})", st.config.host, port, st.config.net_threads,
+               st.config.net_threads == 1 ? "" : "s");
+  std::fprintf(stdout, "listening on %s:%d\n", st.config.host.c_str(), port);
+  std::fflush(stdout);
+
+  asio::co_spawn(ioc, accept_loop(ioc, acceptor, st), asio::detached);
+  asio::co_spawn(ioc, drain_on_signal(ioc, acceptor, st), asio::detached);
+
+  // The model loads while /health already answers 503.
+  std::thread loader([&] {
+    Status s = load(st);
+    if (s.ok()) {
+      st.ready.store(true, std::memory_order_release);
+      spdlog::info("model '{}' ready", st.model_name);
+    } else {
+      st.load_error = s.message();
+      st.load_failed.store(true, std::memory_order_release);
+      spdlog::error("model failed to load: {}", s.message());
+    }
+  });
+
+  std::vector<std::thread> threads;
+  for (int i = 1; i < st.config.net_threads; ++i) threads.emplace_back([&] { ioc.run(); });
+  ioc.run();
+  for (auto& t : threads) t.join();
+  loader.join();
+  // No more notify() calls after this; coroutine frames (and their Generations) die with ioc below.
+  if (st.engine) st.engine->shutdown();
+  spdlog::info("server stopped");
+  return {};
+}
+
+}  // namespace astrai::net

@@ -1,0 +1,56 @@
+// What every route and connection shares: configuration, the engine and tokenizer once loaded,
+// metrics, and the counters that drive overload answers and graceful drain.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "net/config.h"
+#include "net/server_metrics.h"
+#include "src/engine/engine.h"
+#include "src/tokenizer/tokenizer.h"
+
+namespace astrai::net {
+
+struct ServerState {
+  ServeConfig config;
+  std::string model_name;  // the name clients use ("model" field), set before ready
+  // Written once by the loader thread before `ready` is released; read after acquiring it.
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<Engine> engine;
+  std::atomic<bool> ready{false};
+  std::atomic<bool> load_failed{false};
+  std::string load_error;  // written before load_failed is released
+
+  std::atomic<bool> draining{false};
+  std::atomic<int64_t> inflight{0};  // HTTP requests being answered + open WebSocket generations
+  ServerMetrics metrics;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+
+  bool is_ready() const { return ready.load(std::memory_order_acquire); }
+};
+
+// RAII count of one in-flight generation, bounded by config.max_concurrent.
+class GenerationSlot {
+ public:
+  GenerationSlot() = default;
+  // Takes a slot, or returns an empty (invalid) one when max_concurrent are already taken.
+  static GenerationSlot acquire(ServerState& s);
+  GenerationSlot(GenerationSlot&& o) noexcept : state_(std::exchange(o.state_, nullptr)) {}
+  GenerationSlot& operator=(GenerationSlot&& o) noexcept {
+    release();
+    state_ = std::exchange(o.state_, nullptr);
+    return *this;
+  }
+  ~GenerationSlot() { release(); }
+  explicit operator bool() const { return state_ != nullptr; }
+
+ private:
+  void release();
+  ServerState* state_ = nullptr;
+};
+
+}  // namespace astrai::net

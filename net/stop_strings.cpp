@@ -1,0 +1,57 @@
+#include "net/stop_strings.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace astrai::net {
+
+StopMatcher::StopMatcher(std::vector<std::string> stops) {
+  for (auto& s : stops)
+    if (!s.empty()) stops_.push_back(std::move(s));
+}
+
+std::string StopMatcher::push(std::string_view piece) {
+  if (matched_) return {};
+  held_.append(piece);
+  if (stops_.empty()) return std::exchange(held_, {});
+
+  // Earliest full match wins (ties: the longer stop string, as it started at the same place).
+  size_t best = std::string::npos;
+  for (const auto& s : stops_) {
+    const size_t at = held_.find(s);
+    if (at == std::string::npos) continue;
+    if (at < best || (at == best && s.size() > matched_string_.size())) {
+      best = at;
+      matched_string_ = s;
+    }
+  }
+  if (best != std::string::npos) {
+    matched_ = true;
+    std::string out = held_.substr(0, best);
+    held_.clear();
+    return out;
+  }
+
+  // Invariant: no stop string occurs in held_. Keep the longest suffix that is a proper prefix of
+  // some stop string; it is at most max(len) - 1 bytes, so the work per piece is bounded.
+  size_t keep = 0;
+  for (const auto& s : stops_) {
+    const size_t max_k = std::min(s.size() - 1, held_.size());
+    for (size_t k = max_k; k > keep; --k) {
+      if (std::string_view(held_).substr(held_.size() - k) == std::string_view(s).substr(0, k)) {
+        keep = k;
+        break;
+      }
+    }
+  }
+  std::string out = held_.substr(0, held_.size() - keep);
+  held_.erase(0, held_.size() - keep);
+  return out;
+}
+
+std::string StopMatcher::finish() {
+  if (matched_) return {};
+  return std::exchange(held_, {});
+}
+
+}  // namespace astrai::net

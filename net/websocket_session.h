@@ -1,0 +1,19 @@
+// /v1/ws: one WebSocket per connection, several generations multiplexed on it (see
+// websocket_frames.h for the frames). One reader loop, one writer loop, one coroutine per generation,
+// all on the connection's strand. Asio header: include from connection.cpp only.
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+#include "net/server_state.h"
+
+namespace astrai::net {
+
+boost::asio::awaitable<void> run_websocket_session(boost::beast::tcp_stream stream,
+                                                   boost::beast::http::request<boost::beast::http::string_body> req,
+                                                   ServerState& state);
+
+}  // namespace astrai::net
