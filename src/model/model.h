@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -13,12 +14,17 @@
 
 namespace astrai {
 
+class WeightStore;
+
 // K/V storage for all layers: per layer k and v [num_pages * page_size, num_kv_heads, head_dim]
 // in the backend's compute dtype. Pages are handed out by sched/'s KV pool; the model only reads and
 // writes the slots a ForwardBatch names.
 struct KvCache {
   int num_pages = 0;
   int page_size = 16;
+  int num_kv_heads = 0, head_dim = 0;
+  DType dtype = DType::f32;
+  Device device = Device::cpu;
   std::vector<Buffer> k, v;  // one per layer
   Tensor k_layer(int layer) const;
   Tensor v_layer(int layer) const;
@@ -50,6 +56,10 @@ class Model {
   // model.safetensors.index.json). Every error names the file and the tensor.
   static Result<std::unique_ptr<Model>> load(const std::filesystem::path& dir, Backend& backend,
                                              const LoadOptions& options = {});
+  // The same from a config and an open WeightStore (tests, `astrai init` round trips). The
+  // weights are copied (converted to the backend's compute dtype); the store may close afterwards.
+  static Result<std::unique_ptr<Model>> from_config(const ModelConfig& config, const WeightStore& weights,
+                                                    Backend& backend, const LoadOptions& options = {});
   virtual ~Model() = default;
 
   virtual const ModelConfig& config() const = 0;
@@ -61,8 +71,16 @@ class Model {
 
   // Runs the decoder over the batch: stores every token's K/V in its slot, then returns the
   // logits of batch.logit_rows as f32 [R, vocab] on the backend's device. The view stays valid
-  // until the next forward() call.
+  // until the next forward() call. A malformed batch (ids outside the vocab, positions that do
+  // not follow from kv_len, slots or pages outside the cache) is an invalid_argument error and
+  // touches nothing. Per-step buffers live in a workspace that only grows (no allocation when a
+  // batch is no larger than an earlier one).
   virtual Result<Tensor> forward(const ForwardBatch& batch, KvCache& kv) = 0;
+
+  // Bytes of weights held on the backend (for bandwidth estimates).
+  virtual size_t weight_bytes() const = 0;
+  // Calls fn on every weight tensor held on the backend (tied embeddings once).
+  virtual void for_each_weight(const std::function<void(const Tensor&)>& fn) const = 0;
 };
 
 }  // namespace astrai

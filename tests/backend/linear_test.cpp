@@ -60,6 +60,15 @@ TEST_CASE("linear with one row (the GEMV path) matches a float64 loop", "[unit]"
   check_linear(1, rng.randint(1, 300), rng.randint(1, 300), false, 0, 0, rng);
 }
 
+TEST_CASE("linear large enough to be split over threads matches a float64 loop", "[unit]") {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Rng rng(seed);
+  check_linear(rng.randint(20, 40), rng.randint(300, 400), rng.randint(300, 400), true, rng.randint(0, 3),
+               rng.randint(0, 3), rng);
+  check_linear(1, rng.randint(1000, 1200), rng.randint(300, 400), true, 0, 0, rng);
+}
+
 TEST_CASE("linear reads and writes column slices of wider buffers", "[unit]") {
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);

@@ -98,7 +98,9 @@ void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
   // Block prefix sums: sequence s owns query blocks [blk[s], blk[s+1]).
   thread_local std::vector<int64_t> blk;
   blk.assign(size_t(S) + 1, 0);
+  int64_t max_kv = 1;
   for (int64_t s = 0; s < S; ++s) {
+    max_kv = std::max<int64_t>(max_kv, kvl[s]);
     const int64_t qlen = qs[s + 1] - qs[s];
     ASTRAI_OP_CHECK(qlen >= 0 && kvl[s] >= qlen, "paged_attention: sequence " + std::to_string(s) +
                                                      " has q_len " + std::to_string(qlen) + " > kv_len " +
@@ -113,13 +115,15 @@ void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
     blk[s + 1] = blk[s] + (qlen + kQueryBlock - 1) / kQueryBlock;
   }
   const int64_t n_tasks = blk[S] * H;
+  // Fork only when there is enough work: about T * (keys per row) * D multiply-adds twice.
+  const int64_t work = T * H * max_kv * D;
   const int64_t group = H / KVH;
   const RowView qv = rows_of(q, "paged_attention"), ov = rows_of(out, "paged_attention");
   const float* kc = k_cache.ptr<float>();
   const float* vc = v_cache.ptr<float>();
   const int64_t* blk_p = blk.data();
 
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) if (n_tasks > 1 && work > (1 << 16))
   for (int64_t task = 0; task < n_tasks; ++task) {
     const int64_t b = task / H, h = task % H, kvh = h / group;
     const int64_t s = std::upper_bound(blk_p, blk_p + S + 1, b) - blk_p - 1;

@@ -17,8 +17,9 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
+  // OpenBLAS single-threaded: linear() splits its GEMMs over OpenMP threads itself (see linear.cpp).
   explicit CpuBackend(int threads) : threads_(threads) {
-    openblas_set_num_threads(threads);
+    openblas_set_num_threads(1);
     omp_set_num_threads(threads);
   }
 

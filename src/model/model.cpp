@@ -1,0 +1,371 @@
+// The decoder forward of Llama / Mistral / Qwen2 / Qwen3 over a paged KV cache, written once
+// against the Backend interface. Per layer (HF semantics):
+//   h = rms_norm(x)                                   input_layernorm
+//   q|k|v = h @ Wqkv^T (+ b)                          q_proj, k_proj, v_proj fused into one GEMM
+//   q, k = rms_norm per head (Qwen3), then RoPE       q_norm / k_norm, rotate-half
+//   kv_store(k, v); a = paged_attention(q)            causal GQA, scale 1/sqrt(head_dim)
+//   x += a @ Wo^T (+ bo); h = rms_norm(x)             o_proj, post_attention_layernorm (fused add)
+//   x += down(silu(h @ Wg^T) * (h @ Wu^T))            gate_proj, up_proj fused into one GEMM
+// then the final norm (fused into the last layer's add) and the LM head on logit_rows only.
+#include "src/model/model.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <new>
+#include <string>
+
+#include "src/model/rope.h"
+#include "src/model/safetensors.h"
+#include "src/model/weights.h"
+#include "src/model/workspace.h"
+
+namespace astrai {
+
+Tensor KvCache::k_layer(int layer) const {
+  return Tensor(k[size_t(layer)].data(), dtype, {int64_t(num_pages) * page_size, num_kv_heads, head_dim},
+                device);
+}
+Tensor KvCache::v_layer(int layer) const {
+  return Tensor(v[size_t(layer)].data(), dtype, {int64_t(num_pages) * page_size, num_kv_heads, head_dim},
+                device);
+}
+
+namespace {
+
+struct LayerWeights {
+  Tensor input_norm, qkv, qkv_bias, o, o_bias, q_norm, k_norm, post_norm, gate_up, down;
+  bool has_qkv_bias = false, has_o_bias = false;
+};
+
+// Column slice [col, col + heads * head_dim) of a [T, width] buffer as [T, heads, head_dim].
+Tensor head_view(const Tensor& buf, int64_t col, int64_t heads, int64_t head_dim) {
+  Tensor t(static_cast<char*>(buf.data) + col * int64_t(dtype_size(buf.dtype)), buf.dtype,
+           {buf.shape[0], heads, head_dim}, buf.device);
+  t.stride = {buf.stride[0], head_dim, 1, 0};
+  return t;
+}
+
+// Column slice [col, col + width) of a [T, W] buffer.
+Tensor col_view(const Tensor& buf, int64_t col, int64_t width) {
+  Tensor t = buf;
+  t.data = static_cast<char*>(buf.data) + col * int64_t(dtype_size(buf.dtype));
+  t.shape[1] = width;
+  return t;
+}
+
+// Converts a file tensor to the backend's dtype on the host in bounded chunks and uploads it into
+// dst (contiguous, same number of elements).
+Status upload_converted(Backend& be, Tensor dst, const SafeTensor& src) {
+  const int64_t n = src.numel();
+  if (dst.numel() != n)
+    return internal_error(src.file + ": tensor '" + src.name + "' does not fit its destination");
+  Tensor flat(dst.data, dst.dtype, {n}, dst.device);
+  if (src.dtype == dst.dtype) {
+    be.upload(flat, src.data);
+    return {};
+  }
+  if (src.dtype != DType::f32 && src.dtype != DType::bf16 && src.dtype != DType::f16)
+    return unsupported(src.file + ": tensor '" + src.name + "' has dtype " +
+                       std::string(dtype_name(src.dtype)) + " (expected F32, BF16 or F16)");
+  constexpr int64_t kChunk = 1 << 20;
+  std::vector<char> staging(size_t(std::min(n, kChunk)) * dtype_size(dst.dtype));
+  for (int64_t b = 0; b < n; b += kChunk) {
+    const int64_t e = std::min(n, b + kChunk);
+    for (int64_t i = b; i < e; ++i) {
+      float v = 0.0f;
+      switch (src.dtype) {
+        case DType::f32: v = static_cast<const float*>(src.data)[i]; break;
+        case DType::bf16: v = bf16_to_f32(static_cast<const uint16_t*>(src.data)[i]); break;
+        default: v = f16_to_f32(static_cast<const uint16_t*>(src.data)[i]); break;
+      }
+      switch (dst.dtype) {
+        case DType::f32: reinterpret_cast<float*>(staging.data())[i - b] = v; break;
+        case DType::bf16: reinterpret_cast<uint16_t*>(staging.data())[i - b] = f32_to_bf16(v); break;
+        case DType::f16: reinterpret_cast<uint16_t*>(staging.data())[i - b] = f32_to_f16(v); break;
+        default: return internal_error("unsupported compute dtype");
+      }
+    }
+    be.upload(flat.rows(b, e), staging.data());
+  }
+  return {};
+}
+
+class DecoderModel final : public Model {
+ public:
+  DecoderModel(const ModelConfig& c, Backend& be) : cfg_(c), be_(be) {}
+
+  Status load(const WeightRefs& refs) {
+    const DType dt = be_.compute_dtype();
+    const int64_t H = cfg_.hidden_size, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), F = cfg_.intermediate_size;
+    // Allocates a tensor on the backend and fills it from one or more file tensors stacked along dim 0.
+    auto make = [&](std::initializer_list<int64_t> dims, std::initializer_list<const SafeTensor*> parts,
+                    Tensor& out) -> Status {
+      Tensor shape_only(nullptr, dt, dims, be_.device());
+      try {
+        owned_.push_back(be_.alloc(shape_only.nbytes()));
+      } catch (const std::bad_alloc&) {
+        return resource_exhausted("out of memory allocating " + std::string((*parts.begin())->name) + " " +
+                                  shape_only.shape_str());
+      }
+      out = owned_.back().as(dt, dims);
+      weight_bytes_ += out.nbytes();
+      int64_t row = 0;
+      const int64_t row_elems = shape_only.ndim == 2 ? shape_only.shape[1] : 1;
+      for (const SafeTensor* p : parts) {
+        const int64_t rows = p->numel() / row_elems;
+        Tensor flat(out.data, dt, {shape_only.numel()}, out.device);
+        ASTRAI_RETURN_IF_ERROR(
+            upload_converted(be_, flat.rows(row * row_elems, (row + rows) * row_elems), *p));
+        row += rows;
+      }
+      return {};
+    };
+
+    ASTRAI_RETURN_IF_ERROR(make({cfg_.vocab_size, H}, {refs.embed}, embed_));
+    if (cfg_.tie_word_embeddings || refs.lm_head == refs.embed || !refs.lm_head) {
+      lm_head_ = embed_;  // one buffer for both
+    } else {
+      ASTRAI_RETURN_IF_ERROR(make({cfg_.vocab_size, H}, {refs.lm_head}, lm_head_));
+    }
+    ASTRAI_RETURN_IF_ERROR(make({H}, {refs.final_norm}, final_norm_));
+    layers_.resize(refs.layers.size());
+    for (size_t l = 0; l < refs.layers.size(); ++l) {
+      const LayerWeightRefs& r = refs.layers[l];
+      LayerWeights& w = layers_[l];
+      ASTRAI_RETURN_IF_ERROR(make({H}, {r.input_norm}, w.input_norm));
+      ASTRAI_RETURN_IF_ERROR(make({qd + 2 * kvd, H}, {r.q, r.k, r.v}, w.qkv));
+      if (r.q_bias && r.k_bias && r.v_bias) {
+        ASTRAI_RETURN_IF_ERROR(make({qd + 2 * kvd}, {r.q_bias, r.k_bias, r.v_bias}, w.qkv_bias));
+        w.has_qkv_bias = true;
+      }
+      ASTRAI_RETURN_IF_ERROR(make({H, qd}, {r.o}, w.o));
+      if (r.o_bias) {
+        ASTRAI_RETURN_IF_ERROR(make({H}, {r.o_bias}, w.o_bias));
+        w.has_o_bias = true;
+      }
+      if (cfg_.qk_norm) {
+        ASTRAI_RETURN_IF_ERROR(make({cfg_.head_dim}, {r.q_norm}, w.q_norm));
+        ASTRAI_RETURN_IF_ERROR(make({cfg_.head_dim}, {r.k_norm}, w.k_norm));
+      }
+      ASTRAI_RETURN_IF_ERROR(make({H}, {r.post_norm}, w.post_norm));
+      ASTRAI_RETURN_IF_ERROR(make({2 * F, H}, {r.gate, r.up}, w.gate_up));
+      ASTRAI_RETURN_IF_ERROR(make({H, F}, {r.down}, w.down));
+    }
+    // RoPE table, f32 on every backend (angles need the precision).
+    max_pos_ = std::max<int64_t>(cfg_.max_position_embeddings, 1);
+    const std::vector<float> table = rope_cos_sin_table(cfg_, max_pos_);
+    owned_.push_back(be_.alloc(table.size() * sizeof(float)));
+    cos_sin_ = owned_.back().as(DType::f32, {max_pos_, cfg_.head_dim});
+    be_.upload(cos_sin_, table.data());
+    return {};
+  }
+
+  const ModelConfig& config() const override { return cfg_; }
+  Backend& backend() const override { return be_; }
+  size_t weight_bytes() const override { return weight_bytes_; }
+  void for_each_weight(const std::function<void(const Tensor&)>& fn) const override {
+    fn(embed_);
+    if (lm_head_.data != embed_.data) fn(lm_head_);
+    fn(final_norm_);
+    for (const LayerWeights& w : layers_) {
+      for (const Tensor* t : {&w.input_norm, &w.qkv, &w.o, &w.post_norm, &w.gate_up, &w.down}) fn(*t);
+      if (w.has_qkv_bias) fn(w.qkv_bias);
+      if (w.has_o_bias) fn(w.o_bias);
+      if (cfg_.qk_norm) {
+        fn(w.q_norm);
+        fn(w.k_norm);
+      }
+    }
+  }
+
+  size_t kv_bytes_per_page(int page_size) const override {
+    return 2 * size_t(cfg_.num_layers) * size_t(page_size) * size_t(cfg_.kv_dim()) *
+           dtype_size(be_.compute_dtype());
+  }
+
+  KvCache allocate_kv(int num_pages, int page_size) const override {
+    KvCache kv;
+    kv.num_pages = num_pages;
+    kv.page_size = page_size;
+    kv.num_kv_heads = int(cfg_.num_kv_heads);
+    kv.head_dim = int(cfg_.head_dim);
+    kv.dtype = be_.compute_dtype();
+    kv.device = be_.device();
+    const size_t bytes = size_t(num_pages) * size_t(page_size) * size_t(cfg_.kv_dim()) * dtype_size(kv.dtype);
+    for (int64_t l = 0; l < cfg_.num_layers; ++l) {
+      kv.k.push_back(be_.alloc(bytes));
+      kv.v.push_back(be_.alloc(bytes));
+    }
+    return kv;
+  }
+
+  Result<Tensor> forward(const ForwardBatch& b, KvCache& kv) override {
+    ASTRAI_RETURN_IF_ERROR(validate(b, kv));
+    const int64_t T = b.num_tokens(), S = b.num_seqs(), R = int64_t(b.logit_rows.size());
+    const int64_t max_pages = std::max(b.max_pages, 1);
+    ws_.reserve(be_, cfg_, WorkspaceShape{T, S, S * max_pages, std::max<int64_t>(R, 1)});
+
+    // Inputs to the device.
+    const Tensor ids = ws_.ids(T), pos = ws_.positions(T), slots = ws_.slots(T), rows = ws_.rows(R);
+    be_.upload(ids, b.tokens.data());
+    be_.upload(pos, b.positions.data());
+    be_.upload(slots, b.slots.data());
+    be_.upload(rows, b.logit_rows.data());
+    AttentionBatch ab;
+    ab.q_start = ws_.q_start(S);
+    ab.kv_len = ws_.kv_len(S);
+    ab.page_table = ws_.page_table(S, max_pages);
+    ab.num_seqs = int(S);
+    ab.max_pages = int(max_pages);
+    ab.page_size = kv.page_size;
+    be_.upload(ab.q_start, b.q_start.data());
+    be_.upload(ab.kv_len, b.kv_len.data());
+    if (b.max_pages > 0) {
+      be_.upload(ab.page_table, b.page_table.data());
+    }
+    for (int64_t s = 0; s < S; ++s) {
+      ab.max_q_len = std::max(ab.max_q_len, b.q_start[size_t(s) + 1] - b.q_start[size_t(s)]);
+      ab.max_kv_len = std::max(ab.max_kv_len, b.kv_len[size_t(s)]);
+    }
+
+    const int64_t qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), F = cfg_.intermediate_size;
+    const int64_t nh = cfg_.num_heads, nkv = cfg_.num_kv_heads, hd = cfg_.head_dim;
+    const float eps = float(cfg_.rms_norm_eps);
+    const float scale = float(1.0 / std::sqrt(double(hd)));
+    const Tensor x = ws_.x(T), h = ws_.h(T), y = ws_.y(T), qkv = ws_.qkv(T), gu = ws_.gate_up(T),
+                 act = ws_.act(T);
+    const Tensor attn = ws_.attn(T);
+    const Tensor attn2(attn.data, attn.dtype, {T, qd}, attn.device);
+    const Tensor q = head_view(qkv, 0, nh, hd), k = head_view(qkv, qd, nkv, hd),
+                 v = head_view(qkv, qd + kvd, nkv, hd);
+    const Tensor gate = col_view(gu, 0, F), up = col_view(gu, F, F);
+
+    be_.embedding(embed_, ids, x);
+    if (!layers_.empty()) be_.rms_norm(x, layers_[0].input_norm, eps, h);
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const LayerWeights& w = layers_[l];
+      be_.linear(h, w.qkv, w.has_qkv_bias ? &w.qkv_bias : nullptr, qkv);
+      if (cfg_.qk_norm) {
+        be_.rms_norm(q, w.q_norm, eps, q);
+        be_.rms_norm(k, w.k_norm, eps, k);
+      }
+      be_.rope(q, pos, cos_sin_);
+      be_.rope(k, pos, cos_sin_);
+      be_.kv_store(k, v, slots, kv.k_layer(int(l)), kv.v_layer(int(l)));
+      be_.paged_attention(q, kv.k_layer(int(l)), kv.v_layer(int(l)), ab, scale, attn);
+      be_.linear(attn2, w.o, w.has_o_bias ? &w.o_bias : nullptr, y);
+      be_.add_rms_norm(x, y, w.post_norm, eps, h);
+      be_.linear(h, w.gate_up, nullptr, gu);
+      be_.swiglu(gate, up, act);
+      be_.linear(act, w.down, nullptr, y);
+      const Tensor& next_norm = l + 1 < layers_.size() ? layers_[l + 1].input_norm : final_norm_;
+      be_.add_rms_norm(x, y, next_norm, eps, h);
+    }
+    if (layers_.empty()) be_.rms_norm(x, final_norm_, eps, h);
+    const Tensor g = ws_.gathered(R), logits = ws_.logits(R);
+    if (R > 0) {
+      be_.gather_rows(h, rows, g);
+      be_.linear(g, lm_head_, nullptr, logits);
+    }
+    return logits;
+  }
+
+ private:
+  // Host-side checks of everything the kernels index with, so a bad batch is an error, never a
+  // wild read or write.
+  Status validate(const ForwardBatch& b, const KvCache& kv) const {
+    const int64_t T = b.num_tokens(), S = b.num_seqs();
+    auto bad = [](const std::string& m) { return invalid_argument("forward batch: " + m); };
+    if (T == 0) return bad("no tokens");
+    if (int64_t(b.positions.size()) != T || int64_t(b.slots.size()) != T)
+      return bad("tokens, positions and slots differ in length");
+    if (S < 1 || b.q_start[0] != 0 || b.q_start.back() != T)
+      return bad("q_start must run from 0 to the token count");
+    if (int64_t(b.kv_len.size()) != S) return bad("kv_len needs one entry per sequence");
+    if (b.max_pages < 0 || int64_t(b.page_table.size()) < S * b.max_pages)
+      return bad("page_table is smaller than num_seqs * max_pages");
+    if (int64_t(kv.k.size()) != cfg_.num_layers || kv.num_kv_heads != cfg_.num_kv_heads ||
+        kv.head_dim != cfg_.head_dim || kv.dtype != be_.compute_dtype() || kv.page_size <= 0)
+      return bad("the KV cache was not allocated for this model");
+    const int64_t n_slots = int64_t(kv.num_pages) * kv.page_size;
+    for (int64_t t = 0; t < T; ++t) {
+      if (b.tokens[size_t(t)] < 0 || b.tokens[size_t(t)] >= cfg_.vocab_size)
+        return bad("token id " + std::to_string(b.tokens[size_t(t)]) + " outside the vocabulary of " +
+                   std::to_string(cfg_.vocab_size));
+      if (b.slots[size_t(t)] < 0 || b.slots[size_t(t)] >= n_slots)
+        return bad("slot " + std::to_string(b.slots[size_t(t)]) + " outside the KV cache");
+    }
+    for (int64_t s = 0; s < S; ++s) {
+      const int64_t q0 = b.q_start[size_t(s)], q1 = b.q_start[size_t(s) + 1], L = b.kv_len[size_t(s)];
+      if (q1 < q0) return bad("q_start is not non-decreasing");
+      if (L < q1 - q0)
+        return bad("kv_len of sequence " + std::to_string(s) + " is shorter than its query run");
+      if (L > max_pos_)
+        return bad("sequence " + std::to_string(s) + " reaches position " + std::to_string(L - 1) +
+                   ", beyond max_position_embeddings " + std::to_string(max_pos_));
+      if (cfg_.sliding_window > 0 && L > cfg_.sliding_window)
+        return unsupported("sliding-window attention beyond " + std::to_string(cfg_.sliding_window) +
+                           " tokens is not supported");
+      const int64_t pages = (L + kv.page_size - 1) / kv.page_size;
+      if (pages > b.max_pages)
+        return bad("sequence " + std::to_string(s) + " needs more pages than max_pages");
+      for (int64_t p = 0; p < pages; ++p) {
+        const int32_t pg = b.page_table[size_t(s * b.max_pages + p)];
+        if (pg < 0 || pg >= kv.num_pages) return bad("page " + std::to_string(pg) + " outside the KV cache");
+      }
+      for (int64_t i = q0; i < q1; ++i) {
+        const int64_t want = L - (q1 - q0) + (i - q0);
+        if (b.positions[size_t(i)] != want)
+          return bad("position of row " + std::to_string(i) + " is " +
+                     std::to_string(b.positions[size_t(i)]) + ", kv_len implies " + std::to_string(want));
+        // The slot a row writes must be the one its position maps to through the page table.
+        const int64_t slot =
+            int64_t(b.page_table[size_t(s * b.max_pages + want / kv.page_size)]) * kv.page_size +
+            want % kv.page_size;
+        if (b.slots[size_t(i)] != slot)
+          return bad("slot of row " + std::to_string(i) + " is " + std::to_string(b.slots[size_t(i)]) +
+                     ", the page table maps its position to " + std::to_string(slot));
+      }
+    }
+    for (int32_t r : b.logit_rows)
+      if (r < 0 || r >= T) return bad("logit row " + std::to_string(r) + " outside the batch");
+    return {};
+  }
+
+  ModelConfig cfg_;
+  Backend& be_;
+  std::vector<Buffer> owned_;
+  size_t weight_bytes_ = 0;
+  Tensor embed_, lm_head_, final_norm_, cos_sin_;
+  std::vector<LayerWeights> layers_;
+  int64_t max_pos_ = 0;
+  Workspace ws_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> Model::from_config(const ModelConfig& config, const WeightStore& weights,
+                                                  Backend& backend, const LoadOptions& options) {
+  ASTRAI_RETURN_IF_ERROR(config.validate());
+  ASTRAI_ASSIGN_OR_RETURN(WeightRefs refs, resolve_weights(config, weights));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto model = std::make_unique<DecoderModel>(config, backend);
+  ASTRAI_RETURN_IF_ERROR(model->load(refs));
+  if (options.verbose)
+    spdlog::info("loaded {} ({} layers, {:.1f} MB of weights on {}) in {:.2f} s", config.architecture,
+                 config.num_layers, double(model->weight_bytes()) / 1e6, backend.name(),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return std::unique_ptr<Model>(std::move(model));
+}
+
+Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir, Backend& backend,
+                                           const LoadOptions& options) {
+  ASTRAI_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::load(dir));
+  ASTRAI_ASSIGN_OR_RETURN(WeightStore store, WeightStore::open(dir));
+  return from_config(config, store, backend, options);
+}
+
+}  // namespace astrai

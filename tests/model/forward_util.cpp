@@ -1,0 +1,159 @@
+#include "model/forward_util.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <stdexcept>
+
+#include "src/core/status.h"
+#include "src/model/safetensors.h"
+#include "src/model/weights.h"
+#include "tools/test_util.h"
+
+namespace astrai::test {
+namespace fs = std::filesystem;
+
+void write_random_model(const fs::path& dir, const ModelConfig& c, uint64_t seed, DType file_dtype) {
+  fs::create_directories(dir);
+  write_file(dir / "config.json", c.to_json());
+  std::mt19937_64 rng(seed);
+  std::vector<TensorSpec> specs;
+  for (auto& [name, shape] : weight_shapes(c)) specs.push_back({name, file_dtype, shape});
+  auto fill = [&](size_t i, void* dst, size_t) -> Status {
+    const TensorSpec& s = specs[i];
+    const std::string& n = s.name;
+    int64_t numel = 1;
+    for (int64_t d : s.shape) numel *= d;
+    float lo, hi;
+    if (n.find("norm") != std::string::npos) {
+      lo = 0.7f, hi = 1.3f;
+    } else if (n.find("bias") != std::string::npos) {
+      lo = -0.2f, hi = 0.2f;
+    } else if (n.find("embed_tokens") != std::string::npos) {
+      lo = -1.0f, hi = 1.0f;
+    } else {
+      hi = 1.5f / std::sqrt(float(s.shape.back()));
+      lo = -hi;
+    }
+    std::uniform_real_distribution<float> u(lo, hi);
+    for (int64_t j = 0; j < numel; ++j) {
+      const float v = u(rng);
+      switch (file_dtype) {
+        case DType::f32: static_cast<float*>(dst)[j] = v; break;
+        case DType::bf16: static_cast<uint16_t*>(dst)[j] = f32_to_bf16(v); break;
+        case DType::f16: static_cast<uint16_t*>(dst)[j] = f32_to_f16(v); break;
+        default: return internal_error("unsupported test dtype");
+      }
+    }
+    return {};
+  };
+  check(write_safetensors(dir / "model.safetensors", specs, fill));
+}
+
+std::vector<double> reference_logits(const fs::path& model_dir, const std::vector<int32_t>& ids) {
+  return reference_logits(model_dir, std::vector<std::vector<int32_t>>{ids}, 0)[0];
+}
+
+std::vector<std::vector<double>> reference_logits(const fs::path& model_dir,
+                                                  const std::vector<std::vector<int32_t>>& seqs,
+                                                  int64_t vocab) {
+  TempDir tmp("ref");
+  std::string list = "[";
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    list += s ? ",[" : "[";
+    for (size_t i = 0; i < seqs[s].size(); ++i) list += (i ? "," : "") + std::to_string(seqs[s][i]);
+    list += "]";
+  }
+  write_file(tmp / "ids.json", list + "]");
+  const std::string cmd = python3() + " " + (source_dir() / "tests/model/reference.py").string() +
+                          " logits '" + model_dir.string() + "' '" + (tmp / "ids.json").string() + "' '" +
+                          (tmp / "logits.bin").string() + "'";
+  CommandResult r = run_command(cmd);
+  if (r.exit_code != 0) throw std::runtime_error("reference.py failed: " + r.err);
+  const std::string raw = read_file(tmp / "logits.bin");
+  std::vector<double> all(raw.size() / sizeof(double));
+  std::memcpy(all.data(), raw.data(), all.size() * sizeof(double));
+  if (seqs.size() == 1) return {all};
+  std::vector<std::vector<double>> out;
+  size_t off = 0;
+  for (const auto& s : seqs) {
+    const size_t n = s.size() * size_t(vocab);
+    if (off + n > all.size()) throw std::runtime_error("reference.py wrote fewer logits than expected");
+    out.emplace_back(all.begin() + long(off), all.begin() + long(off + n));
+    off += n;
+  }
+  return out;
+}
+
+std::vector<SeqPages> random_pages(const std::vector<int64_t>& lengths, int page_size, int num_pages,
+                                   std::mt19937_64& rng) {
+  std::vector<int32_t> perm(static_cast<size_t>(num_pages));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<SeqPages> out;
+  size_t next = 0;
+  for (int64_t len : lengths) {
+    SeqPages s;
+    s.page_size = page_size;
+    for (int64_t p = 0; p < (len + page_size - 1) / page_size; ++p) {
+      if (next >= perm.size()) throw std::runtime_error("random_pages: cache too small");
+      s.pages.push_back(perm[next++]);
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+ForwardBatch make_batch(const std::vector<Chunk>& chunks) {
+  ForwardBatch b;
+  b.q_start.push_back(0);
+  for (const Chunk& c : chunks) b.max_pages = std::max(b.max_pages, int(c.pages->pages.size()));
+  for (const Chunk& c : chunks) {
+    for (int64_t p = c.p0; p < c.p1; ++p) {
+      b.logit_rows.push_back(int32_t(b.tokens.size()));
+      b.tokens.push_back((*c.ids)[size_t(p)]);
+      b.positions.push_back(int32_t(p));
+      b.slots.push_back(c.pages->slot(p));
+    }
+    b.q_start.push_back(int32_t(b.tokens.size()));
+    b.kv_len.push_back(int32_t(c.p1));
+    std::vector<int32_t> row = c.pages->pages;
+    row.resize(size_t(b.max_pages), 0);
+    b.page_table.insert(b.page_table.end(), row.begin(), row.end());
+  }
+  return b;
+}
+
+std::vector<float> run_forward(Model& model, const ForwardBatch& batch, KvCache& kv) {
+  Result<Tensor> r = model.forward(batch, kv);
+  if (!r.ok()) throw std::runtime_error("forward failed: " + r.status().message());
+  std::vector<float> host(size_t(r.value().numel()));
+  model.backend().synchronize();
+  model.backend().download(host.data(), r.value());
+  return host;
+}
+
+double max_row_rel_error(const std::vector<float>& got, const std::vector<double>& want, int64_t vocab) {
+  if (got.size() != want.size()) throw std::runtime_error("max_row_rel_error: sizes differ");
+  double worst = 0;
+  for (size_t r = 0; r < got.size() / size_t(vocab); ++r) {
+    double num = 0, den = 0;
+    for (int64_t j = 0; j < vocab; ++j) {
+      const double d = double(got[r * vocab + j]) - want[r * vocab + j];
+      num += d * d;
+      den += want[r * vocab + j] * want[r * vocab + j];
+    }
+    worst = std::max(worst, std::sqrt(num / std::max(den, 1e-300)));
+  }
+  return worst;
+}
+
+std::vector<int32_t> random_ids(std::mt19937_64& rng, int64_t n, int64_t vocab) {
+  std::uniform_int_distribution<int32_t> u(0, int32_t(vocab) - 1);
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (auto& i : ids) i = u(rng);
+  return ids;
+}
+
+}  // namespace astrai::test

@@ -1,0 +1,57 @@
+// Shared by the forward tests: random-weight model directories, the PyTorch reference, paged
+// single-sequence batches and row-wise relative errors.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "src/model/config.h"
+#include "src/model/model.h"
+
+namespace astrai::test {
+
+// Writes config.json and model.safetensors with random weights in file_dtype: linear weights
+// uniform in +-1.5/sqrt(fan_in) (activations stay O(1), attention is far from uniform), norms
+// 1 +- 0.3, biases +-0.2, embeddings +-1.
+void write_random_model(const std::filesystem::path& dir, const ModelConfig& config, uint64_t seed,
+                        DType file_dtype = DType::f32);
+
+// Logits [ids.size(), vocab] from tests/model/reference.py (float64 PyTorch).
+std::vector<double> reference_logits(const std::filesystem::path& model_dir, const std::vector<int32_t>& ids);
+// The same for several independent sequences in one Python run: one logits vector per sequence.
+std::vector<std::vector<double>> reference_logits(const std::filesystem::path& model_dir,
+                                                  const std::vector<std::vector<int32_t>>& seqs,
+                                                  int64_t vocab);
+
+// One sequence's pages in a shared cache, drawn at random (non-contiguous, unordered).
+struct SeqPages {
+  std::vector<int32_t> pages;
+  int page_size = 16;
+  int32_t slot(int64_t pos) const {
+    return pages[size_t(pos / page_size)] * page_size + int32_t(pos % page_size);
+  }
+};
+// Deals out disjoint random pages of a cache of num_pages to sequences of the given lengths.
+std::vector<SeqPages> random_pages(const std::vector<int64_t>& lengths, int page_size, int num_pages,
+                                   std::mt19937_64& rng);
+
+// A chunk [p0, p1) of each listed sequence, packed into one batch; all rows' logits are wanted.
+struct Chunk {
+  const std::vector<int32_t>* ids;
+  const SeqPages* pages;
+  int64_t p0, p1;
+};
+ForwardBatch make_batch(const std::vector<Chunk>& chunks);
+
+// Runs the batch and returns its logits on the host.
+std::vector<float> run_forward(Model& model, const ForwardBatch& batch, KvCache& kv);
+
+// max over rows of ||got_row - want_row|| / ||want_row||.
+double max_row_rel_error(const std::vector<float>& got, const std::vector<double>& want, int64_t vocab);
+
+std::vector<int32_t> random_ids(std::mt19937_64& rng, int64_t n, int64_t vocab);
+
+}  // namespace astrai::test
