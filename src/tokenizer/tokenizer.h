@@ -1,4 +1,4 @@
-// Tokenizer: Hugging Face tokenizer.json (BPE) + tokenizer_config.json, or the built-in
+// UTC deadline) <<< Tokenizer: Hugging Face tokenizer.json (BPE) + tokenizer_config.json, or the built-in
 // byte-level tokenizer used by presets. Encodes and decodes exactly as HF `tokenizers` does.
 #pragma once
 
@@ -19,8 +19,8 @@ class ChatTemplate;
 struct SpecialTokens {
   std::optional<int32_t> bos_id, eos_id, pad_id;
   std::string bos_token, eos_token, pad_token;
-  bool add_bos_token = false;           // tokenizer_config.json add_bos_token (or post-processor BOS)
-  std::vector<int32_t> stop_ids;        // eos plus generation_config.json eos_token_id(s)
+  bool add_bos_token = false;     // tokenizer_config.json add_bos_token (or post-processor BOS)
+  std::vector<int32_t> stop_ids;  // eos plus generation_config.json eos_token_id(s)
 };
 
 class Tokenizer {
@@ -33,10 +33,24 @@ class Tokenizer {
   // Parses a tokenizer.json text (and optional tokenizer_config.json text).
   static Result<std::unique_ptr<Tokenizer>> from_json(std::string_view tokenizer_json,
                                                       std::string_view tokenizer_config_json = {});
+  // As from_json, plus a generation_config.json text whose eos_token_id(s) join stop_ids.
+  static Result<std::unique_ptr<Tokenizer>> from_json(std::string_view tokenizer_json,
+                                                      std::string_view tokenizer_config_json,
+                                                      std::string_view generation_config_json);
+  // The built-in byte-level tokenizer (builtin_tokenizer_json / builtin_tokenizer_config_json).
+  static Result<std::unique_ptr<Tokenizer>> builtin();
+  // `--model ARG` as the CLI takes it: an existing directory is loaded; otherwise a preset name
+  // (tiny, llama-1b, qwen3-0.6b, qwen3-8b) gives the built-in tokenizer; anything else is not_found.
+  static Result<std::unique_ptr<Tokenizer>> load_or_preset(const std::string& model);
 
   // add_special_tokens: apply the post-processor (e.g. BOS) as HF's encode() default does.
   virtual std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = true) const = 0;
   virtual std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const = 0;
+  // The bytes the decoder chain produces before the final UTF-8 check: decode() is these bytes with
+  // invalid sequences replaced by U+FFFD. The incremental detokenizer works on them.
+  virtual std::string decode_bytes(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const {
+    return decode(ids, skip_special_tokens);
+  }
 
   virtual int32_t vocab_size() const = 0;  // including added tokens
   virtual std::optional<int32_t> token_to_id(std::string_view token) const = 0;
@@ -46,7 +60,15 @@ class Tokenizer {
 
   // The chat template from tokenizer_config.json (nullptr when the model has none).
   virtual const ChatTemplate* chat_template() const = 0;
+  // Why chat_template() is null although tokenizer_config.json has a template (ok otherwise):
+  // a template that fails to parse leaves the tokenizer usable and is reported when used.
+  virtual Status chat_template_status() const { return Status::ok_status(); }
 };
+
+// Text as HF tokenizers receives it: Python passes `str`, so bytes that are not valid UTF-8 become
+// U+FFFD on the way in (one per maximal invalid subpart, as Python's errors="replace" and
+// WHATWG's TextDecoder do). encode() applies this to its input.
+std::string utf8_sanitize(std::string_view bytes);
 
 // The built-in byte-level tokenizer for presets: 256 byte tokens (GPT-2 byte-to-unicode alphabet,
 // no merges), then the specials <|endoftext|>, <|im_start|>, <|im_end|>, and a ChatML template.
@@ -57,7 +79,9 @@ std::string builtin_tokenizer_config_json();
 
 // Streaming detokenizer: feed ids one at a time, get text that is always complete UTF-8.
 // Bytes of a partial character are held back until it completes (or are flushed as U+FFFD by
-// finish() if the sequence ends broken). O(1) amortised per token.
+// finish() if the sequence ends broken). O(1) amortised per token: each push decodes only the
+// previous id and the new one (the decoders' output for a token depends at most on whether it is
+// the first), and takes the difference in bytes.
 class IncrementalDetokenizer {
  public:
   explicit IncrementalDetokenizer(const Tokenizer& tok, bool skip_special_tokens = true);
@@ -68,9 +92,9 @@ class IncrementalDetokenizer {
  private:
   const Tokenizer& tok_;
   bool skip_special_;
-  std::vector<int32_t> window_;  // recent ids needed to decode the next piece
-  size_t prefix_offset_ = 0, read_offset_ = 0;
-  std::string pending_;
+  std::vector<int32_t> window_;  // the previous kept id (context) and the new one
+  size_t prev_bytes_ = 0;        // decode_bytes of the previous id alone (as a non-first token)
+  std::string pending_;          // decoded bytes not yet emitted: an incomplete UTF-8 tail
 };
 
 }  // namespace astrai
