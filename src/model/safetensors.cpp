@@ -427,9 +427,17 @@ Status write_impl(const fs::path& file, const std::vector<TensorSpec>& tensors, 
     for (const auto& [k, v] : metadata) w.key(k).value(v);
     w.end_object();
   }
-  std::vector<uint64_t> sizes;
+  // Data in order of decreasing element size (stable), as the reference writer does: with the
+  // 8-byte header padding every tensor then starts at a multiple of its element size.
+  std::vector<size_t> order(tensors.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return dtype_size(tensors[a].dtype) > dtype_size(tensors[b].dtype);
+  });
+  std::vector<uint64_t> sizes(tensors.size());
   uint64_t offset = 0;
-  for (const TensorSpec& t : tensors) {
+  for (size_t i : order) {
+    const TensorSpec& t = tensors[i];
     if (t.name.empty() || t.name == "__metadata__")
       return invalid_argument(fname + ": bad tensor name '" + t.name + "'");
     if (!seen.insert(t.name).second) return invalid_argument(fname + ": tensor '" + t.name + "' given twice");
@@ -443,7 +451,7 @@ Status write_impl(const fs::path& file, const std::vector<TensorSpec>& tensors, 
     w.end_array();
     w.key("data_offsets").begin_array().value(offset).value(offset + n).end_array();
     w.end_object();
-    sizes.push_back(n);
+    sizes[i] = n;
     offset += n;
   }
   w.end_object();
@@ -463,7 +471,7 @@ Status write_impl(const fs::path& file, const std::vector<TensorSpec>& tensors, 
   if (!write_all(fd, len_bytes, 8) || !write_all(fd, header.data(), header.size()))
     return fail(io_error(fname + ": write failed: " + errno_text()));
   std::vector<char> buf;
-  for (size_t i = 0; i < tensors.size(); ++i) {
+  for (size_t i : order) {
     if (sizes[i] == 0) continue;
     auto src = source(i, buf);
     if (!src.ok()) return fail(src.status());
