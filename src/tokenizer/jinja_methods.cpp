@@ -282,9 +282,17 @@ Value list_method(const Value& obj, const std::string& name) {
 }
 
 Value missing(const Value& obj, const Value& key) {
-  if (key.is_string())
-    return Value::undefined("'" + object_type_repr(obj) + "' has no attribute '" + key.str() + "'");
-  return Value::undefined("'" + object_type_repr(obj) + "' has no element " + repr(key));
+  std::string hint = "'";  // built by appending: GCC 12 misreports "lit" + std::string (-Wrestrict)
+  hint += object_type_repr(obj);
+  if (key.is_string()) {
+    hint += "' has no attribute '";
+    hint += key.str();
+    hint += '\'';
+  } else {
+    hint += "' has no element ";
+    hint += repr(key);
+  }
+  return Value::undefined(std::move(hint));
 }
 
 // Python's obj[key]; nullopt where Python raises TypeError/LookupError.

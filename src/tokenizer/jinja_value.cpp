@@ -252,7 +252,10 @@ std::string float_repr(double f) {
   std::string out = neg ? "-" : "";
   if (exp < -4 || exp >= 16) {
     out += digits.substr(0, 1);
-    if (digits.size() > 1) out += "." + digits.substr(1);
+    if (digits.size() > 1) {
+      out += '.';
+      out.append(digits, 1, std::string::npos);
+    }
     char eb[16];
     std::snprintf(eb, sizeof(eb), "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
     return out + eb;

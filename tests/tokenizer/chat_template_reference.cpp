@@ -83,14 +83,16 @@ RenderOutcome render_with_astrai(const TemplateCase& c) {
   return o;
 }
 
-void expect_same_as_jinja2(const std::vector<TemplateCase>& cases) {
+size_t expect_same_as_jinja2(const std::vector<TemplateCase>& cases) {
   std::vector<RenderOutcome> ref = render_with_jinja2(cases);
+  size_t rendered = 0;
   for (size_t i = 0; i < cases.size(); ++i) {
     const TemplateCase& c = cases[i];
     RenderOutcome ours = render_with_astrai(c);
     INFO("case " << i << " '" << c.name << "'\ntemplate: " << c.tmpl << "\nmessages: " << c.messages_json
                  << "\ntools: " << c.tools_json << "\nadd_generation_prompt: " << c.add_generation_prompt);
     if (ref[i].ok) {
+      ++rendered;
       INFO("our error: " << ours.error);
       CHECK(ours.ok);
       CHECK(ours.text == ref[i].text);
@@ -101,6 +103,7 @@ void expect_same_as_jinja2(const std::vector<TemplateCase>& cases) {
       if (ref[i].type == "TemplateError") CHECK(ours.error == ref[i].error);
     }
   }
+  return rendered;
 }
 
 }  // namespace astrai::test

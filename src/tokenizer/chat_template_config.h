@@ -1,0 +1,26 @@
+// Finds a model directory's chat template the way transformers does: DIR/chat_template.jinja when
+// present, else tokenizer_config.json's "chat_template" (a string, or a list of {name, template}
+// where "default" is used), with bos_token/eos_token as strings or {"content": ...} objects.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "src/core/status.h"
+#include "src/tokenizer/chat_template.h"
+
+namespace astrai {
+
+struct LoadedChatTemplate {
+  std::string source;  // the template text
+  std::string bos_token, eos_token;
+  std::unique_ptr<ChatTemplate> tmpl;  // parsed
+};
+
+Result<LoadedChatTemplate> load_chat_template(const std::filesystem::path& dir);
+// From the text of a tokenizer_config.json; `where` names it in error messages.
+Result<LoadedChatTemplate> chat_template_from_config(std::string_view config_json, const std::string& where);
+
+}  // namespace astrai
