@@ -79,7 +79,8 @@ MaybeError parse_messages(JsonValue& v, JsonWriter& w) {
         if (auto e = read_string(fv, at + ".content", text)) return e;
         continue;
       }
-      if (t != od::json_type::array) return bad_field(at + ".content", "must be a string or an array of content blocks");
+      if (t != od::json_type::array)
+        return bad_field(at + ".content", "must be a string or an array of content blocks");
       od::array blocks;
       if (fv.get_array().get(blocks)) return bad_field(at + ".content", "is not valid JSON");
       size_t bi = 0;
@@ -93,13 +94,20 @@ MaybeError parse_messages(JsonValue& v, JsonWriter& w) {
           JsonValue bv;
           if (bf.unescaped_key().get(bk) || bf.value().get(bv)) return bad_field(bat, "is not valid JSON");
           MaybeError e;
-          if (bk == "type") e = read_string(bv, bat + ".type", type);
-          else if (bk == "text") e = read_string(bv, bat + ".text", btext);
-          else if (bk == "id") e = read_string(bv, bat + ".id", id);
-          else if (bk == "name") e = read_string(bv, bat + ".name", name);
-          else if (bk == "input") e = read_raw(bv, bat + ".input", input);
-          else if (bk == "tool_use_id") e = read_string(bv, bat + ".tool_use_id", tool_use_id);
-          else if (bk == "content") e = read_text_or_blocks(bv, bat + ".content", result);
+          if (bk == "type")
+            e = read_string(bv, bat + ".type", type);
+          else if (bk == "text")
+            e = read_string(bv, bat + ".text", btext);
+          else if (bk == "id")
+            e = read_string(bv, bat + ".id", id);
+          else if (bk == "name")
+            e = read_string(bv, bat + ".name", name);
+          else if (bk == "input")
+            e = read_raw(bv, bat + ".input", input);
+          else if (bk == "tool_use_id")
+            e = read_string(bv, bat + ".tool_use_id", tool_use_id);
+          else if (bk == "content")
+            e = read_text_or_blocks(bv, bat + ".content", result);
           if (e) return e;
         }
         if (type == "text") {
@@ -121,7 +129,14 @@ MaybeError parse_messages(JsonValue& v, JsonWriter& w) {
     if (!have_content) return bad_field(at + ".content", "is required");
     // Tool results answer the previous assistant turn, so they come before the user's own text.
     for (const auto& r : results)
-      w.begin_object().key("role").value("tool").key("content").value(r.content).key("tool_call_id").value(r.tool_use_id).end_object();
+      w.begin_object()
+          .key("role")
+          .value("tool")
+          .key("content")
+          .value(r.content)
+          .key("tool_call_id")
+          .value(r.tool_use_id)
+          .end_object();
     if (!results.empty() && text.empty() && uses.empty()) continue;
     w.begin_object().key("role").value(role).key("content").value(text);
     if (!uses.empty()) {
@@ -154,9 +169,12 @@ MaybeError parse_tools(JsonValue& v, std::string& out) {
       JsonValue fv;
       if (f.unescaped_key().get(k) || f.value().get(fv)) return bad_field(at, "is not valid JSON");
       MaybeError e;
-      if (k == "name") e = read_string(fv, at + ".name", name);
-      else if (k == "description") e = read_string(fv, at + ".description", desc);
-      else if (k == "input_schema") e = read_raw(fv, at + ".input_schema", schema);
+      if (k == "name")
+        e = read_string(fv, at + ".name", name);
+      else if (k == "description")
+        e = read_string(fv, at + ".description", desc);
+      else if (k == "input_schema")
+        e = read_raw(fv, at + ".input_schema", schema);
       if (e) return e;
     }
     if (name.empty()) return bad_field(at + ".name", "is required");
@@ -177,7 +195,8 @@ MaybeError parse_messages_request(std::string_view body, MessagesRequest& out, b
   od::document doc;
   if (auto ec = parser.iterate(padded).get(doc)) return json_syntax_error(ec);
   od::object obj;
-  if (doc.get_object().get(obj)) return ApiError{400, "request body must be a JSON object", "", "invalid_request_error", ""};
+  if (doc.get_object().get(obj))
+    return ApiError{400, "request body must be a JSON object", "", "invalid_request_error", ""};
   std::string system;
   bool have_messages = false, have_max_tokens = false;
   auto& c = out.common;
@@ -221,6 +240,11 @@ MaybeError parse_messages_request(std::string_view body, MessagesRequest& out, b
       c.sampling.top_k = int(i);
     } else if (key == "stream") {
       e = read_bool(v, "stream", c.stream);
+    } else if (key == "seed") {  // extension (as in the OpenAI API): reproducible sampling
+      e = read_int(v, "seed", -(int64_t(1) << 62), int64_t(1) << 62, i);
+      c.sampling.seed = uint64_t(i);
+    } else if (key == "ignore_eos") {  // extension (vLLM)
+      e = read_bool(v, "ignore_eos", c.ignore_eos);
     } else if (key == "tools") {
       e = parse_tools(v, out.tools_json);
     } else if (key == "tool_choice") {
@@ -270,7 +294,9 @@ class MessagesFormatter final : public ResponseFormatter {
 
   bool streaming() const override { return stream_; }
 
-  std::string begin() override { return {}; }  // message_start needs input_tokens: sent on the first on_deltas
+  std::string begin() override {
+    return {};
+  }  // message_start needs input_tokens: sent on the first on_deltas
 
   std::string on_deltas(const std::vector<ChoiceDelta>& deltas, const Generation& g) override {
     std::string out;
@@ -309,12 +335,22 @@ class MessagesFormatter final : public ResponseFormatter {
         ++num_calls_;
         JsonWriter w;
         w.begin_object().key("type").value("content_block_start").key("index").value(index_);
-        w.key("content_block").begin_object().key("type").value("tool_use").key("id").value(anthropic_id(call.id));
+        w.key("content_block")
+            .begin_object()
+            .key("type")
+            .value("tool_use")
+            .key("id")
+            .value(anthropic_id(call.id));
         w.key("name").value(call.name).key("input").begin_object().end_object().end_object().end_object();
         append_sse(out, w.str(), "content_block_start");
         JsonWriter dw;
         dw.begin_object().key("type").value("content_block_delta").key("index").value(index_);
-        dw.key("delta").begin_object().key("type").value("input_json_delta").key("partial_json").value(call.arguments_json);
+        dw.key("delta")
+            .begin_object()
+            .key("type")
+            .value("input_json_delta")
+            .key("partial_json")
+            .value(call.arguments_json);
         dw.end_object().end_object();
         append_sse(out, dw.str(), "content_block_delta");
         block_open_ = true;
@@ -334,16 +370,26 @@ class MessagesFormatter final : public ResponseFormatter {
       w.begin_object().key("type").value("message_delta").key("delta").begin_object();
       w.key("stop_reason").value(stop_reason(finish_, num_calls_ > 0, !stop_string_.empty()));
       w.key("stop_sequence");
-      if (stop_string_.empty()) w.null(); else w.value(stop_string_);
-      w.end_object().key("usage").begin_object().key("output_tokens").value(g.completion_tokens()).end_object();
+      if (stop_string_.empty())
+        w.null();
+      else
+        w.value(stop_string_);
+      w.end_object()
+          .key("usage")
+          .begin_object()
+          .key("output_tokens")
+          .value(g.completion_tokens())
+          .end_object();
       w.end_object();
       append_sse(out, w.str(), "message_delta");
       append_sse(out, R"({"type":"message_stop"})", "message_stop");
       return out;
     }
     ToolParse parsed;
-    if (tools_) parsed = parse_tool_calls(text_);
-    else parsed.content = text_;
+    if (tools_)
+      parsed = parse_tool_calls(text_);
+    else
+      parsed.content = text_;
     JsonWriter w;
     w.begin_object().key("id").value(id_).key("type").value("message").key("role").value("assistant");
     w.key("model").value(model_).key("content").begin_array();
@@ -353,13 +399,22 @@ class MessagesFormatter final : public ResponseFormatter {
     if (!content.empty() || parsed.calls.empty())
       w.begin_object().key("type").value("text").key("text").value(content).end_object();
     for (const auto& call : parsed.calls) {
-      w.begin_object().key("type").value("tool_use").key("id").value(anthropic_id(call.id)).key("name").value(call.name);
+      w.begin_object()
+          .key("type")
+          .value("tool_use")
+          .key("id")
+          .value(anthropic_id(call.id))
+          .key("name")
+          .value(call.name);
       w.key("input").raw(valid_object(call.arguments_json)).end_object();
     }
     w.end_array();
     w.key("stop_reason").value(stop_reason(finish_, !parsed.calls.empty(), !stop_string_.empty()));
     w.key("stop_sequence");
-    if (stop_string_.empty()) w.null(); else w.value(stop_string_);
+    if (stop_string_.empty())
+      w.null();
+    else
+      w.value(stop_string_);
     w.key("usage").begin_object().key("input_tokens").value(g.prompt_tokens());
     w.key("output_tokens").value(g.completion_tokens()).end_object().end_object();
     return w.take();
@@ -385,7 +440,14 @@ class MessagesFormatter final : public ResponseFormatter {
     started_ = true;
     JsonWriter w;
     w.begin_object().key("type").value("message_start").key("message").begin_object();
-    w.key("id").value(id_).key("type").value("message").key("role").value("assistant").key("model").value(model_);
+    w.key("id")
+        .value(id_)
+        .key("type")
+        .value("message")
+        .key("role")
+        .value("assistant")
+        .key("model")
+        .value(model_);
     w.key("content").begin_array().end_array().key("stop_reason").null().key("stop_sequence").null();
     w.key("usage").begin_object().key("input_tokens").value(g.prompt_tokens()).key("output_tokens").value(0);
     w.end_object().end_object().end_object();
@@ -396,7 +458,14 @@ class MessagesFormatter final : public ResponseFormatter {
   void open_text(std::string& out) {
     JsonWriter w;
     w.begin_object().key("type").value("content_block_start").key("index").value(index_);
-    w.key("content_block").begin_object().key("type").value("text").key("text").value("").end_object().end_object();
+    w.key("content_block")
+        .begin_object()
+        .key("type")
+        .value("text")
+        .key("text")
+        .value("")
+        .end_object()
+        .end_object();
     append_sse(out, w.str(), "content_block_start");
     text_open_ = block_open_ = true;
   }
@@ -420,7 +489,8 @@ class MessagesFormatter final : public ResponseFormatter {
 
 }  // namespace
 
-std::unique_ptr<ResponseFormatter> make_messages_formatter(const MessagesRequest& req, const std::string& model) {
+std::unique_ptr<ResponseFormatter> make_messages_formatter(const MessagesRequest& req,
+                                                           const std::string& model) {
   return std::make_unique<MessagesFormatter>(req, model);
 }
 

@@ -22,7 +22,8 @@ struct MessagesRequest {
 // require_max_tokens: /v1/messages needs it, /v1/messages/count_tokens does not.
 MaybeError parse_messages_request(std::string_view body, MessagesRequest& out, bool require_max_tokens);
 
-std::unique_ptr<ResponseFormatter> make_messages_formatter(const MessagesRequest& req, const std::string& model);
+std::unique_ptr<ResponseFormatter> make_messages_formatter(const MessagesRequest& req,
+                                                           const std::string& model);
 
 std::string count_tokens_body(int input_tokens);
 

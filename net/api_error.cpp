@@ -9,9 +9,15 @@ std::string openai_error_body(const ApiError& e) {
   w.begin_object().key("error").begin_object();
   w.key("message").value(e.message).key("type").value(e.type);
   w.key("param");
-  if (e.param.empty()) w.null(); else w.value(e.param);
+  if (e.param.empty())
+    w.null();
+  else
+    w.value(e.param);
   w.key("code");
-  if (e.code.empty()) w.null(); else w.value(e.code);
+  if (e.code.empty())
+    w.null();
+  else
+    w.value(e.code);
   w.end_object().end_object();
   return w.take();
 }

@@ -10,7 +10,7 @@ namespace astrai::net {
 struct ApiError {
   int status = 400;
   std::string message;
-  std::string param;                          // the offending field ("messages[1].content"), or empty
+  std::string param;                           // the offending field ("messages[1].content"), or empty
   std::string type = "invalid_request_error";  // OpenAI type; mapped for Anthropic
   std::string code;                            // OpenAI code, e.g. "model_not_found"
 };

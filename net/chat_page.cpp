@@ -25,6 +25,7 @@ std::string_view chat_page_html() {
 <body>
 <header><strong>astrai</strong><span id="model"></span>
   <label>max tokens <input id="max_tokens" type="number" value="128" min="1" style="width:5em"></label>
+  <label>temperature <input id="temperature" type="number" value="0.7" min="0" max="2" step="0.1" style="width:4em"></label>
   <label>API key <input id="api_key" type="password" autocomplete="off"></label></header>
 <div id="log"></div>
 <form id="form"><textarea id="input" placeholder="Type a message, Enter to send"></textarea>
@@ -56,7 +57,8 @@ async function send(text) {
   add("user", text);
   const out = add("assistant", "");
   const body = {messages: history, stream: true,
-                max_tokens: parseInt(document.getElementById("max_tokens").value || "128", 10)};
+                max_tokens: parseInt(document.getElementById("max_tokens").value || "128", 10),
+                temperature: parseFloat(document.getElementById("temperature").value || "0.7")};
   let reply = "";
   try {
     const res = await fetch("/v1/chat/completions", {method: "POST", headers: headers(), body: JSON.stringify(body)});

@@ -13,8 +13,8 @@ Status parse_int(const std::string& key, const std::string& v, int64_t lo, int64
   const char* e = v.data() + v.size();
   auto [p, ec] = std::from_chars(b, e, out);
   if (ec != std::errc() || p != e || out < lo || out > hi)
-    return invalid_argument(key + ": expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                            "], got '" + v + "'");
+    return invalid_argument(key + ": expected an integer in [" + std::to_string(lo) + ", " +
+                            std::to_string(hi) + "], got '" + v + "'");
   return {};
 }
 
@@ -22,15 +22,18 @@ Status parse_double(const std::string& key, const std::string& v, double lo, dou
   char* end = nullptr;
   out = std::strtod(v.c_str(), &end);
   if (v.empty() || *end != '\0' || !(out >= lo && out <= hi))
-    return invalid_argument(key + ": expected a number in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                            "], got '" + v + "'");
+    return invalid_argument(key + ": expected a number in [" + std::to_string(lo) + ", " +
+                            std::to_string(hi) + "], got '" + v + "'");
   return {};
 }
 
 Status parse_bool(const std::string& key, const std::string& v, bool& out) {
-  if (v == "true" || v == "1" || v == "yes" || v == "on") out = true;
-  else if (v == "false" || v == "0" || v == "no" || v == "off") out = false;
-  else return invalid_argument(key + ": expected true or false, got '" + v + "'");
+  if (v == "true" || v == "1" || v == "yes" || v == "on")
+    out = true;
+  else if (v == "false" || v == "0" || v == "no" || v == "off")
+    out = false;
+  else
+    return invalid_argument(key + ": expected true or false, got '" + v + "'");
   return {};
 }
 
@@ -54,7 +57,7 @@ Status parse_bytes(const std::string& key, const std::string& v, int64_t& out) {
 
 template <typename T>
 std::function<Status(ServeConfig&, const std::string&)> int_key(T ServeConfig::*field, int64_t lo, int64_t hi,
-                                                                 const char* name) {
+                                                                const char* name) {
   return [=](ServeConfig& c, const std::string& v) {
     int64_t x = 0;
     ASTRAI_RETURN_IF_ERROR(parse_int(name, v, lo, hi, x));
@@ -64,8 +67,8 @@ std::function<Status(ServeConfig&, const std::string&)> int_key(T ServeConfig::*
 }
 
 template <typename T>
-std::function<Status(ServeConfig&, const std::string&)> engine_int(T EngineOptions::*field, int64_t lo, int64_t hi,
-                                                                   const char* name) {
+std::function<Status(ServeConfig&, const std::string&)> engine_int(T EngineOptions::*field, int64_t lo,
+                                                                   int64_t hi, const char* name) {
   return [=](ServeConfig& c, const std::string& v) {
     int64_t x = 0;
     ASTRAI_RETURN_IF_ERROR(parse_int(name, v, lo, hi, x));
@@ -74,13 +77,14 @@ std::function<Status(ServeConfig&, const std::string&)> engine_int(T EngineOptio
   };
 }
 
-std::function<Status(ServeConfig&, const std::string&)> dbl_key(double ServeConfig::*field, double lo, double hi,
-                                                                 const char* name) {
+std::function<Status(ServeConfig&, const std::string&)> dbl_key(double ServeConfig::*field, double lo,
+                                                                double hi, const char* name) {
   return [=](ServeConfig& c, const std::string& v) { return parse_double(name, v, lo, hi, c.*field); };
 }
 
 std::function<Status(ServeConfig&, const std::string&)> str_key(std::string ServeConfig::*field,
-                                                                std::set<std::string> allowed, const char* name) {
+                                                                std::set<std::string> allowed,
+                                                                const char* name) {
   return [=](ServeConfig& c, const std::string& v) {
     if (!allowed.empty() && !allowed.count(v)) {
       std::string list;
@@ -94,19 +98,28 @@ std::function<Status(ServeConfig&, const std::string&)> str_key(std::string Serv
 
 std::vector<ConfigKey> make_keys() {
   std::vector<ConfigKey> k;
-  auto add = [&](const char* name, const char* help, bool flag, auto fn) { k.push_back({name, help, flag, fn}); };
-  add("model", "Hugging Face model directory (or a preset name)", true, str_key(&ServeConfig::model, {}, "model"));
-  add("preset", "Random-init preset: tiny, llama-1b, qwen3-0.6b, qwen3-8b", true, str_key(&ServeConfig::preset, {}, "preset"));
+  auto add = [&](const char* name, const char* help, bool flag, auto fn) {
+    k.push_back({name, help, flag, fn});
+  };
+  add("model", "Hugging Face model directory (or a preset name)", true,
+      str_key(&ServeConfig::model, {}, "model"));
+  add("preset", "Random-init preset: tiny, llama-1b, qwen3-0.6b, qwen3-8b", true,
+      str_key(&ServeConfig::preset, {}, "preset"));
   add("host", "Address to listen on", true, str_key(&ServeConfig::host, {}, "host"));
-  add("port", "TCP port (0: any free port, printed at start-up)", true, int_key(&ServeConfig::port, 0, 65535, "port"));
+  add("port", "TCP port (0: any free port, printed at start-up)", true,
+      int_key(&ServeConfig::port, 0, 65535, "port"));
   add("device", "cpu | cuda | auto", false, str_key(&ServeConfig::device, {"cpu", "cuda", "auto"}, "device"));
   add("dtype", "f32 | bf16 | auto", false, str_key(&ServeConfig::dtype, {"f32", "bf16", "auto"}, "dtype"));
-  add("threads", "CPU compute threads (0: all cores)", false, int_key(&ServeConfig::threads, 0, 4096, "threads"));
+  add("threads", "CPU compute threads (0: all cores)", false,
+      int_key(&ServeConfig::threads, 0, 4096, "threads"));
   add("log_level", "trace | debug | info | warn | error | off", false,
       str_key(&ServeConfig::log_level, {"trace", "debug", "info", "warn", "error", "off"}, "log_level"));
-  add("net_threads", "Threads running the network event loop", true, int_key(&ServeConfig::net_threads, 1, 256, "net_threads"));
-  add("api_key", "Require this key (Authorization: Bearer or x-api-key)", true, str_key(&ServeConfig::api_key, {}, "api_key"));
-  add("cors", "Access-Control-Allow-Origin value (e.g. '*'); empty: CORS off", true, str_key(&ServeConfig::cors, {}, "cors"));
+  add("net_threads", "Threads running the network event loop", true,
+      int_key(&ServeConfig::net_threads, 1, 256, "net_threads"));
+  add("api_key", "Require this key (Authorization: Bearer or x-api-key)", true,
+      str_key(&ServeConfig::api_key, {}, "api_key"));
+  add("cors", "Access-Control-Allow-Origin value (e.g. '*'); empty: CORS off", true,
+      str_key(&ServeConfig::cors, {}, "cors"));
   add("max_body", "Largest request body in bytes (K/M/G suffixes); larger: 413", true,
       [](ServeConfig& c, const std::string& v) { return parse_bytes("max_body", v, c.max_body); });
   add("max_concurrent", "Generations in flight; past it requests get 429", true,
@@ -123,21 +136,24 @@ std::vector<ConfigKey> make_keys() {
       str_key(&ServeConfig::served_model_name, {}, "served_model_name"));
   add("access_log", "Log one line per request", true,
       [](ServeConfig& c, const std::string& v) { return parse_bool("access_log", v, c.access_log); });
-  add("page_size", "KV cache page size in tokens", true, engine_int(&EngineOptions::page_size, 1, 4096, "page_size"));
+  add("page_size", "KV cache page size in tokens", true,
+      engine_int(&EngineOptions::page_size, 1, 4096, "page_size"));
   add("max_pages", "Exact KV pool size in pages (0: size from memory)", true,
       engine_int(&EngineOptions::max_pages, 0, 1 << 30, "max_pages"));
-  add("kv_memory_fraction", "Share of free memory for the KV cache", true, [](ServeConfig& c, const std::string& v) {
-    return parse_double("kv_memory_fraction", v, 0.001, 1.0, c.engine.kv_memory_fraction);
-  });
+  add("kv_memory_fraction", "Share of free memory for the KV cache", true,
+      [](ServeConfig& c, const std::string& v) {
+        return parse_double("kv_memory_fraction", v, 0.001, 1.0, c.engine.kv_memory_fraction);
+      });
   add("max_prefill_tokens", "Prompt tokens per engine step (chunked prefill)", true,
       engine_int(&EngineOptions::max_prefill_tokens, 0, 1 << 24, "max_prefill_tokens"));
   add("max_batch_size", "Sequences per engine step", true,
       engine_int(&EngineOptions::max_batch_size, 1, 1 << 16, "max_batch_size"));
   add("max_queue", "Waiting requests; past it requests get 503", true,
       engine_int(&EngineOptions::max_queue, 1, 1 << 24, "max_queue"));
-  add("prefix_cache", "Reuse KV pages of shared prompt prefixes", true, [](ServeConfig& c, const std::string& v) {
-    return parse_bool("prefix_cache", v, c.engine.prefix_cache);
-  });
+  add("prefix_cache", "Reuse KV pages of shared prompt prefixes", true,
+      [](ServeConfig& c, const std::string& v) {
+        return parse_bool("prefix_cache", v, c.engine.prefix_cache);
+      });
   add("max_model_len", "Context length (0: the model's)", true,
       engine_int(&EngineOptions::max_model_len, 0, 1 << 24, "max_model_len"));
   return k;
@@ -179,7 +195,8 @@ Status load_serve_yaml(const std::filesystem::path& path, ServeConfig& cfg) {
     if (key == "engine" && kv.second.IsMap()) {
       for (const auto& ekv : kv.second) {
         const std::string ek = ekv.first.as<std::string>();
-        if (!ekv.second.IsScalar()) return invalid_argument(path.string() + ": engine." + ek + " must be a scalar");
+        if (!ekv.second.IsScalar())
+          return invalid_argument(path.string() + ": engine." + ek + " must be a scalar");
         Status s = apply_serve_key(cfg, ek, ekv.second.Scalar());
         if (!s.ok()) return invalid_argument(path.string() + ": engine." + s.message());
       }

@@ -14,8 +14,8 @@
 namespace astrai::net {
 
 struct ServeConfig {
-  std::string model;                 // HF model directory (or preset name)
-  std::string preset;                // e.g. tiny
+  std::string model;   // HF model directory (or preset name)
+  std::string preset;  // e.g. tiny
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string device = "auto";
@@ -23,15 +23,15 @@ struct ServeConfig {
   int threads = 0;
   std::string log_level = "info";
   int net_threads = 1;
-  std::string api_key;               // "" = no authentication
-  std::string cors;                  // "" = off, else the Access-Control-Allow-Origin value ("*")
-  int64_t max_body = 8 << 20;        // bytes
-  int max_concurrent = 256;          // generations in flight; past it 429
-  double drain_timeout = 30;         // seconds, on SIGTERM/SIGINT
-  double header_timeout = 10;        // seconds to receive a request's headers (slowloris)
-  double body_timeout = 30;          // seconds to receive a request's body
-  double idle_timeout = 60;          // seconds a keep-alive connection may sit idle
-  std::string served_model_name;     // "" = the model directory's name (or the preset's)
+  std::string api_key;            // "" = no authentication
+  std::string cors;               // "" = off, else the Access-Control-Allow-Origin value ("*")
+  int64_t max_body = 8 << 20;     // bytes
+  int max_concurrent = 256;       // generations in flight; past it 429
+  double drain_timeout = 30;      // seconds, on SIGTERM/SIGINT
+  double header_timeout = 10;     // seconds to receive a request's headers (slowloris)
+  double body_timeout = 30;       // seconds to receive a request's body
+  double idle_timeout = 60;       // seconds a keep-alive connection may sit idle
+  std::string served_model_name;  // "" = the model directory's name (or the preset's)
   bool access_log = true;
   EngineOptions engine;
 };
@@ -39,7 +39,7 @@ struct ServeConfig {
 struct ConfigKey {
   std::string name;  // YAML key; the flag is "--" + name with '_' -> '-'
   std::string help;
-  bool is_flag;      // false for keys whose flag already exists (the common --device, --threads, ...)
+  bool is_flag;  // false for keys whose flag already exists (the common --device, --threads, ...)
   std::function<Status(ServeConfig&, const std::string&)> set;
 };
 

@@ -1,5 +1,6 @@
 #include "net/connection.h"
 
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
 #include <boost/asio/as_tuple.hpp>
@@ -10,8 +11,6 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket/rfc6455.hpp>
-#include <spdlog/spdlog.h>
-
 #include <cctype>
 #include <chrono>
 
@@ -55,8 +54,10 @@ http::response<http::string_body> to_beast(HttpResponse r, bool keep_alive, cons
 }
 
 void count_status(ServerState& st, int status) {
-  if (status >= 500) st.metrics.http_errors_5xx.fetch_add(1, std::memory_order_relaxed);
-  else if (status >= 400) st.metrics.http_errors_4xx.fetch_add(1, std::memory_order_relaxed);
+  if (status >= 500)
+    st.metrics.http_errors_5xx.fetch_add(1, std::memory_order_relaxed);
+  else if (status >= 400)
+    st.metrics.http_errors_4xx.fetch_add(1, std::memory_order_relaxed);
 }
 
 HttpRequest to_plain(const http::request<http::string_body>& req, const std::string& peer) {
@@ -89,7 +90,8 @@ asio::awaitable<bool> serve_generation(beast::tcp_stream& stream, ServerState& s
                                        bool keep_alive, int& status) {
   auto ex = co_await asio::this_coro::executor;
   auto waker = std::make_shared<Waker>(ex);
-  auto started = Generation::start(*st.engine, *st.tokenizer, std::move(job.spec), waker->hook(), &st.metrics);
+  auto started =
+      Generation::start(*st.engine, *st.tokenizer, std::move(job.spec), waker->hook(), &st.metrics);
   if (!started.ok()) {
     HttpResponse r = error_response(submit_error(started.status()), job.dialect);
     status = r.status;
@@ -133,8 +135,8 @@ asio::awaitable<bool> serve_generation(beast::tcp_stream& stream, ServerState& s
       continue;
     }
     // Either the engine has news or the client hung up: a closed socket becomes readable.
-    auto which = co_await (waker->wait() ||
-                           socket.async_wait(asio::ip::tcp::socket::wait_read, asio::as_tuple(asio::use_awaitable)));
+    auto which = co_await (waker->wait() || socket.async_wait(asio::ip::tcp::socket::wait_read,
+                                                              asio::as_tuple(asio::use_awaitable)));
     if (which.index() == 1) {
       if (peer_gone(socket)) {
         gen->cancel();  // frees the request's KV pages at the next step boundary
@@ -163,7 +165,8 @@ asio::awaitable<bool> serve_generation(beast::tcp_stream& stream, ServerState& s
 }
 
 // An error answer for a request we could not parse; the connection closes after it.
-asio::awaitable<void> write_and_close(beast::tcp_stream& stream, ServerState& st, int status, const std::string& msg) {
+asio::awaitable<void> write_and_close(beast::tcp_stream& stream, ServerState& st, int status,
+                                      const std::string& msg) {
   HttpResponse r = error_response(ApiError{status, msg, "", "invalid_request_error", ""}, Dialect::openai);
   count_status(st, status);
   auto res = to_beast(std::move(r), false, st);
@@ -202,13 +205,15 @@ asio::awaitable<void> run_connection(asio::ip::tcp::socket socket, ServerState& 
       stream.expires_after(seconds(first ? st.config.header_timeout
                                          : std::max(st.config.idle_timeout, st.config.header_timeout)));
       first = false;
-      auto [ec, n] = co_await http::async_read_header(stream, buffer, parser, asio::as_tuple(asio::use_awaitable));
+      auto [ec, n] =
+          co_await http::async_read_header(stream, buffer, parser, asio::as_tuple(asio::use_awaitable));
       (void)n;
       if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||
           ec == asio::error::operation_aborted)
         break;
       if (ec == beast::error::timeout) {
-        if (buffer.size() > 0 || parser.got_some()) co_await write_and_close(stream, st, 408, "request header timeout");
+        if (buffer.size() > 0 || parser.got_some())
+          co_await write_and_close(stream, st, 408, "request header timeout");
         break;
       }
       if (ec == http::error::header_limit) {
@@ -216,8 +221,9 @@ asio::awaitable<void> run_connection(asio::ip::tcp::socket socket, ServerState& 
         break;
       }
       if (ec == http::error::body_limit) {
-        co_await write_and_close(stream, st, 413,
-                                 "request body is larger than max_body (" + std::to_string(st.config.max_body) + " bytes)");
+        co_await write_and_close(
+            stream, st, 413,
+            "request body is larger than max_body (" + std::to_string(st.config.max_body) + " bytes)");
         break;
       }
       if (ec) {
@@ -235,8 +241,9 @@ asio::awaitable<void> run_connection(asio::ip::tcp::socket socket, ServerState& 
       auto [bec, bn] = co_await http::async_read(stream, buffer, parser, asio::as_tuple(asio::use_awaitable));
       (void)bn;
       if (bec == http::error::body_limit) {
-        co_await write_and_close(stream, st, 413,
-                                 "request body is larger than max_body (" + std::to_string(st.config.max_body) + " bytes)");
+        co_await write_and_close(
+            stream, st, 413,
+            "request body is larger than max_body (" + std::to_string(st.config.max_body) + " bytes)");
         break;
       }
       if (bec == beast::error::timeout) {
@@ -285,7 +292,8 @@ asio::awaitable<void> run_connection(asio::ip::tcp::socket socket, ServerState& 
       }
       count_status(st, status);
       if (st.config.access_log)
-        spdlog::info("{} {} {} {} {:.1f}ms", peer, std::string(req.method_string()), std::string(req.target()), status,
+        spdlog::info("{} {} {} {} {:.1f}ms", peer, std::string(req.method_string()),
+                     std::string(req.target()), status,
                      std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       if (!keep) break;
     }

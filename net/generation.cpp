@@ -8,8 +8,9 @@ namespace astrai::net {
 
 using Clock = std::chrono::steady_clock;
 
-Result<std::unique_ptr<Generation>> Generation::start(Engine& engine, const Tokenizer& tok, GenerationSpec spec,
-                                                      std::function<void()> notify, ServerMetrics* metrics) {
+Result<std::unique_ptr<Generation>> Generation::start(Engine& engine, const Tokenizer& tok,
+                                                      GenerationSpec spec, std::function<void()> notify,
+                                                      ServerMetrics* metrics) {
   if (spec.prompt.empty()) return invalid_argument("the prompt is empty");
   const int64_t ctx = engine.model_config().max_position_embeddings;
   const int64_t room = ctx - int64_t(spec.prompt.size());
@@ -93,8 +94,10 @@ bool Generation::pump(std::vector<ChoiceDelta>& out) {
     if (ev.token >= 0) {
       const auto now = Clock::now();
       if (metrics_) {
-        if (!first_token_seen_) metrics_->ttft.observe(std::chrono::duration<double>(now - start_).count());
-        else metrics_->itl.observe(std::chrono::duration<double>(now - last_token_).count());
+        if (!first_token_seen_)
+          metrics_->ttft.observe(std::chrono::duration<double>(now - start_).count());
+        else
+          metrics_->itl.observe(std::chrono::duration<double>(now - last_token_).count());
         metrics_->streamed_tokens.fetch_add(1, std::memory_order_relaxed);
       }
       first_token_seen_ = true;
@@ -111,7 +114,8 @@ bool Generation::pump(std::vector<ChoiceDelta>& out) {
         continue;
       }
     }
-    if (ev.finish != FinishReason::none) finish_choice(ev.choice, finish_reason_name(ev.finish), out, ev.error);
+    if (ev.finish != FinishReason::none)
+      finish_choice(ev.choice, finish_reason_name(ev.finish), out, ev.error);
   }
   return finished();
 }

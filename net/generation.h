@@ -39,11 +39,11 @@ struct TokenInfo {
 
 struct ChoiceDelta {
   int choice = 0;
-  std::string text;                 // new text, stop strings trimmed
-  std::vector<TokenInfo> tokens;    // tokens behind this delta (for logprobs / token frames)
-  std::string finish;               // "" while running; "stop" | "length" | "cancelled" | "error"
-  std::string stop_string;          // the stop string that ended the choice, if any
-  std::string error;                // when finish == "error"
+  std::string text;               // new text, stop strings trimmed
+  std::vector<TokenInfo> tokens;  // tokens behind this delta (for logprobs / token frames)
+  std::string finish;             // "" while running; "stop" | "length" | "cancelled" | "error"
+  std::string stop_string;        // the stop string that ended the choice, if any
+  std::string error;              // when finish == "error"
 };
 
 class Generation {

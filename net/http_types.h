@@ -10,12 +10,12 @@
 namespace astrai::net {
 
 struct HttpRequest {
-  std::string method;  // "GET", "POST", ...
-  std::string target;  // as sent, with query
-  std::string path;    // target without the query
+  std::string method;                                        // "GET", "POST", ...
+  std::string target;                                        // as sent, with query
+  std::string path;                                          // target without the query
   std::vector<std::pair<std::string, std::string>> headers;  // names lower-cased
   std::string body;
-  std::string peer;    // "ip:port" for logs
+  std::string peer;  // "ip:port" for logs
 
   std::string_view header(std::string_view lower_name) const {
     for (const auto& [k, v] : headers)

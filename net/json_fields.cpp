@@ -34,10 +34,11 @@ MaybeError read_int(JsonValue& v, const std::string& field, int64_t lo, int64_t 
   simdjson::ondemand::json_type t;
   if (v.type().get(t) || t != simdjson::ondemand::json_type::number) return type_error(field, "an integer");
   double d = 0;
-  if (v.get_double().get(d) || !std::isfinite(d) || d != std::floor(d)) return type_error(field, "an integer");
+  if (v.get_double().get(d) || !std::isfinite(d) || d != std::floor(d))
+    return type_error(field, "an integer");
   if (d < double(lo) || d > double(hi))
-    return bad_field(field, "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " +
-                                std::to_string(int64_t(d)));
+    return bad_field(field, "must be between " + std::to_string(lo) + " and " + std::to_string(hi) +
+                                ", got " + std::to_string(int64_t(d)));
   out = int64_t(d);
   return std::nullopt;
 }
@@ -67,7 +68,8 @@ MaybeError read_raw(JsonValue& v, const std::string& field, std::string& out) {
   } else {
     raw = v.raw_json_token();
   }
-  while (!raw.empty() && (raw.back() == ' ' || raw.back() == '\n' || raw.back() == '\r' || raw.back() == '\t'))
+  while (!raw.empty() &&
+         (raw.back() == ' ' || raw.back() == '\n' || raw.back() == '\r' || raw.back() == '\t'))
     raw.remove_suffix(1);
   out.assign(raw);
   return std::nullopt;

@@ -31,7 +31,8 @@ MaybeError for_each_field(std::string_view body, Fn&& fn) {
   od::document doc;
   if (auto ec = parser.iterate(padded).get(doc)) return json_syntax_error(ec);
   od::object obj;
-  if (doc.get_object().get(obj)) return ApiError{400, "request body must be a JSON object", "", "invalid_request_error", ""};
+  if (doc.get_object().get(obj))
+    return ApiError{400, "request body must be a JSON object", "", "invalid_request_error", ""};
   for (auto field : obj) {
     std::string_view key;
     if (auto ec = field.unescaped_key().get(key)) return json_syntax_error(ec);
@@ -93,7 +94,8 @@ MaybeError parse_common_field(std::string_view key, JsonValue& v, CommonParams& 
     if (auto e = read_number(v, "repetition_penalty", 1e-6, 10, d)) return e;
     s.repetition_penalty = float(d);
   } else if (key == "seed") {
-    if (auto e = read_int(v, "seed", std::numeric_limits<int64_t>::min() / 2, std::numeric_limits<int64_t>::max() / 2, i))
+    if (auto e = read_int(v, "seed", std::numeric_limits<int64_t>::min() / 2,
+                          std::numeric_limits<int64_t>::max() / 2, i))
       return e;
     s.seed = uint64_t(i);
   } else if (key == "max_tokens" || key == "max_completion_tokens") {
@@ -106,13 +108,16 @@ MaybeError parse_common_field(std::string_view key, JsonValue& v, CommonParams& 
     return read_string_list(v, "stop", 16, c.stop);
   } else if (key == "stream") {
     return read_bool(v, "stream", c.stream);
+  } else if (key == "ignore_eos") {
+    return read_bool(v, "ignore_eos", c.ignore_eos);
   } else if (key == "stream_options") {
     od::object o;
     if (v.get_object().get(o)) return bad_field("stream_options", "must be an object");
     for (auto f : o) {
       std::string_view k;
       JsonValue fv;
-      if (f.unescaped_key().get(k) || f.value().get(fv)) return bad_field("stream_options", "is not valid JSON");
+      if (f.unescaped_key().get(k) || f.value().get(fv))
+        return bad_field("stream_options", "is not valid JSON");
       if (k == "include_usage") {
         if (!is_null(fv))
           if (auto e = read_bool(fv, "stream_options.include_usage", c.include_usage)) return e;
@@ -167,7 +172,8 @@ MaybeError parse_chat_messages(JsonValue& v, std::string& messages_json) {
             for (auto pf : po) {
               std::string_view pk;
               JsonValue pv;
-              if (pf.unescaped_key().get(pk) || pf.value().get(pv)) return bad_field(pat, "is not valid JSON");
+              if (pf.unescaped_key().get(pk) || pf.value().get(pv))
+                return bad_field(pat, "is not valid JSON");
               if (pk == "type") {
                 if (auto e = read_string(pv, pat + ".type", type)) return e;
               } else if (pk == "text") {
@@ -176,7 +182,8 @@ MaybeError parse_chat_messages(JsonValue& v, std::string& messages_json) {
               }
             }
             if (type != "text")
-              return bad_field(pat + ".type", "content part type '" + type + "' is not supported (only 'text')");
+              return bad_field(pat + ".type",
+                               "content part type '" + type + "' is not supported (only 'text')");
             if (!have_text) return bad_field(pat + ".text", "is required");
             if (pi > 1) content += '\n';
             content += text;
@@ -190,7 +197,8 @@ MaybeError parse_chat_messages(JsonValue& v, std::string& messages_json) {
       } else if (k == "tool_calls") {
         if (is_null(fv)) continue;
         od::json_type t;
-        if (fv.type().get(t) || t != od::json_type::array) return bad_field(at + ".tool_calls", "must be an array");
+        if (fv.type().get(t) || t != od::json_type::array)
+          return bad_field(at + ".tool_calls", "must be an array");
         if (auto e = read_raw(fv, at + ".tool_calls", tool_calls)) return e;
       } else if (k == "tool_call_id") {
         if (auto e = read_string(fv, at + ".tool_call_id", tool_call_id)) return e;
@@ -199,7 +207,8 @@ MaybeError parse_chat_messages(JsonValue& v, std::string& messages_json) {
     if (role.empty()) return bad_field(at + ".role", "is required");
     if (role == "developer") role = "system";
     if (role != "system" && role != "user" && role != "assistant" && role != "tool")
-      return bad_field(at + ".role", "must be one of system, developer, user, assistant, tool; got '" + role + "'");
+      return bad_field(at + ".role",
+                       "must be one of system, developer, user, assistant, tool; got '" + role + "'");
     if (!have_content && !(role == "assistant" && !tool_calls.empty()))
       return bad_field(at + ".content", "is required");
     w.begin_object().key("role").value(role).key("content").value(content);
@@ -219,7 +228,8 @@ namespace {
 
 MaybeError parse_tools(JsonValue& v, std::string& tools_json) {
   od::json_type t;
-  if (v.type().get(t) || t != od::json_type::array) return bad_field("tools", "must be an array of tool objects");
+  if (v.type().get(t) || t != od::json_type::array)
+    return bad_field("tools", "must be an array of tool objects");
   if (auto e = read_raw(v, "tools", tools_json)) return e;
   // Validate the shape on a second, independent pass over the raw text.
   od::parser p;
@@ -233,7 +243,8 @@ MaybeError parse_tools(JsonValue& v, std::string& tools_json) {
     od::object o;
     if (el.get_object().get(o)) return bad_field(at, "must be an object");
     std::string_view type;
-    if (o["type"].get_string().get(type) || type != "function") return bad_field(at + ".type", "must be 'function'");
+    if (o["type"].get_string().get(type) || type != "function")
+      return bad_field(at + ".type", "must be 'function'");
     std::string_view name;
     if (o["function"]["name"].get_string().get(name) || name.empty())
       return bad_field(at + ".function.name", "is required");
@@ -254,7 +265,9 @@ MaybeError parse_tool_choice(JsonValue& v, std::string& out) {
   od::object o;
   std::string_view name;
   if (v.get_object().get(o) || o["function"]["name"].get_string().get(name))
-    return bad_field("tool_choice", "must be 'none', 'auto', 'required' or {\"type\":\"function\",\"function\":{\"name\":...}}");
+    return bad_field(
+        "tool_choice",
+        "must be 'none', 'auto', 'required' or {\"type\":\"function\",\"function\":{\"name\":...}}");
   out = std::string(name);
   return std::nullopt;
 }
@@ -275,7 +288,8 @@ MaybeError parse_chat_request(std::string_view body, ChatRequest& out) {
     if (key == "logprobs") return read_bool(v, "logprobs", out.common.sampling.logprobs);
     if (key == "tools") return parse_tools(v, out.tools_json);
     if (key == "tool_choice") return parse_tool_choice(v, out.tool_choice);
-    if (key == "add_generation_prompt") return read_bool(v, "add_generation_prompt", out.add_generation_prompt);
+    if (key == "add_generation_prompt")
+      return read_bool(v, "add_generation_prompt", out.add_generation_prompt);
     return std::nullopt;  // unknown fields are ignored, as OpenAI-compatible servers do
   });
   if (err) return err;
@@ -313,7 +327,8 @@ MaybeError parse_completion_request(std::string_view body, CompletionRequest& ou
           continue;
         }
         int64_t id = 0;
-        if (auto e = read_int(ev, "prompt[" + std::to_string(i) + "]", 0, std::numeric_limits<int32_t>::max(), id))
+        if (auto e =
+                read_int(ev, "prompt[" + std::to_string(i) + "]", 0, std::numeric_limits<int32_t>::max(), id))
           return e;
         out.prompt_ids.push_back(int32_t(id));
         out.prompt_is_ids = true;
@@ -417,7 +432,9 @@ class ChatFormatter final : public ResponseFormatter {
     if (!stream_) return {};
     std::string out;
     for (size_t c = 0; c < choices_.size(); ++c)
-      append_sse(out, chunk(int(c), [](JsonWriter& w) { w.key("role").value("assistant").key("content").value(""); }));
+      append_sse(out, chunk(int(c), [](JsonWriter& w) {
+                   w.key("role").value("assistant").key("content").value("");
+                 }));
     return out;
   }
 
@@ -456,18 +473,21 @@ class ChatFormatter final : public ResponseFormatter {
           lw.end_array().end_object();
           lp = lw.take();
         }
-        append_sse(out, chunk(d.choice, [&](JsonWriter& w) { w.key("content").value(parsed.content); }, nullptr, lp));
+        append_sse(
+            out, chunk(
+                     d.choice, [&](JsonWriter& w) { w.key("content").value(parsed.content); }, nullptr, lp));
       }
       for (const auto& call : parsed.calls) {
         const int index = ch.num_calls++;
         append_sse(out, chunk(d.choice, [&](JsonWriter& w) {
-          w.key("tool_calls").begin_array();
-          write_tool_call(w, call, index, true);
-          w.end_array();
-        }));
+                     w.key("tool_calls").begin_array();
+                     write_tool_call(w, call, index, true);
+                     w.end_array();
+                   }));
       }
       if (!d.finish.empty())
-        append_sse(out, chunk(d.choice, [](JsonWriter&) {}, openai_finish(d.finish, ch.num_calls > 0)));
+        append_sse(out, chunk(
+                            d.choice, [](JsonWriter&) {}, openai_finish(d.finish, ch.num_calls > 0)));
     }
     return out;
   }
@@ -492,16 +512,23 @@ class ChatFormatter final : public ResponseFormatter {
     for (size_t c = 0; c < choices_.size(); ++c) {
       auto& ch = choices_[c];
       ToolParse parsed;
-      if (tools_) parsed = parse_tool_calls(ch.text);
-      else parsed.content = ch.text;
+      if (tools_)
+        parsed = parse_tool_calls(ch.text);
+      else
+        parsed.content = ch.text;
       const bool calls = !parsed.calls.empty();
       w.begin_object().key("index").value(int(c)).key("message").begin_object();
       w.key("role").value("assistant").key("content");
       if (calls) {
         std::string_view content = parsed.content;
-        while (!content.empty() && (content.back() == '\n' || content.back() == ' ')) content.remove_suffix(1);
-        while (!content.empty() && (content.front() == '\n' || content.front() == ' ')) content.remove_prefix(1);
-        if (content.empty()) w.null(); else w.value(content);
+        while (!content.empty() && (content.back() == '\n' || content.back() == ' '))
+          content.remove_suffix(1);
+        while (!content.empty() && (content.front() == '\n' || content.front() == ' '))
+          content.remove_prefix(1);
+        if (content.empty())
+          w.null();
+        else
+          w.value(content);
         w.key("tool_calls").begin_array();
         int i = 0;
         for (const auto& call : parsed.calls) write_tool_call(w, call, i++, false);
@@ -540,15 +567,22 @@ class ChatFormatter final : public ResponseFormatter {
   }
 
   template <typename DeltaFn>
-  std::string chunk(int index, DeltaFn&& delta, const char* finish = nullptr, const std::string& logprobs = {}) const {
+  std::string chunk(int index, DeltaFn&& delta, const char* finish = nullptr,
+                    const std::string& logprobs = {}) const {
     JsonWriter w;
     head(w);
     w.key("choices").begin_array().begin_object().key("index").value(index).key("delta").begin_object();
     delta(w);
     w.end_object().key("logprobs");
-    if (logprobs.empty()) w.null(); else w.raw(logprobs);
+    if (logprobs.empty())
+      w.null();
+    else
+      w.raw(logprobs);
     w.key("finish_reason");
-    if (finish) w.value(finish); else w.null();
+    if (finish)
+      w.value(finish);
+    else
+      w.null();
     w.end_object().end_array().end_object();
     return w.take();
   }
@@ -575,7 +609,8 @@ namespace {
 
 class CompletionFormatter final : public ResponseFormatter {
  public:
-  CompletionFormatter(const CompletionRequest& req, std::string model, const Tokenizer& tok, std::string prompt_text)
+  CompletionFormatter(const CompletionRequest& req, std::string model, const Tokenizer& tok,
+                      std::string prompt_text)
       : stream_(req.common.stream),
         include_usage_(req.common.include_usage),
         logprobs_(req.logprobs >= 0),
@@ -634,8 +669,10 @@ class CompletionFormatter final : public ResponseFormatter {
       auto& ch = choices_[c];
       w.begin_object().key("index").value(int(c)).key("text").value(echo_ ? prompt_ + ch.text : ch.text);
       w.key("logprobs");
-      if (logprobs_) write_logprobs(w, ch.tokens);
-      else w.null();
+      if (logprobs_)
+        write_logprobs(w, ch.tokens);
+      else
+        w.null();
       w.key("finish_reason").value(finish_name(ch.finish)).end_object();
     }
     w.end_array().key("usage");
@@ -679,15 +716,21 @@ class CompletionFormatter final : public ResponseFormatter {
     w.end_array().end_object();
   }
 
-  std::string chunk(int index, const std::string& text, const char* finish, const std::vector<TokenInfo>* toks) const {
+  std::string chunk(int index, const std::string& text, const char* finish,
+                    const std::vector<TokenInfo>* toks) const {
     JsonWriter w;
     head(w, "text_completion");
     w.key("choices").begin_array().begin_object().key("index").value(index).key("text").value(text);
     w.key("logprobs");
-    if (toks) write_logprobs(w, *toks);
-    else w.null();
+    if (toks)
+      write_logprobs(w, *toks);
+    else
+      w.null();
     w.key("finish_reason");
-    if (finish) w.value(finish); else w.null();
+    if (finish)
+      w.value(finish);
+    else
+      w.null();
     w.end_object().end_array().end_object();
     return w.take();
   }
@@ -703,8 +746,9 @@ class CompletionFormatter final : public ResponseFormatter {
 
 }  // namespace
 
-std::unique_ptr<ResponseFormatter> make_completion_formatter(const CompletionRequest& req, const std::string& model,
-                                                             const Tokenizer& tok, std::string prompt_text) {
+std::unique_ptr<ResponseFormatter> make_completion_formatter(const CompletionRequest& req,
+                                                             const std::string& model, const Tokenizer& tok,
+                                                             std::string prompt_text) {
   return std::make_unique<CompletionFormatter>(req, model, tok, std::move(prompt_text));
 }
 

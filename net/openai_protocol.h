@@ -26,12 +26,13 @@ struct CommonParams {
   std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = false;
+  bool ignore_eos = false;  // vLLM extension: keep generating past the end-of-sequence token
 };
 
 struct ChatRequest {
   CommonParams common;
-  std::string messages_json;  // normalised for the chat template: content parts joined to strings
-  std::string tools_json;     // "" when no tools
+  std::string messages_json;         // normalised for the chat template: content parts joined to strings
+  std::string tools_json;            // "" when no tools
   std::string tool_choice = "auto";  // none | auto | required | <function name>
   bool add_generation_prompt = true;
 };

@@ -42,7 +42,8 @@ ApiError submit_error(const Status& s) {
   switch (s.code()) {
     case ErrorCode::invalid_argument: return ApiError{400, s.message(), "", "invalid_request_error", ""};
     case ErrorCode::resource_exhausted:
-      return ApiError{503, "the server is overloaded (" + s.message() + "); retry later", "", "server_overloaded", ""};
+      return ApiError{503, "the server is overloaded (" + s.message() + "); retry later", "",
+                      "server_overloaded", ""};
     default: return ApiError{500, s.message(), "", "server_error", ""};
   }
 }
@@ -51,10 +52,12 @@ std::optional<ApiError> check_api_key(const HttpRequest& req, const ServerState&
   const std::string& key = state.config.api_key;
   if (key.empty()) return std::nullopt;
   std::string_view auth = req.header("authorization");
-  if (auth.size() > 7 && (auth.substr(0, 7) == "Bearer " || auth.substr(0, 7) == "bearer ") && auth.substr(7) == key)
+  if (auth.size() > 7 && (auth.substr(0, 7) == "Bearer " || auth.substr(0, 7) == "bearer ") &&
+      auth.substr(7) == key)
     return std::nullopt;
   if (req.header("x-api-key") == key) return std::nullopt;
-  return ApiError{401, "invalid or missing API key (send 'Authorization: Bearer <key>' or 'x-api-key: <key>')", "",
+  return ApiError{401,
+                  "invalid or missing API key (send 'Authorization: Bearer <key>' or 'x-api-key: <key>')", "",
                   "authentication_error", "invalid_api_key"};
 }
 
@@ -67,7 +70,9 @@ HttpResponse json_response(std::string body, int status = 200) {
   return r;
 }
 
-RouteResult error(const ApiError& e, Dialect d) { return RouteResult{error_response(e, d), std::nullopt}; }
+RouteResult error(const ApiError& e, Dialect d) {
+  return RouteResult{error_response(e, d), std::nullopt};
+}
 
 std::optional<ApiError> not_ready(const ServerState& st) {
   if (st.is_ready()) return std::nullopt;
@@ -78,8 +83,8 @@ std::optional<ApiError> not_ready(const ServerState& st) {
 
 std::optional<ApiError> check_model(const std::string& model, const ServerState& st) {
   if (model.empty() || model == st.model_name) return std::nullopt;
-  return ApiError{404, "the model '" + model + "' does not exist; this server serves '" + st.model_name + "'", "model",
-                  "invalid_request_error", "model_not_found"};
+  return ApiError{404, "the model '" + model + "' does not exist; this server serves '" + st.model_name + "'",
+                  "model", "invalid_request_error", "model_not_found"};
 }
 
 GenerationSpec spec_from(const CommonParams& c) {
@@ -89,16 +94,18 @@ GenerationSpec spec_from(const CommonParams& c) {
   s.max_tokens = c.max_tokens;
   s.n = c.n;
   s.stop = c.stop;
+  s.ignore_eos = c.ignore_eos;
   return s;
 }
 
 // Renders the model's chat template and tokenizes the prompt it produces.
-std::optional<ApiError> render_prompt(const ServerState& st, const std::string& messages, const std::string& tools,
-                                      bool add_generation_prompt, std::string& text) {
+std::optional<ApiError> render_prompt(const ServerState& st, const std::string& messages,
+                                      const std::string& tools, bool add_generation_prompt,
+                                      std::string& text) {
   const ChatTemplate* t = st.tokenizer->chat_template();
   if (!t)
-    return ApiError{400, "the model has no chat template; use /v1/completions with a plain prompt", "messages",
-                    "invalid_request_error", ""};
+    return ApiError{400, "the model has no chat template; use /v1/completions with a plain prompt",
+                    "messages", "invalid_request_error", ""};
   ChatTemplateInput in;
   in.messages_json = messages;
   in.tools_json = tools;
@@ -107,7 +114,8 @@ std::optional<ApiError> render_prompt(const ServerState& st, const std::string& 
   in.bos_token = sp.bos_token;
   in.eos_token = sp.eos_token;
   auto r = t->render(in);
-  if (!r.ok()) return ApiError{400, "chat template: " + r.status().message(), "messages", "invalid_request_error", ""};
+  if (!r.ok())
+    return ApiError{400, "chat template: " + r.status().message(), "messages", "invalid_request_error", ""};
   text = std::move(r).value();
   return std::nullopt;
 }
@@ -116,8 +124,9 @@ std::optional<ApiError> take_slot(ServerState& st, GenerationJob& job) {
   job.slot = GenerationSlot::acquire(st);
   if (job.slot) return std::nullopt;
   st.metrics.rejected_overload.fetch_add(1, std::memory_order_relaxed);
-  return ApiError{429, "too many concurrent requests (max_concurrent=" + std::to_string(st.config.max_concurrent) +
-                           "); retry later",
+  return ApiError{429,
+                  "too many concurrent requests (max_concurrent=" + std::to_string(st.config.max_concurrent) +
+                      "); retry later",
                   "", "rate_limit_exceeded", "rate_limit_exceeded"};
 }
 
@@ -127,7 +136,8 @@ RouteResult chat_completions(const HttpRequest& req, ServerState& st) {
   if (auto e = check_model(cr.common.model, st)) return error(*e, Dialect::openai);
   std::string prompt;
   const std::string tools = cr.tool_choice == "none" ? std::string() : cr.tools_json;
-  if (auto e = render_prompt(st, cr.messages_json, tools, cr.add_generation_prompt, prompt)) return error(*e, Dialect::openai);
+  if (auto e = render_prompt(st, cr.messages_json, tools, cr.add_generation_prompt, prompt))
+    return error(*e, Dialect::openai);
   GenerationJob job;
   job.spec = spec_from(cr.common);
   job.spec.prompt = st.tokenizer->encode(prompt, /*add_special_tokens=*/false);
@@ -148,8 +158,8 @@ RouteResult completions(const HttpRequest& req, ServerState& st) {
     for (size_t i = 0; i < cr.prompt_ids.size(); ++i)
       if (cr.prompt_ids[i] >= vocab)
         return error(bad_field("prompt[" + std::to_string(i) + "]",
-                               "token id " + std::to_string(cr.prompt_ids[i]) + " is outside the vocabulary (size " +
-                                   std::to_string(vocab) + ")"),
+                               "token id " + std::to_string(cr.prompt_ids[i]) +
+                                   " is outside the vocabulary (size " + std::to_string(vocab) + ")"),
                      Dialect::openai);
     job.spec.prompt = cr.prompt_ids;
     if (cr.echo) prompt_text = st.tokenizer->decode(cr.prompt_ids, false);
@@ -183,8 +193,10 @@ RouteResult count_tokens(const HttpRequest& req, ServerState& st) {
   if (auto e = parse_messages_request(req.body, mr, false)) return error(*e, Dialect::anthropic);
   if (auto e = check_model(mr.common.model, st)) return error(*e, Dialect::anthropic);
   std::string prompt;
-  if (auto e = render_prompt(st, mr.messages_json, mr.tools_json, true, prompt)) return error(*e, Dialect::anthropic);
-  return RouteResult{json_response(count_tokens_body(int(st.tokenizer->encode(prompt, false).size()))), std::nullopt};
+  if (auto e = render_prompt(st, mr.messages_json, mr.tools_json, true, prompt))
+    return error(*e, Dialect::anthropic);
+  return RouteResult{json_response(count_tokens_body(int(st.tokenizer->encode(prompt, false).size()))),
+                     std::nullopt};
 }
 
 // /tokenize {"text"|"prompt": str, "add_special_tokens"?: bool} or {"messages": [...]} -> {"tokens", "count"}
@@ -194,7 +206,9 @@ RouteResult tokenize(const HttpRequest& req, ServerState& st) {
   od::document doc;
   od::object obj;
   if (auto ec = parser.iterate(padded).get(doc)) return error(json_syntax_error(ec), Dialect::openai);
-  if (doc.get_object().get(obj)) return error(ApiError{400, "request body must be a JSON object", "", "invalid_request_error", ""}, Dialect::openai);
+  if (doc.get_object().get(obj))
+    return error(ApiError{400, "request body must be a JSON object", "", "invalid_request_error", ""},
+                 Dialect::openai);
   std::string text, messages;
   bool have_text = false, add_special = true, have_messages = false;
   for (auto f : obj) {
@@ -214,7 +228,8 @@ RouteResult tokenize(const HttpRequest& req, ServerState& st) {
     }
     if (e) return error(*e, Dialect::openai);
   }
-  if (!have_text && !have_messages) return error(bad_field("text", "is required (or 'messages')"), Dialect::openai);
+  if (!have_text && !have_messages)
+    return error(bad_field("text", "is required (or 'messages')"), Dialect::openai);
   if (have_messages) {
     if (auto e = render_prompt(st, messages, "", true, text)) return error(*e, Dialect::openai);
     add_special = false;
@@ -223,7 +238,11 @@ RouteResult tokenize(const HttpRequest& req, ServerState& st) {
   JsonWriter w;
   w.begin_object().key("tokens").begin_array();
   for (int32_t id : ids) w.value(int(id));
-  w.end_array().key("count").value(int(ids.size())).key("max_model_len").value(st.engine->model_config().max_position_embeddings);
+  w.end_array()
+      .key("count")
+      .value(int(ids.size()))
+      .key("max_model_len")
+      .value(st.engine->model_config().max_position_embeddings);
   w.end_object();
   return RouteResult{json_response(w.take()), std::nullopt};
 }
@@ -235,7 +254,9 @@ RouteResult detokenize(const HttpRequest& req, ServerState& st) {
   od::document doc;
   od::object obj;
   if (auto ec = parser.iterate(padded).get(doc)) return error(json_syntax_error(ec), Dialect::openai);
-  if (doc.get_object().get(obj)) return error(ApiError{400, "request body must be a JSON object", "", "invalid_request_error", ""}, Dialect::openai);
+  if (doc.get_object().get(obj))
+    return error(ApiError{400, "request body must be a JSON object", "", "invalid_request_error", ""},
+                 Dialect::openai);
   std::vector<int32_t> ids;
   bool have = false;
   const int32_t vocab = st.tokenizer->vocab_size();
@@ -247,7 +268,8 @@ RouteResult detokenize(const HttpRequest& req, ServerState& st) {
     if (k == "tokens" || k == "ids") {
       have = true;
       od::array arr;
-      if (v.get_array().get(arr)) return error(bad_field(std::string(k), "must be an array of token ids"), Dialect::openai);
+      if (v.get_array().get(arr))
+        return error(bad_field(std::string(k), "must be an array of token ids"), Dialect::openai);
       for (auto el : arr) {
         JsonValue ev;
         int64_t id = 0;
@@ -291,8 +313,9 @@ RouteResult health(const ServerState& st) {
 }
 
 RouteResult method_not_allowed(const char* allow) {
-  HttpResponse r = error_response(ApiError{405, "method not allowed; use " + std::string(allow), "", "invalid_request_error", ""},
-                                  Dialect::openai);
+  HttpResponse r = error_response(
+      ApiError{405, "method not allowed; use " + std::string(allow), "", "invalid_request_error", ""},
+      Dialect::openai);
   r.headers.emplace_back("Allow", allow);
   return RouteResult{std::move(r), std::nullopt};
 }
@@ -341,11 +364,16 @@ RouteResult route(const HttpRequest& req, ServerState& st) {
       {"/tokenize", "POST", tokenize},
       {"/detokenize", "POST", detokenize},
       {"/apply-template", "POST", apply_template},
-      {"/v1/models", "GET", [](const HttpRequest&, ServerState& s) {
-         return RouteResult{json_response(models_body(s.model_name, s.engine->model_config().max_position_embeddings)),
-                            std::nullopt};
+      {"/v1/models", "GET",
+       [](const HttpRequest&, ServerState& s) {
+         return RouteResult{
+             json_response(models_body(s.model_name, s.engine->model_config().max_position_embeddings)),
+             std::nullopt};
        }},
-      {"/stats", "GET", [](const HttpRequest&, ServerState& s) { return RouteResult{json_response(stats_json(s)), std::nullopt}; }},
+      {"/stats", "GET",
+       [](const HttpRequest&, ServerState& s) {
+         return RouteResult{json_response(stats_json(s)), std::nullopt};
+       }},
   };
   for (const auto& r : routes) {
     if (p != r.path) continue;

@@ -37,6 +37,7 @@ std::optional<ApiError> check_api_key(const HttpRequest& req, const ServerState&
 
 // Parses a WebSocket "generate" frame into a job (the frame is a chat-completions body plus
 // "type" and "id"). The id is returned through client_id.
-std::optional<ApiError> websocket_generate_job(std::string_view frame, ServerState& state, GenerationJob& job);
+std::optional<ApiError> websocket_generate_job(std::string_view frame, ServerState& state,
+                                               GenerationJob& job);
 
 }  // namespace astrai::net

@@ -1,5 +1,8 @@
 #include "net/server.h"
 
+#include <pthread.h>
+#include <spdlog/spdlog.h>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -9,8 +12,6 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <spdlog/spdlog.h>
-
 #include <cstdio>
 #include <thread>
 #include <vector>
@@ -27,7 +28,8 @@ asio::awaitable<void> accept_loop(asio::io_context& ioc, tcp::acceptor& acceptor
   for (;;) {
     // Each connection gets its own strand: its coroutine and the engine's wake-up posts never run
     // concurrently, even with several net threads.
-    auto [ec, socket] = co_await acceptor.async_accept(asio::make_strand(ioc), asio::as_tuple(asio::use_awaitable));
+    auto [ec, socket] =
+        co_await acceptor.async_accept(asio::make_strand(ioc), asio::as_tuple(asio::use_awaitable));
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
     if (ec) {
       spdlog::warn("accept: {}", ec.message());
@@ -44,14 +46,14 @@ asio::awaitable<void> drain_on_signal(asio::io_context& ioc, tcp::acceptor& acce
   asio::signal_set signals(ioc, SIGINT, SIGTERM);
   auto [ec, sig] = co_await signals.async_wait(asio::as_tuple(asio::use_awaitable));
   if (ec) co_return;
-  spdlog::info("signal {}: draining (up to {:.1f} s for {} in-flight generations)", sig, st.config.drain_timeout,
-               st.inflight.load());
+  spdlog::info("signal {}: draining (up to {:.1f} s for {} in-flight generations)", sig,
+               st.config.drain_timeout, st.inflight.load());
   st.draining.store(true);
   boost::system::error_code ignore;
   acceptor.close(ignore);
   const auto deadline =
-      std::chrono::steady_clock::now() +
-      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(st.config.drain_timeout));
+      std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                             std::chrono::duration<double>(st.config.drain_timeout));
   // Shutdown only: a coarse check every 20 ms is simpler than threading a completion signal
   // through every connection, and costs nothing while serving.
   asio::steady_timer t(ioc);
@@ -77,7 +79,8 @@ Status run_server(ServerState& st, const ModelLoader& load) {
   if (!ec) acceptor.bind(ep, ec);
   if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec)
-    return io_error("cannot listen on " + st.config.host + ":" + std::to_string(st.config.port) + ": " + ec.message());
+    return io_error("cannot listen on " + st.config.host + ":" + std::to_string(st.config.port) + ": " +
+                    ec.message());
   const int port = acceptor.local_endpoint().port();
   spdlog::info("listening on http://{}:{} ({} net thread{})", st.config.host, port, st.config.net_threads,
                st.config.net_threads == 1 ? "" : "s");
@@ -100,9 +103,14 @@ Status run_server(ServerState& st, const ModelLoader& load) {
     }
   });
 
+  // Dedicated threads named "astrai-net" so their CPU time can be told apart (bench serve reads
+  // /proc/<pid>/task/*/stat); the main thread only waits.
   std::vector<std::thread> threads;
-  for (int i = 1; i < st.config.net_threads; ++i) threads.emplace_back([&] { ioc.run(); });
-  ioc.run();
+  for (int i = 0; i < st.config.net_threads; ++i)
+    threads.emplace_back([&] {
+      pthread_setname_np(pthread_self(), "astrai-net");
+      ioc.run();
+    });
   for (auto& t : threads) t.join();
   loader.join();
   // No more notify() calls after this; coroutine frames (and their Generations) die with ioc below.

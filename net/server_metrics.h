@@ -12,7 +12,7 @@ namespace astrai::net {
 class Histogram {
  public:
   // Upper bounds in seconds (Prometheus `le`), cumulative on output.
-  static constexpr std::array<double, 16> kBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+  static constexpr std::array<double, 16> kBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,  0.25,
                                                      0.5,   1.0,    2.5,   5.0,  10.0,  30.0, 60.0, 120.0};
   void observe(double seconds);
   uint64_t count() const { return count_.load(std::memory_order_relaxed); }
@@ -29,8 +29,8 @@ class Histogram {
 
 class ServerMetrics {
  public:
-  Histogram ttft, itl, e2e;                 // seconds, per generation / per streamed token gap
-  std::atomic<uint64_t> http_requests{0};   // every routed request
+  Histogram ttft, itl, e2e;                // seconds, per generation / per streamed token gap
+  std::atomic<uint64_t> http_requests{0};  // every routed request
   std::atomic<uint64_t> http_errors_4xx{0}, http_errors_5xx{0};
   std::atomic<uint64_t> rejected_overload{0};
   std::atomic<uint64_t> client_disconnects{0};

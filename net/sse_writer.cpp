@@ -4,7 +4,6 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/http.hpp>
-
 #include <chrono>
 
 namespace astrai::net {
@@ -15,7 +14,7 @@ using boost::beast::error_code;
 namespace {
 // A client that stops reading for this long is treated as gone.
 constexpr auto kWriteTimeout = std::chrono::seconds(60);
-}
+}  // namespace
 
 asio::awaitable<error_code> SseWriter::begin() {
   http::response<http::empty_body> res{http::status::ok, 11};
@@ -36,15 +35,17 @@ asio::awaitable<error_code> SseWriter::begin() {
 asio::awaitable<error_code> SseWriter::write(std::string_view bytes) {
   if (bytes.empty()) co_return error_code{};
   stream_.expires_after(kWriteTimeout);
-  auto [ec, n] = co_await asio::async_write(stream_, http::make_chunk(asio::buffer(bytes.data(), bytes.size())),
-                                            asio::as_tuple(asio::use_awaitable));
+  auto [ec, n] =
+      co_await asio::async_write(stream_, http::make_chunk(asio::buffer(bytes.data(), bytes.size())),
+                                 asio::as_tuple(asio::use_awaitable));
   (void)n;
   co_return ec;
 }
 
 asio::awaitable<error_code> SseWriter::end() {
   stream_.expires_after(kWriteTimeout);
-  auto [ec, n] = co_await asio::async_write(stream_, http::make_chunk_last(), asio::as_tuple(asio::use_awaitable));
+  auto [ec, n] =
+      co_await asio::async_write(stream_, http::make_chunk_last(), asio::as_tuple(asio::use_awaitable));
   (void)n;
   co_return ec;
 }

@@ -6,7 +6,6 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
-
 #include <string>
 #include <string_view>
 #include <utility>
@@ -16,7 +15,8 @@ namespace astrai::net {
 
 class SseWriter {
  public:
-  SseWriter(boost::beast::tcp_stream& stream, bool keep_alive, std::vector<std::pair<std::string, std::string>> headers)
+  SseWriter(boost::beast::tcp_stream& stream, bool keep_alive,
+            std::vector<std::pair<std::string, std::string>> headers)
       : stream_(stream), keep_alive_(keep_alive), headers_(std::move(headers)) {}
 
   // Status line and headers (text/event-stream, no-cache, chunked).

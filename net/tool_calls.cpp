@@ -185,7 +185,8 @@ void ToolCallStreamParser::drain(ToolParse& out, bool final) {
       case State::in_call: {
         const size_t at = buf_.find(kClose);
         if (at == std::string::npos && !final) return;
-        const std::string_view body = std::string_view(buf_).substr(0, at == std::string::npos ? buf_.size() : at);
+        const std::string_view body =
+            std::string_view(buf_).substr(0, at == std::string::npos ? buf_.size() : at);
         ToolCall c;
         if (parse_tool_call_json(body, c)) {
           out.calls.push_back(std::move(c));

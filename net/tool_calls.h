@@ -12,7 +12,7 @@
 namespace astrai::net {
 
 struct ToolCall {
-  std::string id;              // "call_<hex>", unique per server process
+  std::string id;  // "call_<hex>", unique per server process
   std::string name;
   std::string arguments_json;  // a JSON object's text ("{}" when the model gave none)
 };

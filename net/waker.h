@@ -7,13 +7,12 @@
 // Asio header: include only from the few .cpp files that run coroutines.
 #pragma once
 
+#include <atomic>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
-
-#include <atomic>
 #include <functional>
 #include <memory>
 

@@ -11,7 +11,8 @@ MaybeError parse_client_frame(std::string_view text, ClientFrame& out) {
   od::document doc;
   od::object obj;
   if (auto ec = parser.iterate(padded).get(doc)) return json_syntax_error(ec);
-  if (doc.get_object().get(obj)) return ApiError{400, "a frame must be a JSON object", "", "invalid_request_error", ""};
+  if (doc.get_object().get(obj))
+    return ApiError{400, "a frame must be a JSON object", "", "invalid_request_error", ""};
   for (auto f : obj) {
     std::string_view k;
     JsonValue v;
@@ -31,7 +32,8 @@ MaybeError parse_client_frame(std::string_view text, ClientFrame& out) {
       }
     }
   }
-  if (out.type != "generate" && out.type != "cancel") return bad_field("type", "must be 'generate' or 'cancel'");
+  if (out.type != "generate" && out.type != "cancel")
+    return bad_field("type", "must be 'generate' or 'cancel'");
   if (out.id.empty()) return bad_field("id", "is required");
   return std::nullopt;
 }
@@ -39,7 +41,10 @@ MaybeError parse_client_frame(std::string_view text, ClientFrame& out) {
 std::string ws_error_frame(const std::string& id, const std::string& message) {
   JsonWriter w;
   w.begin_object().key("type").value("error").key("id");
-  if (id.empty()) w.null(); else w.value(id);
+  if (id.empty())
+    w.null();
+  else
+    w.value(id);
   w.key("message").value(message).end_object();
   return w.take();
 }
@@ -62,7 +67,8 @@ class WsFormatter final : public ResponseFormatter {
         continue;
       }
       // One frame per token; its text may be empty while a UTF-8 character or stop string is pending.
-      for (size_t i = 0; i < d.tokens.size(); ++i) frame(out, i + 1 == d.tokens.size() ? d.text : "", d.tokens[i].id);
+      for (size_t i = 0; i < d.tokens.size(); ++i)
+        frame(out, i + 1 == d.tokens.size() ? d.text : "", d.tokens[i].id);
     }
     return out;
   }
@@ -80,7 +86,10 @@ class WsFormatter final : public ResponseFormatter {
   void frame(std::string& out, const std::string& text, int32_t token) {
     JsonWriter w;
     w.begin_object().key("type").value("token").key("id").value(id_).key("text").value(text).key("token_id");
-    if (token >= 0) w.value(token); else w.null();
+    if (token >= 0)
+      w.value(token);
+    else
+      w.null();
     w.end_object();
     out += w.str();
     out += '\n';
@@ -91,6 +100,8 @@ class WsFormatter final : public ResponseFormatter {
 
 }  // namespace
 
-std::unique_ptr<ResponseFormatter> make_ws_formatter(std::string id) { return std::make_unique<WsFormatter>(std::move(id)); }
+std::unique_ptr<ResponseFormatter> make_ws_formatter(std::string id) {
+  return std::make_unique<WsFormatter>(std::move(id));
+}
 
 }  // namespace astrai::net

@@ -1,6 +1,6 @@
 // The WebSocket protocol of /v1/ws, without I/O:
-//   client: {"type":"generate","id":"<client id>", ...chat-completions body...} | {"type":"cancel","id":"..."}
-//   server: {"type":"token","id","text","token_id"} per detokenized piece,
+//   client: {"type":"generate","id":"<client id>", ...chat-completions body...} |
+//   {"type":"cancel","id":"..."} server: {"type":"token","id","text","token_id"} per detokenized piece,
 //           {"type":"done","id","finish_reason","usage"}, {"type":"error","id","message"}
 #pragma once
 

@@ -1,5 +1,7 @@
 #include "net/websocket_session.h"
 
+#include <spdlog/spdlog.h>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -7,8 +9,6 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/websocket.hpp>
-#include <spdlog/spdlog.h>
-
 #include <deque>
 #include <map>
 
@@ -54,7 +54,8 @@ asio::awaitable<void> writer(std::shared_ptr<Session> s) {
   for (;;) {
     while (!s->outbox.empty() && !s->closed) {
       s->ws.text(true);
-      auto [ec, n] = co_await s->ws.async_write(asio::buffer(s->outbox.front()), asio::as_tuple(asio::use_awaitable));
+      auto [ec, n] =
+          co_await s->ws.async_write(asio::buffer(s->outbox.front()), asio::as_tuple(asio::use_awaitable));
       (void)n;
       if (ec) {
         s->closed = true;
@@ -69,7 +70,8 @@ asio::awaitable<void> writer(std::shared_ptr<Session> s) {
 
 asio::awaitable<void> generation(std::shared_ptr<Session> s, std::string id, GenerationJob job) {
   auto waker = std::make_shared<Waker>(co_await asio::this_coro::executor);
-  auto started = Generation::start(*s->st.engine, *s->st.tokenizer, std::move(job.spec), waker->hook(), &s->st.metrics);
+  auto started =
+      Generation::start(*s->st.engine, *s->st.tokenizer, std::move(job.spec), waker->hook(), &s->st.metrics);
   if (!started.ok()) {
     s->send(ws_error_frame(id, submit_error(started.status()).message));
     co_return;
@@ -134,8 +136,9 @@ asio::awaitable<void> run_websocket_session(beast::tcp_stream stream, http::requ
     if (!ws.got_text()) {
       // Binary frames are not part of the protocol: close with 1003 (unsupported data).
       s->closed = true;
-      co_await ws.async_close(websocket::close_reason(websocket::close_code::unknown_data, "binary frames are not supported"),
-                              asio::as_tuple(asio::use_awaitable));
+      co_await ws.async_close(
+          websocket::close_reason(websocket::close_code::unknown_data, "binary frames are not supported"),
+          asio::as_tuple(asio::use_awaitable));
       break;
     }
     const std::string text = beast::buffers_to_string(buf.data());

@@ -12,8 +12,8 @@
 
 namespace astrai::net {
 
-boost::asio::awaitable<void> run_websocket_session(boost::beast::tcp_stream stream,
-                                                   boost::beast::http::request<boost::beast::http::string_body> req,
-                                                   ServerState& state);
+boost::asio::awaitable<void> run_websocket_session(
+    boost::beast::tcp_stream stream, boost::beast::http::request<boost::beast::http::string_body> req,
+    ServerState& state);
 
 }  // namespace astrai::net

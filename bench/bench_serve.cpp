@@ -1,0 +1,308 @@
+// astrai bench serve: a Beast load generator against a real `astrai serve` child process.
+// For each concurrency level C it keeps C streaming chat requests in flight (each client reuses its
+// keep-alive connection) and measures requests/s, TTFT and inter-token latency (client side, per SSE
+// event), plus the server's CPU time per streamed token: all threads, and the network threads alone
+// (those named "astrai-net", read from /proc/<pid>/task/*/stat), which is the net layer's own cost.
+#include <fcntl.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "src/cli/commands.h"
+#include "src/core/json_writer.h"
+
+namespace astrai::cli {
+namespace {
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+struct BenchServeArgs {
+  std::string model = "tiny";  // preset name or model directory
+  std::vector<int> levels = {1, 16, 64, 256};
+  int max_tokens = 32;
+  int requests_per_level = 0;  // 0: max(2 * C, 16)
+  double level_seconds = 60;   // no new requests after this long
+  int threads = 0;
+};
+
+struct Sample {
+  double ttft_ms = -1;
+  std::vector<double> itl_ms;
+  int tokens = 0;
+  bool ok = false;
+};
+
+// ---- the server child ---------------------------------------------------------------------------
+
+struct Child {
+  pid_t pid = -1;
+  int port = 0;
+};
+
+Child start_server(const BenchServeArgs& a, const std::filesystem::path& log) {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  int pipefd[2];
+  if (::pipe(pipefd) != 0) throw Error(io_error("pipe failed"));
+  Child c;
+  c.pid = ::fork();
+  if (c.pid == 0) {
+    ::dup2(pipefd[1], 1);
+    const int err = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(err, 2);
+    ::close(pipefd[0]);
+    const bool dir = std::filesystem::is_directory(a.model);
+    std::vector<std::string> args = {
+        self,           "serve", dir ? "--model" : "--preset", a.model,  "--port",      "0",
+        "--access-log", "false", "--max-concurrent",           "100000", "--log-level", "warn"};
+    if (a.threads > 0) args.insert(args.end(), {"--threads", std::to_string(a.threads)});
+    std::vector<char*> argv;
+    for (auto& s : args) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    ::execv(self.c_str(), argv.data());
+    ::_exit(127);
+  }
+  ::close(pipefd[1]);
+  std::string out;
+  char buf[256];
+  while (out.find('\n') == std::string::npos) {
+    const ssize_t n = ::read(pipefd[0], buf, sizeof buf);
+    if (n <= 0) throw Error(io_error("astrai serve did not start; see " + log.string()));
+    out.append(buf, size_t(n));
+  }
+  ::close(pipefd[0]);
+  const size_t colon = out.rfind(':');
+  c.port = std::stoi(out.substr(colon + 1));
+  return c;
+}
+
+// CPU seconds (utime + stime) of the process, and of its threads named "astrai-net".
+std::pair<double, double> cpu_seconds(pid_t pid) {
+  const double tick = double(::sysconf(_SC_CLK_TCK));
+  auto parse = [&](const std::filesystem::path& stat, std::string* comm) {
+    std::ifstream f(stat);
+    std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const size_t open = s.find('('), close = s.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) return 0.0;
+    if (comm) *comm = s.substr(open + 1, close - open - 1);
+    std::istringstream rest(s.substr(close + 2));
+    std::string field;
+    double ut = 0, st = 0;
+    for (int i = 3; i <= 15 && rest >> field; ++i) {
+      if (i == 14) ut = std::stod(field);
+      if (i == 15) st = std::stod(field);
+    }
+    return (ut + st) / tick;
+  };
+  const double all = parse("/proc/" + std::to_string(pid) + "/stat", nullptr);
+  double net = 0;
+  std::error_code ec;
+  for (const auto& t : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    std::string comm;
+    const double v = parse(t.path() / "stat", &comm);
+    if (comm == "astrai-net") net += v;
+  }
+  return {all, net};
+}
+
+// ---- the client ---------------------------------------------------------------------------------
+
+asio::awaitable<void> client(int port, const std::string& request, int count, Clock::time_point stop_at,
+                             std::vector<Sample>& out) {
+  auto ex = co_await asio::this_coro::executor;
+  tcp::socket sock(ex);
+  auto [cec] = co_await sock.async_connect(tcp::endpoint(asio::ip::address_v4::loopback(), uint16_t(port)),
+                                           asio::as_tuple(asio::use_awaitable));
+  if (cec) co_return;
+  sock.set_option(tcp::no_delay(true));
+  std::string buf;
+  char chunk[16384];
+  for (int r = 0; r < count && Clock::now() < stop_at; ++r) {
+    Sample s;
+    const auto t0 = Clock::now();
+    auto last = t0;
+    auto [wec, wn] =
+        co_await asio::async_write(sock, asio::buffer(request), asio::as_tuple(asio::use_awaitable));
+    (void)wn;
+    if (wec) break;
+    buf.clear();
+    size_t scanned = 0;
+    bool done = false;
+    while (!done) {
+      auto [rec, n] = co_await sock.async_read_some(asio::buffer(chunk), asio::as_tuple(asio::use_awaitable));
+      if (rec) break;
+      buf.append(chunk, n);
+      const auto now = Clock::now();
+      // Complete SSE events since the last scan; each content event is one arrival.
+      for (size_t end; (end = buf.find("\n\n", scanned)) != std::string::npos; scanned = end + 2) {
+        const size_t data = buf.find("data: ", scanned);
+        if (data == std::string::npos || data > end) continue;
+        const std::string_view ev(buf.data() + data, end - data);
+        if (ev == "data: [DONE]") continue;
+        const size_t usage = ev.find("\"completion_tokens\":");
+        if (usage != std::string::npos) s.tokens = std::atoi(ev.data() + usage + 20);
+        if (ev.find("\"content\":\"") != std::string::npos &&
+            ev.find("\"content\":\"\"") == std::string::npos) {
+          if (s.ttft_ms < 0)
+            s.ttft_ms = std::chrono::duration<double, std::milli>(now - t0).count();
+          else
+            s.itl_ms.push_back(std::chrono::duration<double, std::milli>(now - last).count());
+          last = now;
+        }
+      }
+      if (buf.size() >= 5 && buf.compare(buf.size() - 5, 5, "0\r\n\r\n") == 0 &&
+          buf.find("[DONE]") != std::string::npos)
+        done = true;
+    }
+    if (!done) break;
+    s.ok = buf.rfind("HTTP/1.1 200", 0) == 0;
+    out.push_back(std::move(s));
+  }
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, size_t(p / 100.0 * double(v.size() - 1) + 0.5));
+  return v[i];
+}
+
+void run(const BenchServeArgs& a) {
+  const auto log =
+      std::filesystem::temp_directory_path() / ("astrai-bench-serve-" + std::to_string(::getpid()) + ".log");
+  Child child = start_server(a, log);
+  // Wait for /health 200 (bounded: 120 s).
+  {
+    const auto deadline = Clock::now() + std::chrono::seconds(120);
+    bool ok = false;
+    while (!ok && Clock::now() < deadline) {
+      asio::io_context ioc;
+      tcp::socket s(ioc);
+      boost::system::error_code ec;
+      s.connect(tcp::endpoint(asio::ip::address_v4::loopback(), uint16_t(child.port)), ec);
+      if (!ec) {
+        const std::string req = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+        asio::write(s, asio::buffer(req), ec);
+        char b[64] = {};
+        s.read_some(asio::buffer(b, sizeof b - 1), ec);
+        ok = std::string(b).rfind("HTTP/1.1 200", 0) == 0;
+      }
+      if (!ok) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (!ok) {
+      ::kill(child.pid, SIGKILL);
+      throw Error(io_error("astrai serve never became ready; see " + log.string()));
+    }
+  }
+
+  const std::string body =
+      "{\"messages\":[{\"role\":\"user\",\"content\":\"Write a story about a lighthouse.\"}],"
+      "\"max_tokens\":" +
+      std::to_string(a.max_tokens) +
+      ",\"ignore_eos\":true,\"stream\":true,\"stream_options\":{\"include_usage\":true}}";
+  const std::string request =
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+
+  JsonWriter json;
+  json.begin_object()
+      .key("bench")
+      .value("serve")
+      .key("model")
+      .value(a.model)
+      .key("max_tokens")
+      .value(a.max_tokens);
+  json.key("levels").begin_array();
+  std::printf("%6s %9s %8s %9s %9s %8s %8s %9s %12s %12s\n", "conc", "requests", "req/s", "ttft_p50",
+              "ttft_p99", "itl_p50", "itl_p99", "tok/s", "cpu_us/tok", "net_us/tok");
+  for (int c : a.levels) {
+    const int total = a.requests_per_level > 0 ? a.requests_per_level : std::max(2 * c, 16);
+    const int per_client = (total + c - 1) / c;
+    std::vector<std::vector<Sample>> samples(static_cast<size_t>(c));
+    asio::io_context ioc;
+    const auto t0 = Clock::now();
+    const auto stop_at =
+        t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.level_seconds));
+    const auto cpu0 = cpu_seconds(child.pid);
+    for (int i = 0; i < c; ++i)
+      asio::co_spawn(ioc, client(child.port, request, per_client, stop_at, samples[size_t(i)]),
+                     asio::detached);
+    ioc.run();
+    const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+    const auto cpu1 = cpu_seconds(child.pid);
+    std::vector<double> ttft, itl;
+    int done = 0, failed = 0;
+    long tokens = 0;
+    for (const auto& v : samples)
+      for (const auto& s : v) {
+        if (!s.ok) {
+          ++failed;
+          continue;
+        }
+        ++done;
+        tokens += s.tokens;
+        if (s.ttft_ms >= 0) ttft.push_back(s.ttft_ms);
+        itl.insert(itl.end(), s.itl_ms.begin(), s.itl_ms.end());
+      }
+    const double cpu_per_tok = tokens ? (cpu1.first - cpu0.first) / double(tokens) * 1e6 : 0;
+    const double net_per_tok = tokens ? (cpu1.second - cpu0.second) / double(tokens) * 1e6 : 0;
+    std::printf("%6d %9d %8.2f %9.1f %9.1f %8.2f %8.2f %9.1f %12.1f %12.1f\n", c, done, done / wall,
+                percentile(ttft, 50), percentile(ttft, 99), percentile(itl, 50), percentile(itl, 99),
+                double(tokens) / wall, cpu_per_tok, net_per_tok);
+    std::fflush(stdout);
+    json.begin_object().key("concurrency").value(c).key("requests").value(done).key("failed").value(failed);
+    json.key("requests_per_s").value(done / wall).key("tokens_per_s").value(double(tokens) / wall);
+    json.key("ttft_ms_p50").value(percentile(ttft, 50)).key("ttft_ms_p99").value(percentile(ttft, 99));
+    json.key("itl_ms_p50").value(percentile(itl, 50)).key("itl_ms_p99").value(percentile(itl, 99));
+    json.key("server_cpu_us_per_token").value(cpu_per_tok).key("net_cpu_us_per_token").value(net_per_tok);
+    json.end_object();
+  }
+  json.end_array().end_object();
+  std::printf("%s\n", json.str().c_str());
+  ::kill(child.pid, SIGTERM);
+  int st = 0;
+  ::waitpid(child.pid, &st, 0);
+  std::error_code ec;
+  std::filesystem::remove(log, ec);
+}
+
+void register_bench_serve(CLI::App& app) {
+  auto args = std::make_shared<BenchServeArgs>();
+  CLI::App* sub = bench_command(app)->add_subcommand(
+      "serve", "Load-test astrai serve: req/s, TTFT, ITL at several concurrencies, server CPU per token");
+  sub->add_option("--model", args->model, "Preset name or model directory")->capture_default_str();
+  sub->add_option("--concurrency", args->levels, "Concurrency levels")->delimiter(',')->capture_default_str();
+  sub->add_option("--max-tokens", args->max_tokens, "Tokens per request (ignore_eos)")->capture_default_str();
+  sub->add_option("--requests", args->requests_per_level, "Requests per level (0: max(2*C, 16))");
+  sub->add_option("--level-seconds", args->level_seconds, "Time bound per level")->capture_default_str();
+  sub->add_option("--threads", args->threads, "Server compute threads (0: all cores)");
+  sub->callback([args] {
+    run(*args);
+    set_exit_code(0);
+  });
+}
+
+}  // namespace
+
+ASTRAI_REGISTER_COMMAND("bench-serve", register_bench_serve);
+
+}  // namespace astrai::cli

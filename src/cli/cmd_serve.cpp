@@ -1,0 +1,105 @@
+// astrai serve: the HTTP server (net/) on one model. Settings come from serve.yaml (--config) and
+// are overridden by flags; every serve.yaml key is also a flag (net/config.h lists them).
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "net/config.h"
+#include "net/server.h"
+#include "src/backend/backend.h"
+#include "src/cli/commands.h"
+#include "src/engine/engine.h"
+#include "src/model/model.h"
+#include "src/model/model_source.h"
+#include "src/tokenizer/tokenizer.h"
+
+namespace astrai::cli {
+namespace {
+
+struct ServeArgs {
+  std::string config_path;
+  CommonOptions common;
+  std::map<std::string, std::string> values;  // flag values, by serve.yaml key
+};
+
+Status load_model(net::ServerState& st) {
+  const auto& c = st.config;
+  const std::string source = !c.model.empty() ? c.model : c.preset;
+  ASTRAI_ASSIGN_OR_RETURN(std::filesystem::path dir, resolve_model_dir(source));
+  ASTRAI_ASSIGN_OR_RETURN(auto tok, Tokenizer::load(dir));
+  BackendOptions bo;
+  if (c.device == "cuda")
+    bo.device = Device::cuda;
+  else if (c.device == "cpu")
+    bo.device = Device::cpu;
+  else
+    bo.device = Device::cpu;  // auto: cuda when present (make_backend falls back below)
+  bo.threads = c.threads;
+  auto backend = make_backend(bo);
+  if (!backend.ok() && c.device == "auto") {
+    bo.device = Device::cpu;
+    backend = make_backend(bo);
+  }
+  if (!backend.ok()) return backend.status();
+  ASTRAI_ASSIGN_OR_RETURN(auto model, Model::load(dir, *backend.value()));
+  ASTRAI_ASSIGN_OR_RETURN(auto engine,
+                          Engine::create(std::move(backend).value(), std::move(model), c.engine));
+  st.tokenizer = std::move(tok);
+  st.engine = std::move(engine);
+  if (st.model_name.empty()) st.model_name = source;
+  return {};
+}
+
+void run(CLI::App& sub, ServeArgs& a) {
+  apply_common_options(a.common);
+  net::ServeConfig cfg;
+  if (!a.config_path.empty()) check(net::load_serve_yaml(a.config_path, cfg));
+  // Flags win over the file.
+  for (const auto& [key, value] : a.values)
+    if (sub.count(net::flag_name(key)) > 0) check(net::apply_serve_key(cfg, key, value));
+  if (sub.count("--device")) cfg.device = a.common.device;
+  if (sub.count("--dtype")) cfg.dtype = a.common.dtype;
+  if (sub.count("--threads")) cfg.threads = a.common.threads;
+  if (sub.count("--log-level")) cfg.log_level = a.common.log_level;
+  // The file may have set these: apply them the same way the flags would have been.
+  CommonOptions effective{cfg.device, cfg.dtype, cfg.threads, cfg.log_level};
+  apply_common_options(effective);
+  if (cfg.model.empty() && cfg.preset.empty())
+    check(invalid_argument("serve: give --model DIR or --preset NAME"));
+  if (!cfg.model.empty() && !cfg.preset.empty())
+    check(invalid_argument("serve: give --model or --preset, not both"));
+
+  net::ServerState state;
+  state.config = cfg;
+  state.model_name =
+      cfg.served_model_name.empty()
+          ? (!cfg.model.empty() ? std::filesystem::path(cfg.model).filename().string() : cfg.preset)
+          : cfg.served_model_name;
+  if (state.model_name.empty()) state.model_name = cfg.model;
+  check(net::run_server(state, load_model));
+  set_exit_code(0);
+}
+
+void register_serve(CLI::App& app) {
+  auto* sub =
+      app.add_subcommand("serve", "Serve a model over HTTP (OpenAI + Anthropic APIs, SSE, WebSocket)");
+  auto args = std::make_shared<ServeArgs>();
+  sub->add_option("--config", args->config_path,
+                  "serve.yaml with any of the settings below (flags override it)")
+      ->check(CLI::ExistingFile);
+  add_common_options(*sub, args->common);
+  for (const auto& k : net::serve_config_keys()) {
+    if (!k.is_flag) continue;
+    sub->add_option(net::flag_name(k.name), args->values[k.name], k.help);
+  }
+  sub->callback([sub, args] { run(*sub, *args); });
+}
+
+}  // namespace
+
+ASTRAI_REGISTER_COMMAND("serve", register_serve);
+
+}  // namespace astrai::cli

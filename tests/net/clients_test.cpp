@@ -1,0 +1,42 @@
+// Real clients against the real server: the official openai and @anthropic-ai/sdk packages, a `ws`
+// WebSocket client, headless Chromium on the chat page, and a 200-stream load with disconnects.
+#include <catch2/catch.hpp>
+
+#include "net/shared_server.h"
+#include "tools/test_util.h"
+
+using namespace astrai::test;
+
+namespace {
+void node_script(const std::string& script, const std::vector<std::string>& args) {
+  std::string out;
+  const int rc = run_node(script, args, out);
+  INFO(out);
+  CHECK(rc == 0);
+}
+}  // namespace
+
+TEST_CASE("the openai SDK: chat, streaming, completions, stop, max_tokens, logprobs, tools, errors",
+          "[integration]") {
+  node_script("openai_client.mjs", {shared_server().url()});
+}
+
+TEST_CASE("the Anthropic SDK: messages, streaming events, stop_sequences, tools, count_tokens, errors",
+          "[integration]") {
+  node_script("anthropic_client.mjs", {shared_server().url()});
+}
+
+TEST_CASE("one WebSocket multiplexes three generations and cancels one", "[integration]") {
+  node_script("ws_client.mjs", {shared_server().url()});
+}
+
+TEST_CASE("the chat page streams a reply in headless Chromium", "[integration]") {
+  node_script("chat_page.mjs", {shared_server().url()});
+}
+
+TEST_CASE("200 concurrent SSE streams, 50 disconnecting early, leave no request or KV page behind",
+          "[slow]") {
+  ServerProcess s({"--max-concurrent", "400", "--max-batch-size", "256", "--access-log", "false"});
+  node_script("load_streams.mjs", {s.url(), "200", "50"});
+  CHECK(s.terminate() == 0);
+}

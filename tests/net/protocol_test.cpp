@@ -1,0 +1,212 @@
+#include <simdjson.h>
+
+#include <catch2/catch.hpp>
+
+#include "net/anthropic_protocol.h"
+#include "net/api_error.h"
+#include "net/config.h"
+#include "net/openai_protocol.h"
+#include "net/sse_format.h"
+#include "net/websocket_frames.h"
+#include "tools/test_util.h"
+
+using namespace astrai::net;
+
+namespace {
+// Re-parses JSON text with simdjson's DOM parser (independent of the on-demand code under test).
+simdjson::dom::element parse(simdjson::dom::parser& p, const std::string& s) {
+  return p.parse(s);
+}
+}  // namespace
+
+TEST_CASE("chat requests: content parts are joined and sampling fields read", "[unit]") {
+  ChatRequest r;
+  const auto e = parse_chat_request(R"({
+    "model": "m", "messages": [
+      {"role": "developer", "content": "be brief"},
+      {"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "text", "text": "there"}]},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+        "function": {"name": "f", "arguments": "{}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "42"}],
+    "max_completion_tokens": 7, "temperature": 0.5, "top_p": 0.9, "top_k": -1, "min_p": 0.1,
+    "seed": 3, "stop": "END", "n": 2, "logprobs": true, "top_logprobs": 3, "stream": true,
+    "stream_options": {"include_usage": true}, "user": "ignored"})",
+                                    r);
+  REQUIRE_FALSE(e);
+  CHECK(r.common.model == "m");
+  CHECK(r.common.max_tokens == 7);
+  CHECK(r.common.sampling.temperature == Approx(0.5));
+  CHECK(r.common.sampling.top_k == 0);
+  CHECK(r.common.sampling.seed.value() == 3);
+  CHECK(r.common.stop == std::vector<std::string>{"END"});
+  CHECK(r.common.n == 2);
+  CHECK(r.common.sampling.logprobs);
+  CHECK(r.common.sampling.top_logprobs == 3);
+  CHECK(r.common.stream);
+  CHECK(r.common.include_usage);
+  simdjson::dom::parser p;
+  auto msgs = parse(p, r.messages_json).get_array();
+  REQUIRE(msgs.size() == 4);
+  CHECK(std::string_view(msgs.at(0)["role"]) == "system");
+  CHECK(std::string_view(msgs.at(1)["content"]) == "hi\nthere");
+  CHECK(std::string_view(msgs.at(2)["tool_calls"].at(0)["function"]["name"]) == "f");
+  CHECK(std::string_view(msgs.at(3)["tool_call_id"]) == "c1");
+}
+
+TEST_CASE("chat request errors name the offending field", "[unit]") {
+  struct Case {
+    const char* body;
+    const char* param;
+  };
+  const Case cases[] = {
+      {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": -5})", "max_tokens"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"})", "temperature"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "temperature": 3})", "temperature"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "n": 1.5})", "n"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "stop": [1]})", "stop[0]"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "stream": "yes"})", "stream"},
+      {R"({"messages": [{"role": "wizard", "content": "x"}]})", "messages[0].role"},
+      {R"({"messages": [{"role": "user"}]})", "messages[0].content"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
+       "messages[0].content[0].type"},
+      {R"({"messages": "hello"})", "messages"},
+      {R"({"messages": []})", "messages"},
+      {R"({"model": "m"})", "messages"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})",
+       "tools[0].function.name"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.body);
+    ChatRequest r;
+    const auto e = parse_chat_request(c.body, r);
+    REQUIRE(e);
+    CHECK(e->status == 400);
+    CHECK(e->param == c.param);
+    CHECK(e->message.find(c.param) != std::string::npos);
+  }
+}
+
+TEST_CASE("malformed JSON and non-objects are 400s without a field", "[unit]") {
+  for (const char* body : {"{\"messages\": [", "not json", "[1,2]", "",
+                           "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}"}) {
+    INFO(body);
+    ChatRequest r;
+    const auto e = parse_chat_request(body, r);
+    REQUIRE(e);
+    CHECK(e->status == 400);
+  }
+}
+
+TEST_CASE("completion prompts: a string or token ids", "[unit]") {
+  CompletionRequest a;
+  REQUIRE_FALSE(parse_completion_request(R"({"prompt": "abc", "echo": true, "logprobs": 2})", a));
+  CHECK(a.prompt_text == "abc");
+  CHECK(a.echo);
+  CHECK(a.logprobs == 2);
+  CompletionRequest b;
+  REQUIRE_FALSE(parse_completion_request(R"({"prompt": [1, 2, 3]})", b));
+  CHECK(b.prompt_is_ids);
+  CHECK(b.prompt_ids == std::vector<int32_t>{1, 2, 3});
+  CompletionRequest c;
+  auto e = parse_completion_request(R"({"prompt": [1, -2]})", c);
+  REQUIRE(e);
+  CHECK(e->param == "prompt[1]");
+  CompletionRequest d;
+  e = parse_completion_request(R"({"max_tokens": 3})", d);
+  REQUIRE(e);
+  CHECK(e->param == "prompt");
+}
+
+TEST_CASE("anthropic requests become template messages with system, tool_use and tool_result", "[unit]") {
+  MessagesRequest r;
+  const auto e = parse_messages_request(R"({
+    "model": "m", "max_tokens": 5, "stop_sequences": ["X", "Y"],
+    "messages": [
+      {"role": "user", "content": "weather?"},
+      {"role": "assistant", "content": [{"type": "text", "text": "checking"},
+        {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Oslo"}}]},
+      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "cold"}]}],
+    "system": [{"type": "text", "text": "sys"}],
+    "tools": [{"name": "weather", "description": "d", "input_schema": {"type": "object"}}]})",
+                                        r, true);
+  REQUIRE_FALSE(e);
+  CHECK(r.common.max_tokens == 5);
+  CHECK(r.common.stop == std::vector<std::string>{"X", "Y"});
+  simdjson::dom::parser p;
+  auto msgs = parse(p, r.messages_json).get_array();
+  REQUIRE(msgs.size() == 4);
+  CHECK(std::string_view(msgs.at(0)["role"]) == "system");
+  CHECK(std::string_view(msgs.at(0)["content"]) == "sys");
+  CHECK(std::string_view(msgs.at(2)["tool_calls"].at(0)["function"]["name"]) == "weather");
+  CHECK(std::string_view(msgs.at(2)["tool_calls"].at(0)["function"]["arguments"]["city"]) == "Oslo");
+  CHECK(std::string_view(msgs.at(3)["role"]) == "tool");
+  CHECK(std::string_view(msgs.at(3)["content"]) == "cold");
+  simdjson::dom::parser p2;
+  auto tools = parse(p2, r.tools_json).get_array();
+  CHECK(std::string_view(tools.at(0)["function"]["name"]) == "weather");
+}
+
+TEST_CASE("anthropic max_tokens is required for messages but not for count_tokens", "[unit]") {
+  const char* body = R"({"messages": [{"role": "user", "content": "x"}]})";
+  MessagesRequest a, b;
+  const auto e = parse_messages_request(body, a, true);
+  REQUIRE(e);
+  CHECK(e->param == "max_tokens");
+  CHECK_FALSE(parse_messages_request(body, b, false));
+}
+
+TEST_CASE("error bodies follow each API's shape", "[unit]") {
+  const ApiError e = bad_field("max_tokens", "must be positive");
+  simdjson::dom::parser p;
+  auto o = parse(p, openai_error_body(e));
+  CHECK(std::string_view(o["error"]["param"]) == "max_tokens");
+  CHECK(std::string_view(o["error"]["type"]) == "invalid_request_error");
+  CHECK(o["error"]["code"].is_null());
+  simdjson::dom::parser p2;
+  auto a = parse(p2, anthropic_error_body(ApiError{429, "slow down", "", "", ""}));
+  CHECK(std::string_view(a["type"]) == "error");
+  CHECK(std::string_view(a["error"]["type"]) == "rate_limit_error");
+  CHECK(std::string_view(a["error"]["message"]) == "slow down");
+}
+
+TEST_CASE("SSE events are data lines closed by a blank line", "[unit]") {
+  std::string out;
+  append_sse(out, R"({"a":1})");
+  append_sse(out, "x\ny", "ping");
+  CHECK(out == "data: {\"a\":1}\n\nevent: ping\ndata: x\ndata: y\n\n");
+}
+
+TEST_CASE("websocket client frames need a type and an id", "[unit]") {
+  ClientFrame f;
+  REQUIRE_FALSE(parse_client_frame(R"({"type":"cancel","id":7})", f));
+  CHECK(f.type == "cancel");
+  CHECK(f.id == "7");
+  ClientFrame g;
+  CHECK(parse_client_frame(R"({"type":"dance","id":"a"})", g));
+  ClientFrame h;
+  CHECK(parse_client_frame(R"({"type":"generate"})", h));
+  ClientFrame i;
+  CHECK(parse_client_frame("\x01\x02garbage", i));
+}
+
+TEST_CASE("serve.yaml keys are read, checked, and each has a flag", "[unit]") {
+  astrai::test::TempDir dir("serveyaml");
+  astrai::test::write_file(dir / "serve.yaml",
+                           "port: 8123\nnet_threads: 2\nmax_body: 64K\ncors: '*'\nengine:\n  page_size: 32\n "
+                           " prefix_cache: false\n");
+  ServeConfig c;
+  REQUIRE(load_serve_yaml(dir / "serve.yaml", c).ok());
+  CHECK(c.port == 8123);
+  CHECK(c.net_threads == 2);
+  CHECK(c.max_body == 64 * 1024);
+  CHECK(c.cors == "*");
+  CHECK(c.engine.page_size == 32);
+  CHECK_FALSE(c.engine.prefix_cache);
+  astrai::test::write_file(dir / "bad.yaml", "port: 99999\n");
+  const auto s = load_serve_yaml(dir / "bad.yaml", c);
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.message().find("port") != std::string::npos);
+  astrai::test::write_file(dir / "unknown.yaml", "colour: blue\n");
+  CHECK(load_serve_yaml(dir / "unknown.yaml", c).message().find("colour") != std::string::npos);
+  CHECK(flag_name("max_concurrent") == "--max-concurrent");
+}

@@ -1,0 +1,14 @@
+// One server process shared by the integration cases of a test run (starting the model once).
+#pragma once
+
+#include "net/server_fixture.h"
+
+namespace astrai::test {
+
+// --max-body 1M so the 413 case needs only a small payload; --header-timeout 2 for slowloris.
+inline ServerProcess& shared_server() {
+  static ServerProcess s({"--max-body", "1M", "--header-timeout", "2", "--served-model-name", "tiny-test"});
+  return s;
+}
+
+}  // namespace astrai::test
