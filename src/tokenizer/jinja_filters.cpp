@@ -206,6 +206,7 @@ std::optional<int64_t> parse_py_int(const std::string& s, int base) {
 
 Value f_float(const Value& v, CallArgs& a) {
   Value dflt = a.get(0, "default", Value::floating(0.0));
+  if (v.is_undefined()) undefined_error(v);  // float(Undefined) raises in jinja2
   if (v.is_number()) return Value::floating(v.as_double());
   if (v.is_string())
     if (auto d = parse_py_float(v.str())) return Value::floating(*d);
@@ -215,9 +216,12 @@ Value f_float(const Value& v, CallArgs& a) {
 Value f_int(const Value& v, CallArgs& a) {
   Value dflt = a.get(0, "default", Value::integer(0));
   int base = int(a.get(1, "base", Value::integer(10)).as_int());
+  if (v.is_undefined()) undefined_error(v);  // int(Undefined) raises in jinja2
   if (v.is_int()) return Value::integer(v.as_int());
   if (v.kind() == Kind::floating) {
-    if (std::isnan(v.as_double()) || std::isinf(v.as_double())) return dflt;
+    if (std::isnan(v.as_double())) return dflt;
+    if (std::fabs(v.as_double()) >= 9.2e18)
+      throw RenderError("OverflowError", "integer beyond 64 bits (Python would give a big integer)");
     return Value::integer(int64_t(std::trunc(v.as_double())));
   }
   if (v.is_string()) {
@@ -242,7 +246,10 @@ Value f_indent(const Value& v, CallArgs& a) {
   std::string ind = w.is_string() ? w.str() : std::string(size_t(std::max<int64_t>(0, w.as_int())), ' ');
   bool first = truthy(a.get(1, "first", Value::boolean(false)));
   bool blank = truthy(a.get(2, "blank", Value::boolean(false)));
-  std::string s = to_str(v) + "\n";  // jinja2 appends a newline so splitlines keeps a trailing one
+  if (v.is_undefined()) undefined_error(v);
+  if (!v.is_string())
+    type_error("indent expects a string, not " + type_name(v));  // jinja2 fails on `s += "\n"`
+  std::string s = v.str() + "\n";  // jinja2 appends a newline so splitlines keeps a trailing one
   std::vector<std::string> lines = py_splitlines(s, false);
   std::string rv;
   if (blank) {
@@ -298,6 +305,7 @@ Value f_upper(const Value& v, CallArgs&) {
 
 Value f_map(const Value& v, CallArgs& a) {
   std::vector<Value> out;
+  if (!truthy(v)) return gen({});  // jinja2 checks `if value:` before looking at the arguments
   if (a.args.empty()) {
     Value attribute, dflt = Value::none();
     bool has_default = false;
@@ -355,6 +363,7 @@ Value f_min(const Value& v, CallArgs& a) {
 }
 
 Value select_reject(const Value& v, CallArgs& a, bool by_attr, bool select) {
+  if (!truthy(v)) return gen({});  // jinja2 checks `if value:` first
   size_t off = by_attr ? 1 : 0;
   Value attribute = by_attr ? a.get(0, "attr") : Value();
   bool has_test_name = a.args.size() > off;
@@ -679,17 +688,21 @@ bool t_sequence(const Value& v, CallArgs&) {
   return v.is_undefined() || v.is_string() || v.is_dict() ||
          (v.is_list() && v.seq_kind() != SeqKind::generator);
 }
-int64_t int_mod(const Value& v, int64_t m) {
+// value % 2 as Python computes it (the result has the divisor's sign; floats stay floats).
+double py_mod2(const Value& v) {
   if (!v.is_number()) type_error("unsupported operand type(s) for %: '" + type_name(v) + "' and 'int'");
-  if (v.kind() == Kind::floating) return int64_t(std::fmod(v.as_double(), double(m)) != 0.0);
-  int64_t r = v.as_int() % m;
-  return r;
+  if (v.kind() == Kind::floating) {
+    double r = std::fmod(v.as_double(), 2.0);
+    return r < 0 ? r + 2.0 : r;
+  }
+  int64_t r = v.as_int() % 2;
+  return double(r < 0 ? r + 2 : r);
 }
 bool t_odd(const Value& v, CallArgs&) {
-  return int_mod(v, 2) != 0;
+  return py_mod2(v) == 1.0;
 }
 bool t_even(const Value& v, CallArgs&) {
-  return int_mod(v, 2) == 0;
+  return py_mod2(v) == 0.0;
 }
 bool t_divisibleby(const Value& v, CallArgs& a) {
   Value n = a.get(0, "num");

@@ -86,7 +86,8 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     }
     if (nums) return Value::floating(a.as_double() + b.as_double());
     if (a.is_string() && b.is_string()) return Value::string(a.str() + b.str());
-    if (a.is_list() && b.is_list() && a.seq_kind() == b.seq_kind() && a.seq_kind() != SeqKind::generator) {
+    if (a.is_list() && b.is_list() && a.seq_kind() == b.seq_kind() &&
+        (a.seq_kind() == SeqKind::list || a.seq_kind() == SeqKind::tuple)) {
       std::vector<Value> out = a.items();
       out.insert(out.end(), b.items().begin(), b.items().end());
       return Value::list(std::move(out), a.seq_kind());
@@ -113,7 +114,8 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     }
     if (nums) return Value::floating(a.as_double() * b.as_double());
     auto is_seq = [](const Value& v) {
-      return v.is_string() || (v.is_list() && v.seq_kind() != SeqKind::generator);
+      return v.is_string() ||
+             (v.is_list() && (v.seq_kind() == SeqKind::list || v.seq_kind() == SeqKind::tuple));
     };
     if (is_seq(a) && b.is_int()) return repeat(a, b.as_int());
     if (a.is_int() && is_seq(b)) return repeat(b, a.as_int());
@@ -466,7 +468,7 @@ void add_globals(Scope& g) {
                           "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
       out.push_back(Value::integer(i));
     }
-    return Value::list(std::move(out));
+    return Value::range(start, stop, step, std::move(out));
   });
   g.vars["namespace"] = Value::callable("namespace", [](CallArgs& a) {
     auto ns = std::make_shared<ObjectData>();

@@ -95,7 +95,7 @@ void dump(std::string& out, const Value& v, const JsonDumpOptions& o, int depth)
     case Kind::floating: out += float_json(v.as_double()); return;
     case Kind::string: dump_string(out, v.str()); return;
     case Kind::list: {
-      if (v.seq_kind() == SeqKind::generator) break;
+      if (v.seq_kind() == SeqKind::generator || v.seq_kind() == SeqKind::range) break;
       const auto& items = v.items();
       if (items.empty()) {
         out += "[]";

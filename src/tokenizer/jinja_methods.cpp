@@ -377,7 +377,9 @@ Value get_slice(const Value& obj, const Value* start, const Value* stop, const V
   std::optional<int64_t> b = bound(start), e = bound(stop), st = bound(step);
   int64_t k = st.value_or(1);
   if (k == 0) throw RenderError("ValueError", "slice step cannot be zero");
+  // jinja2 compiles slices to plain Python subscripts (no environment.getitem fallback).
   bool is_str = obj.is_string();
+  if (obj.is_dict()) type_error("unhashable type: 'slice'");
   if (!is_str && !(obj.is_list() && obj.seq_kind() != SeqKind::generator))
     type_error("'" + type_name(obj) + "' object is not subscriptable");
   std::u32string u = is_str ? to_u32(obj.str()) : std::u32string();
@@ -408,6 +410,11 @@ Value get_slice(const Value& obj, const Value* start, const Value* stop, const V
   }
   std::vector<Value> out;
   for (int64_t i : idx) out.push_back(obj.items()[size_t(i)]);
+  if (obj.seq_kind() == SeqKind::range) {  // a sliced range is a range over the selected positions
+    const ListData& r = obj.list_data();
+    return Value::range(r.range_start + lo * r.range_step, r.range_start + hi * r.range_step,
+                        r.range_step * k, std::move(out));
+  }
   return Value::list(std::move(out), obj.seq_kind());
 }
 
@@ -422,7 +429,10 @@ bool contains(const Value& container, const Value& item) {
       for (const Value& x : container.items())
         if (equals(x, item)) return true;
       return false;
-    case Kind::dict: return container.dict_data().find(item) != nullptr;
+    case Kind::dict:
+      if (item.is_dict() || (item.is_list() && item.seq_kind() == SeqKind::list))
+        type_error("unhashable type: '" + type_name(item) + "'");
+      return container.dict_data().find(item) != nullptr;
     default: type_error("argument of type '" + type_name(container) + "' is not iterable");
   }
 }
@@ -507,7 +517,9 @@ std::string percent_format(const std::string& fmt, const Value& args) {
       default: throw RenderError("ValueError", std::string("unsupported format character '") + conv + "'");
     }
   }
-  if (!mapping && next < list.size()) type_error("not all arguments converted during string formatting");
+  // Python skips this check for mapping-like arguments (anything subscriptable but a tuple or str).
+  const bool mapping_like = args.is_dict() || (args.is_list() && args.seq_kind() != SeqKind::tuple);
+  if (!mapping_like && next < list.size()) type_error("not all arguments converted during string formatting");
   return out;
 }
 

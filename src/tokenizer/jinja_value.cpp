@@ -62,6 +62,18 @@ Value Value::list(std::vector<Value> items, SeqKind seq) {
   v.list_ = std::move(d);
   return v;
 }
+Value Value::range(int64_t start, int64_t stop, int64_t step, std::vector<Value> items) {
+  Value v;
+  v.kind_ = Kind::list;
+  auto d = std::make_shared<ListData>();
+  d->items = std::move(items);
+  d->seq = SeqKind::range;
+  d->range_start = start;
+  d->range_stop = stop;
+  d->range_step = step;
+  v.list_ = std::move(d);
+  return v;
+}
 Value Value::dict(std::shared_ptr<DictData> d) {
   Value v;
   v.kind_ = Kind::dict;
@@ -199,9 +211,12 @@ std::string type_name(const Value& v) {
     case Kind::floating: return "float";
     case Kind::string: return "str";
     case Kind::list:
-      return v.seq_kind() == SeqKind::tuple       ? "tuple"
-             : v.seq_kind() == SeqKind::generator ? "generator"
-                                                  : "list";
+      switch (v.seq_kind()) {
+        case SeqKind::tuple: return "tuple";
+        case SeqKind::generator: return "generator";
+        case SeqKind::range: return "range";
+        default: return "list";
+      }
     case Kind::dict: return "dict";
     case Kind::object: return v.object_data().type_name;
     case Kind::callable: return "function";
@@ -222,7 +237,8 @@ bool less_than(const Value& a, const Value& b) {
     return a.as_double() < b.as_double();
   }
   if (a.is_string() && b.is_string()) return a.str() < b.str();  // UTF-8 byte order == code point order
-  if (a.is_list() && b.is_list() && a.seq_kind() == b.seq_kind() && a.seq_kind() != SeqKind::generator) {
+  if (a.is_list() && b.is_list() && a.seq_kind() == b.seq_kind() &&
+      (a.seq_kind() == SeqKind::list || a.seq_kind() == SeqKind::tuple)) {
     const auto &x = a.items(), &y = b.items();
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
       if (equals(x[i], y[i])) continue;
@@ -307,6 +323,13 @@ void repr_into(std::string& out, const Value& v) {
         out += "<generator object>";
         return;
       }
+      if (v.seq_kind() == SeqKind::range) {
+        const ListData& r = v.list_data();
+        out += "range(" + std::to_string(r.range_start) + ", " + std::to_string(r.range_stop);
+        if (r.range_step != 1) out += ", " + std::to_string(r.range_step);
+        out += ')';
+        return;
+      }
       bool tuple = v.seq_kind() == SeqKind::tuple;
       out += tuple ? '(' : '[';
       bool first = true;
@@ -343,6 +366,7 @@ void repr_into(std::string& out, const Value& v) {
       }
       return;
     }
+    case Kind::undefined: out += "Undefined"; return;
     default: out += to_str(v);
   }
 }

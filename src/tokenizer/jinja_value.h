@@ -41,7 +41,8 @@ enum class Kind : uint8_t {
   callable,  // macro, global function or bound method
 };
 
-enum class SeqKind : uint8_t { list, tuple, generator };
+// range: what range() returns (a list that prints as "range(0, 3)" and is not JSON).
+enum class SeqKind : uint8_t { list, tuple, generator, range };
 
 class Value;
 struct ListData;
@@ -60,6 +61,7 @@ class Value {
   static Value floating(double f);
   static Value string(std::string s);
   static Value list(std::vector<Value> items, SeqKind seq = SeqKind::list);
+  static Value range(int64_t start, int64_t stop, int64_t step, std::vector<Value> items);
   static Value dict(std::shared_ptr<DictData> d);
   static Value object(std::shared_ptr<ObjectData> o);
   static Value callable(std::string name, NativeFn fn);
@@ -80,6 +82,7 @@ class Value {
   const std::string& str() const;  // string text (kind string) or undefined hint
   const std::vector<Value>& items() const;
   SeqKind seq_kind() const;
+  const ListData& list_data() const { return *list_; }
   const DictData& dict_data() const { return *dict_; }
   DictData& dict_data_mut() { return *dict_; }
   const std::shared_ptr<DictData>& dict_ptr() const { return dict_; }
@@ -105,6 +108,7 @@ class Value {
 struct ListData {
   std::vector<Value> items;
   SeqKind seq = SeqKind::list;
+  int64_t range_start = 0, range_stop = 0, range_step = 1;  // SeqKind::range only
 };
 
 struct DictData {
