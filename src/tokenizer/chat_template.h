@@ -1,7 +1,6 @@
-// >>> ENGINEERS WORKING IN PARALLEL: read /work/main/PARALLEL_WORK.md NOW (own build dir, commit rules, 18:00
-// UTC deadline) <<< Chat templates: a Jinja subset interpreter that renders Hugging Face `chat_template`
-// strings the way transformers does (sandboxed jinja2, trim_blocks + lstrip_blocks, loopcontrols, tojson
-// without ASCII escaping, raise_exception).
+// Chat templates: a Jinja subset interpreter that renders Hugging Face `chat_template` strings the
+// way transformers does (sandboxed jinja2, trim_blocks + lstrip_blocks, loopcontrols, tojson without
+// ASCII escaping, raise_exception, strftime_now). See jinja_*.h for the pieces.
 #pragma once
 
 #include <memory>
@@ -14,7 +13,7 @@ namespace astrai {
 
 struct ChatTemplateInput {
   std::string messages_json = "[]";  // JSON array of message objects, passed through as-is
-  std::string tools_json;            // JSON array or empty (then `tools` is undefined)
+  std::string tools_json;            // JSON array or empty (then `tools` is None, as transformers passes it)
   bool add_generation_prompt = false;
   std::string bos_token, eos_token;
   std::string extra_context_json;  // optional JSON object of extra variables
