@@ -150,6 +150,14 @@ StepPlan Scheduler::plan() {
         pool_.release(RadixCache::page_of(n));
         cache_->unlock(n);
       }
+      if (running_.empty()) {
+        // Nothing runs and nothing is locked, yet it does not fit: a preempted sequence that grew
+        // past the whole pool. It can never continue.
+        waiting_.pop_front();
+        s->waiting = false;
+        plan.out_of_memory.push_back(s);
+        continue;
+      }
       break;
     }
     waiting_.pop_front();

@@ -443,6 +443,8 @@ void StepLoopEngine::deliver() {
   // One wake-up per touched request per step; backlogged rings are retried every step.
   for (auto it = backlog_.begin(); it != backlog_.end();) {
     Task* t = *it;
+    // Nobody holds the Stream any more (a client went away): nobody will read these events.
+    if (t->state.use_count() == 1) t->state->overflow.clear();
     if (t->state->flush() && !t->touched) {
       t->touched = true;
       touched_.push_back(t);
