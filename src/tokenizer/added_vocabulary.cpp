@@ -1,6 +1,7 @@
 #include "src/tokenizer/added_vocabulary.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "src/core/utf8.h"
 #include "src/tokenizer/unicode_text.h"
@@ -55,6 +56,13 @@ void AddedTokenMatcher::build(const std::vector<AddedToken>& tokens,
     if (nodes_[size_t(node)].token < 0) nodes_[size_t(node)].token = int32_t(t);  // first listed wins
     first_byte_[static_cast<unsigned char>(p[0])] = true;
   }
+  int distinct = 0;
+  for (int c = 0; c < 256; ++c)
+    if (first_byte_[c]) {
+      ++distinct;
+      single_first_byte_ = c;
+    }
+  if (distinct != 1) single_first_byte_ = -1;
 }
 
 int32_t AddedTokenMatcher::child(int32_t node, unsigned char c) const {
@@ -72,8 +80,14 @@ void AddedTokenMatcher::split(std::string_view text, std::vector<Section>& out) 
   size_t i = 0;
   while (i < text.size()) {
     if (!first_byte_[static_cast<unsigned char>(text[i])]) {
-      ++i;
-      continue;
+      if (single_first_byte_ >= 0) {  // all patterns start with one byte (often '<'): memchr to it
+        const void* p = std::memchr(text.data() + i, single_first_byte_, text.size() - i);
+        if (!p) break;
+        i = size_t(static_cast<const char*>(p) - text.data());
+      } else {
+        ++i;
+        continue;
+      }
     }
     // Longest pattern starting at i.
     int32_t node = 0, best = -1;

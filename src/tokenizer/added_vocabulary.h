@@ -40,6 +40,7 @@ class AddedTokenMatcher {
   std::vector<Node> nodes_;
   int32_t root_next_[256];
   bool first_byte_[256] = {};
+  int single_first_byte_ = -1;  // the only first byte of all patterns, or -1
   std::vector<AddedToken> tokens_;
 };
 

@@ -105,20 +105,21 @@ Result<std::unique_ptr<BpeModel>> BpeModel::parse(const JsonEl& model, bool byte
       m->model_text_[id] = std::string(key);
     }
   }
-  m->vocab_.reserve(count * 2);
+  m->vocab_.reserve(count);
+  if (byte_level) m->originals_.reserve(count);
   for (size_t id = 0; id < m->model_text_.size(); ++id) {
     if (m->model_text_[id].empty() && (!byte_level || m->original_[id].empty())) continue;
-    m->vocab_.emplace(m->model_text_[id], int32_t(id));
-    if (byte_level) m->originals_.emplace(m->original_[id], int32_t(id));
+    m->vocab_.insert(m->model_text_[id], int32_t(id));
+    if (byte_level) m->originals_.insert(m->original_[id], int32_t(id));
   }
   for (int b = 0; b < 256; ++b) {
     m->byte_ids_[b] = m->fallback_ids_[b] = -1;
-    auto it = m->vocab_.find(std::string_view(reinterpret_cast<const char*>(&b), 1));
-    if (byte_level && it != m->vocab_.end()) m->byte_ids_[b] = it->second;
+    const char byte = char(b);
+    auto it = m->vocab_.find(std::string_view(&byte, 1));
+    if (byte_level && it) m->byte_ids_[b] = *it;
     char name[8];
     std::snprintf(name, sizeof name, "<0x%02X>", b);
-    auto f = m->vocab_.find(std::string_view(name));
-    if (f != m->vocab_.end()) m->fallback_ids_[b] = f->second;
+    if (auto f = m->vocab_.find(std::string_view(name))) m->fallback_ids_[b] = *f;
   }
   const std::string unk = str_or(model, "unk_token", "");
   if (!unk.empty()) {
@@ -153,19 +154,16 @@ Result<std::unique_ptr<BpeModel>> BpeModel::parse(const JsonEl& model, bool byte
       const uint32_t r = rank++;
       if (!ia || !ib) continue;  // HF refuses such files; skipping keeps the rest usable
       const std::string joined = m->model_text_[size_t(*ia)] + m->model_text_[size_t(*ib)];
-      auto it = m->vocab_.find(joined);
-      if (it == m->vocab_.end()) continue;
-      m->merges_.insert(*ia, *ib, r, it->second);
+      auto merged = m->vocab_.find(joined);
+      if (!merged) continue;
+      m->merges_.insert(*ia, *ib, r, *merged);
     }
   }
   return m;
 }
 
 std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
-  const auto& map = byte_level_ ? originals_ : vocab_;
-  auto it = map.find(token);
-  if (it == map.end()) return std::nullopt;
-  return it->second;
+  return (byte_level_ ? originals_ : vocab_).find(token);
 }
 
 const std::string& BpeModel::id_to_token(int32_t id) const {
@@ -177,9 +175,8 @@ const std::string& BpeModel::id_to_token(int32_t id) const {
 void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
   if (ignore_merges_) {
-    auto it = vocab_.find(word);
-    if (it != vocab_.end()) {
-      out.push_back(it->second);
+    if (auto id = vocab_.find(word)) {
+      out.push_back(*id);
       return;
     }
   }
@@ -188,8 +185,7 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
     return;
   }
   thread_local std::vector<CacheSlot> cache(kCacheSlots);
-  CacheSlot& slot =
-      cache[(std::hash<std::string_view>()(word) ^ uid_ * 0x9E3779B97F4A7C15ULL) & (kCacheSlots - 1)];
+  CacheSlot& slot = cache[(StringIdMap::hash(word) ^ uid_ * 0x9E3779B97F4A7C15ULL) & (kCacheSlots - 1)];
   if (slot.owner == uid_ && slot.word == word) {
     out.insert(out.end(), slot.ids.begin(), slot.ids.end());
     return;
@@ -231,8 +227,8 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) cons
     int32_t id = -1;
     if (byte_level_)
       id = byte_ids_[static_cast<unsigned char>(ch[0])];
-    else if (auto it = vocab_.find(ch); it != vocab_.end())
-      id = it->second;
+    else if (auto v = vocab_.find(ch))
+      id = *v;
     if (id >= 0) {
       add(id);
       last_unk = false;

@@ -12,11 +12,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "src/core/status.h"
 #include "src/tokenizer/json_util.h"
+#include "src/tokenizer/string_id_map.h"
 
 namespace astrai::tok {
 
@@ -80,12 +80,12 @@ class BpeModel {
 
   bool byte_level_ = false, byte_fallback_ = false, ignore_merges_ = false, fuse_unk_ = false;
   std::optional<int32_t> unk_id_;
-  std::vector<std::string> model_text_;                      // by id
-  std::vector<std::string> original_;                        // by id, only when byte_level (else model_text_)
-  std::unordered_map<std::string_view, int32_t> vocab_;      // model space -> id
-  std::unordered_map<std::string_view, int32_t> originals_;  // original -> id, only when byte_level
-  int32_t byte_ids_[256];                                    // byte_level: id of each single byte (-1: none)
-  int32_t fallback_ids_[256];                                // byte_fallback: id of <0xAB> (-1: none)
+  std::vector<std::string> model_text_;  // by id
+  std::vector<std::string> original_;    // by id, only when byte_level (else model_text_)
+  StringIdMap vocab_;                    // model space -> id
+  StringIdMap originals_;                // original -> id, only when byte_level
+  int32_t byte_ids_[256];                // byte_level: id of each single byte (-1: none)
+  int32_t fallback_ids_[256];            // byte_fallback: id of <0xAB> (-1: none)
   MergeTable merges_;
   uint64_t uid_;  // distinguishes models in the per-thread word cache
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "src/core/utf8.h"
+#include "src/tokenizer/unicode_text.h"
 
 namespace astrai::tok {
 
@@ -190,7 +191,7 @@ void HfTokenizer::encode_text(std::string_view text, bool first_section, std::ve
 std::vector<int32_t> HfTokenizer::encode(std::string_view input, bool add_special_tokens) const {
   std::string sanitized;
   std::string_view text = input;
-  if (!utf8_is_valid(input)) {
+  if (!fast_utf8_is_valid(input)) {
     sanitized = utf8_sanitize(input);
     text = sanitized;
   }

@@ -67,9 +67,9 @@ Result<std::shared_ptr<const Regex>> Regex::compile(std::string_view pattern, co
     return invalid_argument("tokenizer.json: " + what + " /" + std::string(pattern) + "/ does not compile: " +
                             reinterpret_cast<const char*>(buf) + " (at offset " + std::to_string(off) + ")");
   }
-  pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter if JIT is unavailable
   std::shared_ptr<Regex> r(new Regex());
   r->code_ = code;
+  r->jit_ = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;  // else the interpreter runs it
   return std::shared_ptr<const Regex>(std::move(r));
 }
 
@@ -94,7 +94,9 @@ void Regex::find_all(std::string_view text, std::vector<std::pair<size_t, size_t
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t pos = 0;
   while (pos <= text.size()) {
-    const int rc = pcre2_match(code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, st.md, st.ctx);
+    // pcre2_jit_match skips pcre2_match's per-call checks; the text is valid UTF-8.
+    const int rc = jit_ ? pcre2_jit_match(code, subject, text.size(), pos, 0, st.md, st.ctx)
+                        : pcre2_match(code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, st.md, st.ctx);
     if (rc < 0) break;
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(st.md);
     size_t b = ov[0], e = ov[1];

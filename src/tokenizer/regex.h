@@ -33,6 +33,7 @@ class Regex {
  private:
   Regex() = default;
   void* code_ = nullptr;  // pcre2_code_8*
+  bool jit_ = false;
 };
 
 }  // namespace astrai::tok

@@ -1,9 +1,12 @@
 #include "src/tokenizer/unicode_text.h"
 
+#include <unicode/bytestream.h>
 #include <unicode/locid.h>
 #include <unicode/normalizer2.h>
 #include <unicode/uchar.h>
 #include <unicode/unistr.h>
+
+#include <cstring>
 
 #include "src/core/utf8.h"
 #include "src/tokenizer/tokenizer.h"
@@ -11,7 +14,7 @@
 namespace astrai {
 
 std::string utf8_sanitize(std::string_view s) {
-  if (utf8_is_valid(s)) return std::string(s);
+  if (tok::fast_utf8_is_valid(s)) return std::string(s);
   // Maximal-subpart replacement: a prefix of a valid sequence that is cut short becomes one
   // U+FFFD; any other bad byte becomes one U+FFFD on its own.
   std::string out;
@@ -40,7 +43,35 @@ std::string utf8_sanitize(std::string_view s) {
 
 namespace tok {
 
+bool fast_utf8_is_valid(std::string_view s) {
+  // Skip ASCII eight bytes at a time; check the rest with the full decoder.
+  size_t i = 0;
+  while (i + 8 <= s.size()) {
+    uint64_t w;
+    std::memcpy(&w, s.data() + i, 8);
+    if (w & 0x8080808080808080ULL) break;
+    i += 8;
+  }
+  return utf8_is_valid(s.substr(i));
+}
+
 std::string unicode_normalize(std::string_view text, NormalForm form) {
+  // Code points below U+0300 are unchanged by NFC (their quick check is Yes, and none of them
+  // combines with what precedes it): in UTF-8 that is every byte below 0xCC.
+  bool below_0300 = true;
+  for (char c : text)
+    if (static_cast<unsigned char>(c) >= 0xCC) {
+      below_0300 = false;
+      break;
+    }
+  if (below_0300 && form == NormalForm::nfc) return std::string(text);
+  bool ascii = true;
+  for (char c : text)
+    if (static_cast<unsigned char>(c) >= 0x80) {
+      ascii = false;
+      break;
+    }
+  if (ascii) return std::string(text);
   UErrorCode err = U_ZERO_ERROR;
   const icu::Normalizer2* n = nullptr;
   switch (form) {
@@ -50,23 +81,14 @@ std::string unicode_normalize(std::string_view text, NormalForm form) {
     case NormalForm::nfkd: n = icu::Normalizer2::getNFKDInstance(err); break;
   }
   if (U_FAILURE(err) || n == nullptr) return std::string(text);
-  // Fast path: most text is already normalized (ASCII always is).
-  bool ascii = true;
-  for (char c : text)
-    if (static_cast<unsigned char>(c) >= 0x80) {
-      ascii = false;
-      break;
-    }
-  if (ascii) return std::string(text);
-  const icu::UnicodeString in =
-      icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), int32_t(text.size())));
-  if (n->isNormalized(in, err) && U_SUCCESS(err)) return std::string(text);
+  const icu::StringPiece in(text.data(), int32_t(text.size()));
+  if (n->isNormalizedUTF8(in, err) && U_SUCCESS(err)) return std::string(text);
   err = U_ZERO_ERROR;
-  const icu::UnicodeString out = n->normalize(in, err);
+  std::string out;
+  icu::StringByteSink<std::string> sink(&out, int32_t(text.size() + 16));
+  n->normalizeUTF8(0, in, sink, nullptr, err);
   if (U_FAILURE(err)) return std::string(text);
-  std::string s;
-  out.toUTF8String(s);
-  return s;
+  return out;
 }
 
 std::string unicode_lowercase(std::string_view text) {

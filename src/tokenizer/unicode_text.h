@@ -9,6 +9,9 @@
 
 namespace astrai::tok {
 
+// utf8_is_valid with a fast path over ASCII.
+bool fast_utf8_is_valid(std::string_view s);
+
 enum class NormalForm { nfc, nfd, nfkc, nfkd };
 
 // `text` must be valid UTF-8. Returns it in the given normalization form.
