@@ -41,6 +41,16 @@ class Parser {
   }
 
  private:
+  // Bounds the recursion so that hostile nesting ("((((...", 10k nested ifs) is an error, not a
+  // stack overflow. jinja2 itself stops at Python's recursion limit.
+  struct DepthGuard {
+    explicit DepthGuard(Parser& p) : p_(p) {
+      if (++p_.depth_ > 200) p_.fail_at(p_.cur(), "nesting too deep");
+    }
+    ~DepthGuard() { --p_.depth_; }
+    Parser& p_;
+  };
+
   // ---- token helpers ---------------------------------------------------------------------------
   const Token& cur() const { return t_[i_]; }
   const Token& look(size_t k = 1) const { return t_[std::min(i_ + k, t_.size() - 1)]; }
@@ -96,6 +106,7 @@ class Parser {
 
   // Parses until `{% <one of end_tags>`, leaving the cursor on that tag's name.
   Body subparse(std::initializer_list<const char*> end_tags) {
+    DepthGuard guard(*this);
     Body body;
     while (true) {
       const Token& t = cur();
@@ -453,6 +464,7 @@ class Parser {
     return l;
   }
   ExprPtr parse_unary(bool with_filter) {
+    DepthGuard guard(*this);
     ExprPtr node;
     if (is_op("-") || is_op("+")) {
       const Token& at = next();
@@ -698,6 +710,7 @@ class Parser {
   std::vector<Token> t_;
   size_t i_ = 0;
   int loop_depth_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

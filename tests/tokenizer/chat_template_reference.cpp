@@ -83,8 +83,12 @@ RenderOutcome render_with_astrai(const TemplateCase& c) {
   return o;
 }
 
-size_t expect_same_as_jinja2(const std::vector<TemplateCase>& cases) {
+size_t expect_same_as_jinja2(const std::vector<TemplateCase>& cases, std::vector<bool>* flags) {
   std::vector<RenderOutcome> ref = render_with_jinja2(cases);
+  if (flags) {
+    flags->clear();
+    for (const auto& r : ref) flags->push_back(r.ok);
+  }
   size_t rendered = 0;
   for (size_t i = 0; i < cases.size(); ++i) {
     const TemplateCase& c = cases[i];

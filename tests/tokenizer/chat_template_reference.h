@@ -30,7 +30,7 @@ RenderOutcome render_with_astrai(const TemplateCase& c);
 
 // Compares both renderers on every case (Catch2 CHECKs with the case's name): equal text when
 // jinja2 succeeds; a failure too when it fails, with the same message for raise_exception.
-// Returns how many cases jinja2 rendered without error.
-size_t expect_same_as_jinja2(const std::vector<TemplateCase>& cases);
+// Returns how many cases jinja2 rendered without error; `rendered` (optional) gets a flag per case.
+size_t expect_same_as_jinja2(const std::vector<TemplateCase>& cases, std::vector<bool>* rendered = nullptr);
 
 }  // namespace astrai::test
