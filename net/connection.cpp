@@ -149,7 +149,6 @@ asio::awaitable<bool> serve_generation(beast::tcp_stream& stream, ServerState& s
 
   std::string tail = fmt.end(*gen);
   gen.reset();
-  job.slot = GenerationSlot();  // free the concurrency slot before the last write
   if (fmt.streaming()) {
     if (auto ec = co_await sse.write(tail)) co_return false;
     if (auto ec = co_await sse.end()) co_return false;

@@ -123,7 +123,7 @@ std::string metrics_text(const ServerState& st) {
     metric(out, "astrai_prompt_tokens_total", "counter", "Prompt tokens processed", double(s.prompt_tokens));
     metric(out, "astrai_generation_tokens_total", "counter", "Tokens generated", double(s.generated_tokens));
     metric(out, "astrai_decode_tokens_per_second", "gauge", "Average decode throughput", s.avg_decode_tps);
-    metric(out, "astrai_kv_pages_total", "gauge", "KV cache pages in the pool", double(s.kv_pages_total));
+    metric(out, "astrai_kv_pages_capacity", "gauge", "KV cache pages in the pool", double(s.kv_pages_total));
     metric(out, "astrai_kv_pages_used", "gauge", "KV cache pages in use", double(s.kv_pages_used));
     metric(out, "astrai_kv_page_size_tokens", "gauge", "Tokens per KV page", double(s.page_size));
     metric(out, "astrai_prefix_cache_hit_rate", "gauge",

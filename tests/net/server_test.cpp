@@ -236,7 +236,7 @@ TEST_CASE("slowloris headers are cut off while other clients are served", "[inte
 
 TEST_CASE("binary garbage on the socket gets a 400 and a close", "[integration]") {
   auto& s = shared_server();
-  std::mt19937 rng(uint32_t(fresh_seed()));
+  std::mt19937 rng{static_cast<uint32_t>(fresh_seed())};
   std::string garbage(4096, '\0');
   for (char& c : garbage) c = char(rng());
   garbage[0] = '\x16';  // not a method token (it looks like a TLS handshake)
@@ -274,7 +274,7 @@ TEST_CASE("wrong routes and methods: 404 and 405", "[integration]") {
 
 TEST_CASE("tokenize, detokenize and apply-template agree with each other", "[integration]") {
   auto& s = shared_server();
-  std::mt19937 rng(uint32_t(fresh_seed()));
+  std::mt19937 rng{static_cast<uint32_t>(fresh_seed())};
   std::string text = "héllo ";
   for (int i = 0; i < 20; ++i) text += char('a' + rng() % 26);
   auto t = http(s.port(), "POST", "/tokenize", "{\"text\":\"" + text + "\"}");
