@@ -74,6 +74,8 @@ Value repeat(const Value& seq, int64_t n) {
 }
 
 Value arithmetic(const std::string& op, const Value& a, const Value& b) {
+  // str % x formats without touching x unless a conversion consumes it (x may even be undefined).
+  if (op == "%" && a.is_string()) return Value::string(percent_format(a.str(), b));
   if (a.is_undefined()) undefined_error(a);
   if (b.is_undefined()) undefined_error(b);
   const bool ints = a.is_int() && b.is_int();
@@ -162,6 +164,10 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
 bool compare(const std::string& op, const Value& a, const Value& b) {
   if (op == "==") return equals(a, b);
   if (op == "!=") return !equals(a, b);
+  if (op != "in" && op != "not in") {  // orderings: undefined refuses them (even against itself)
+    if (a.is_undefined()) undefined_error(a);
+    if (b.is_undefined()) undefined_error(b);
+  }
   if (op == "<") return less_than(a, b);
   if (op == ">") return less_than(b, a);
   if (op == "<=") return equals(a, b) || less_than(a, b);

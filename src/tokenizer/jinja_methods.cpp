@@ -518,7 +518,8 @@ std::string percent_format(const std::string& fmt, const Value& args) {
     }
   }
   // Python skips this check for mapping-like arguments (anything subscriptable but a tuple or str).
-  const bool mapping_like = args.is_dict() || (args.is_list() && args.seq_kind() != SeqKind::tuple);
+  const bool mapping_like =
+      args.is_dict() || args.is_undefined() || (args.is_list() && args.seq_kind() != SeqKind::tuple);
   if (!mapping_like && next < list.size()) type_error("not all arguments converted during string formatting");
   return out;
 }
