@@ -478,7 +478,9 @@ Status write_impl(const fs::path& file, const std::vector<TensorSpec>& tensors, 
     if (!write_all(fd, src.value(), size_t(sizes[i])))
       return fail(io_error(fname + ": write of tensor '" + tensors[i].name + "' failed: " + errno_text()));
   }
-  if (::fsync(fd) != 0) return fail(io_error(fname + ": fsync failed: " + errno_text()));
+  // No fsync (as HF's save_file and torch.save): the rename makes the file appear complete or not
+  // at all to readers and after a process crash; forcing gigabytes to disk would multiply the
+  // time of `astrai init` on slow disks for protection only against power loss.
   if (::close(fd) != 0) {
     ::unlink(tmp.c_str());
     return io_error(fname + ": close failed: " + errno_text());

@@ -55,6 +55,17 @@ std::map<std::string, Stats> python_stats(const fs::path& dir) {
   return out;
 }
 
+InitOptions seeded(uint64_t seed) {
+  InitOptions o;
+  o.seed = seed;
+  return o;
+}
+template <typename F>
+InitOptions with(InitOptions o, F&& set) {
+  set(o);
+  return o;
+}
+
 // Sets an environment variable for one scope.
 class ScopedEnv {
  public:
@@ -80,9 +91,9 @@ TEST_CASE("init writes the same bytes for the same seed and different ones for a
   const uint64_t seed = astrai::test::fresh_seed() % 100000;
   INFO("seed " << seed);
   TempDir dir("init");
-  REQUIRE(init_model_dir("tiny", dir / "a", {.seed = seed}).ok());
-  REQUIRE(init_model_dir("tiny", dir / "b", {.seed = seed}).ok());
-  REQUIRE(init_model_dir("tiny", dir / "c", {.seed = seed + 1}).ok());
+  REQUIRE(init_model_dir("tiny", dir / "a", seeded(seed)).ok());
+  REQUIRE(init_model_dir("tiny", dir / "b", seeded(seed)).ok());
+  REQUIRE(init_model_dir("tiny", dir / "c", seeded(seed + 1)).ok());
   const std::string a = astrai::test::read_file(dir / "a" / "model.safetensors");
   CHECK(a == astrai::test::read_file(dir / "b" / "model.safetensors"));
   CHECK(a != astrai::test::read_file(dir / "c" / "model.safetensors"));
@@ -98,20 +109,20 @@ TEST_CASE("init values do not depend on the number of threads", "[unit]") {
   std::vector<uint16_t> one(n), many(n);
   const int saved = omp_get_max_threads();
   omp_set_num_threads(1);
-  fill_init_tensor(c, {.seed = 7}, "model.layers.3.mlp.up_proj.weight", DType::bf16, one.data(), n);
+  fill_init_tensor(c, seeded(7), "model.layers.3.mlp.up_proj.weight", DType::bf16, one.data(), n);
   omp_set_num_threads(4);
-  fill_init_tensor(c, {.seed = 7}, "model.layers.3.mlp.up_proj.weight", DType::bf16, many.data(), n);
+  fill_init_tensor(c, seeded(7), "model.layers.3.mlp.up_proj.weight", DType::bf16, many.data(), n);
   omp_set_num_threads(saved);
   CHECK(one == many);
   // Different tensors get different values.
-  fill_init_tensor(c, {.seed = 7}, "model.layers.4.mlp.up_proj.weight", DType::bf16, many.data(), n);
+  fill_init_tensor(c, seeded(7), "model.layers.4.mlp.up_proj.weight", DType::bf16, many.data(), n);
   CHECK(one != many);
 }
 
 TEST_CASE("an initialised tiny model is a complete HF directory that loads back", "[integration]") {
   TempDir dir("init");
   const fs::path m = dir / "tiny";
-  REQUIRE(init_model_dir("tiny", m, {.seed = 3}).ok());
+  REQUIRE(init_model_dir("tiny", m, seeded(3)).ok());
   for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
                         "generation_config.json"})
     CHECK(fs::exists(m / f));
@@ -136,7 +147,7 @@ TEST_CASE("an initialised tiny model is a complete HF directory that loads back"
 TEST_CASE("init's weight distribution, as the Python reference reads it", "[integration]") {
   TempDir dir("init");
   const fs::path m = dir / "tiny";
-  REQUIRE(init_model_dir("tiny", m, {.seed = 11}).ok());
+  REQUIRE(init_model_dir("tiny", m, seeded(11)).ok());
   ModelConfig c = ModelConfig::load(m).value();
   auto stats = python_stats(m);
   REQUIRE(stats.size() == weight_shapes(c).size());
@@ -172,7 +183,9 @@ TEST_CASE("big models are sharded with an index that both readers follow", "[int
   c.torch_dtype = "bfloat16";
   c.tie_word_embeddings = false;
   // ~0.67 MB of bf16 weights in shards of at most 200 KB.
-  REQUIRE(write_random_model(c, dir.path(), {.seed = 5, .max_shard_bytes = 200000}).ok());
+  REQUIRE(
+      write_random_model(c, dir.path(), with(seeded(5), [](InitOptions& o) { o.max_shard_bytes = 200000; }))
+          .ok());
   CHECK_FALSE(fs::exists(dir / "model.safetensors"));
   REQUIRE(fs::exists(dir / "model.safetensors.index.json"));
   WeightStore ws = WeightStore::open(dir.path()).value();
@@ -211,7 +224,9 @@ TEST_CASE("init with --tokenizer copies it and fits vocab_size and eos to it", "
   auto r = astrai::test::run_command(astrai::test::python3() + " -c \"" + py + "\" " + tokdir.string());
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
-  REQUIRE(init_model_dir("tiny", dir / "m", {.seed = 1, .tokenizer_dir = tokdir}).ok());
+  REQUIRE(
+      init_model_dir("tiny", dir / "m", with(seeded(1), [&](InitOptions& o) { o.tokenizer_dir = tokdir; }))
+          .ok());
   ModelConfig c = ModelConfig::load(dir / "m").value();
   CHECK(c.vocab_size == 448);  // 400 rounded up to a multiple of 64
   CHECK(c.eos_token_ids == std::vector<int32_t>{359});
@@ -220,7 +235,8 @@ TEST_CASE("init with --tokenizer copies it and fits vocab_size and eos to it", "
   WeightStore ws = WeightStore::open(dir / "m").value();
   CHECK(resolve_weights(c, ws).ok());
 
-  auto missing = init_model_dir("tiny", dir / "m2", {.tokenizer_dir = dir / "nothing"});
+  auto missing = init_model_dir("tiny", dir / "m2",
+                                with(seeded(0), [&](InitOptions& o) { o.tokenizer_dir = dir / "nothing"; }));
   REQUIRE_FALSE(missing.ok());
   CHECK_THAT(missing.message(), Catch::Contains("tokenizer.json"));
   CHECK_FALSE(fs::exists(dir / "m2"));
@@ -251,7 +267,7 @@ TEST_CASE("resolve_model_dir: directories, presets materialised once into the ca
   CHECK(resolve_model_dir("tiny", 9).value() == p);  // reused, not rewritten
   CHECK(fs::last_write_time(p / "model.safetensors") == written);
   TempDir direct("src");
-  REQUIRE(init_model_dir("tiny", direct / "m", {.seed = 9}).ok());
+  REQUIRE(init_model_dir("tiny", direct / "m", seeded(9)).ok());
   CHECK(astrai::test::read_file(p / "model.safetensors") ==
         astrai::test::read_file(direct / "m" / "model.safetensors"));
 
@@ -268,7 +284,7 @@ TEST_CASE("resolve_model_dir: directories, presets materialised once into the ca
 
 TEST_CASE("qwen3-0.6b initialises in bf16 and loads", "[slow]") {
   TempDir dir("init");
-  REQUIRE(init_model_dir("qwen3-0.6b", dir / "q", {.seed = 1}).ok());
+  REQUIRE(init_model_dir("qwen3-0.6b", dir / "q", seeded(1)).ok());
   ModelConfig c = ModelConfig::load(dir / "q").value();
   CHECK(c.num_parameters() == 596049920);
   WeightStore ws = WeightStore::open(dir / "q").value();
@@ -289,7 +305,7 @@ TEST_CASE("astrai init writes a model directory and reports errors with a non-ze
                         "generation_config.json"})
     CHECK(fs::exists(dir / "m" / f));
   // Same bytes as the library call with the same seed.
-  REQUIRE(init_model_dir("tiny", dir / "lib", {.seed = 4}).ok());
+  REQUIRE(init_model_dir("tiny", dir / "lib", seeded(4)).ok());
   CHECK(astrai::test::read_file(dir / "m" / "model.safetensors") ==
         astrai::test::read_file(dir / "lib" / "model.safetensors"));
   CHECK(resolve_weights(ModelConfig::load(dir / "m").value(), WeightStore::open(dir / "m").value()).ok());

@@ -177,7 +177,7 @@ TEST_CASE("safetensors round trip keeps every dtype, shape, byte and the metadat
     CHECK(t->dtype == o.tensors[i].dtype);
     CHECK(t->shape == o.tensors[i].shape);
     REQUIRE(t->nbytes == o.bytes[i].size());
-    CHECK(std::memcmp(t->data, o.bytes[i].data(), t->nbytes) == 0);
+    if (t->nbytes) CHECK(std::memcmp(t->data, o.bytes[i].data(), t->nbytes) == 0);
     // Header padded to 8 bytes and tensors ordered by element size, as HF writes them: every
     // tensor is aligned to its element size in memory.
     CHECK(reinterpret_cast<uintptr_t>(t->data) % dtype_size(t->dtype) == 0);
@@ -204,14 +204,17 @@ TEST_CASE("a file written by the Python reference is read with the same values",
   const uint64_t seed = astrai::test::fresh_seed() % 1000000;
   INFO("seed " << seed);
   TempDir dir("st");
-  for (const char* pad : {"", " --no-pad"}) {
-    const fs::path p = dir / "py.safetensors";
-    auto r = astrai::test::run_command(astrai::test::python3() + " " + st_io() + " write " + p.string() +
-                                       " " + std::to_string(seed) + pad);
-    REQUIRE(r.exit_code == 0);
-    INFO(r.err);
-    std::map<std::string, std::string> meta;
-    auto expected = parse_py(r.out, nullptr, &meta);
+  const fs::path padded = dir / "py.safetensors", unpadded = dir / "py-nopad.safetensors";
+  auto r = astrai::test::run_command(astrai::test::python3() + " " + st_io() + " write " + padded.string() +
+                                     " " + std::to_string(seed) + " " + unpadded.string());
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  uint64_t header_len = 0;
+  std::map<std::string, std::string> meta;
+  auto expected = parse_py(r.out, &header_len, &meta);
+  CHECK(header_len % 8 == 0);
+  for (const fs::path& p : {padded, unpadded}) {
+    INFO(p);
     auto f = SafeTensorsFile::open(p);
     REQUIRE(f.ok());
     CHECK(f->metadata() == meta);

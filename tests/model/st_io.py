@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """An independent safetensors reader/writer (numpy + json; torch only for bfloat16 rounding).
 
-  st_io.py write OUT SEED [--no-pad]   write random tensors of every dtype, print what was written
+  st_io.py write OUT SEED [NOPAD_OUT] write random tensors of every dtype, print what was written
+                                       (and the same tensors with an unpadded header to NOPAD_OUT)
   st_io.py dump FILE                   read FILE strictly as the reference library does, print it
   st_io.py init-dir DIR                print {name: [dtype, shape, mean, std]} of DIR's weights
                                        (model.safetensors or shards via the index)
@@ -103,7 +104,9 @@ def main():
     if cmd == "write":
         t = random_tensors(int(sys.argv[3]))
         meta = {"format": "pt", "seed": sys.argv[3]}
-        write(sys.argv[2], t, meta, pad="--no-pad" not in sys.argv)
+        write(sys.argv[2], t, meta)
+        if len(sys.argv) > 4:
+            write(sys.argv[4], t, meta, pad=False)
         _, _, n = read(sys.argv[2])
         print(json.dumps(as_json(t, meta, n)))
     elif cmd == "dump":
