@@ -559,7 +559,8 @@ Value f_unique(const Value& v, CallArgs& a) {
   for (const Value& x : iterate(v)) {
     Value k = attribute.is_none() ? x : attr_path(x, attribute);
     if (!cs) k = ignore_case(k);
-    if (k.is_list() || k.is_dict()) type_error("unhashable type: '" + type_name(k) + "'");
+    if ((k.is_list() && k.seq_kind() == SeqKind::list) || k.is_dict())
+      type_error("unhashable type: '" + type_name(k) + "'");
     if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return equals(s, k); })) continue;
     seen.push_back(k);
     out.push_back(x);

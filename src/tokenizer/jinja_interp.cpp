@@ -170,8 +170,9 @@ bool compare(const std::string& op, const Value& a, const Value& b) {
   }
   if (op == "<") return less_than(a, b);
   if (op == ">") return less_than(b, a);
-  if (op == "<=") return equals(a, b) || less_than(a, b);
-  if (op == ">=") return equals(a, b) || less_than(b, a);
+  // less_than first: unorderable types (dicts, str vs int) raise even when equal.
+  if (op == "<=") return less_than(a, b) || equals(a, b);
+  if (op == ">=") return less_than(b, a) || equals(a, b);
   if (op == "in") return contains(b, a);
   return !contains(b, a);  // "not in"
 }
