@@ -132,6 +132,11 @@ JsonWriter& JsonWriter::value(double v) {
   }
   char buf[32];
   auto r = std::to_chars(buf, buf + sizeof buf, v);
+  // Shortest form can be a long digit string (3.4e20 -> "336343897724874260480"): valid JSON, but
+  // an integer past 64 bits that parsers such as simdjson reject. Use the exponent form then.
+  const std::string_view shortest(buf, size_t(r.ptr - buf));
+  if (shortest.find_first_of(".e") == std::string_view::npos && std::abs(v) >= 1e15)
+    r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
   out_.append(buf, r.ptr);
   return *this;
 }

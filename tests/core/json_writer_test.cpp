@@ -37,3 +37,15 @@ TEST_CASE("utf8 incomplete tail finds cut sequences only", "[unit]") {
   CHECK(astrai::utf8_incomplete_tail("\xF0\x9F") == 2);
   CHECK(astrai::utf8_incomplete_tail("\xFF") == 0);
 }
+
+TEST_CASE("json writer keeps large doubles parseable (exponent form, not a 21-digit integer)", "[unit]") {
+  simdjson::dom::parser parser;
+  for (double v : {3.3634389772487426e20, -1e300, 123456789012345680.0, 1e15, 42.0, 0.1}) {
+    astrai::JsonWriter w;
+    w.begin_array().value(v).end_array();
+    INFO(w.str());
+    auto doc = parser.parse(w.str());
+    REQUIRE(doc.error() == simdjson::SUCCESS);
+    CHECK(double(doc.at(0)) == v);
+  }
+}

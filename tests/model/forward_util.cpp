@@ -9,17 +9,24 @@
 #include "src/core/status.h"
 #include "src/model/safetensors.h"
 #include "src/model/weights.h"
+#include "src/tokenizer/tokenizer.h"
 #include "tools/test_util.h"
 
 namespace astrai::test {
 namespace fs = std::filesystem;
 
-void write_random_model(const fs::path& dir, const ModelConfig& c, uint64_t seed, DType file_dtype) {
+void write_random_model(const fs::path& dir, const ModelConfig& c, uint64_t seed, DType file_dtype,
+                        const std::function<void(std::vector<TensorSpec>&)>& edit, bool with_tokenizer) {
   fs::create_directories(dir);
   write_file(dir / "config.json", c.to_json());
+  if (with_tokenizer) {
+    write_file(dir / "tokenizer.json", builtin_tokenizer_json());
+    write_file(dir / "tokenizer_config.json", builtin_tokenizer_config_json());
+  }
   std::mt19937_64 rng(seed);
   std::vector<TensorSpec> specs;
   for (auto& [name, shape] : weight_shapes(c)) specs.push_back({name, file_dtype, shape});
+  if (edit) edit(specs);
   auto fill = [&](size_t i, void* dst, size_t) -> Status {
     const TensorSpec& s = specs[i];
     const std::string& n = s.name;

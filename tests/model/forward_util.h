@@ -4,20 +4,26 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "src/model/config.h"
 #include "src/model/model.h"
+#include "src/model/safetensors.h"
 
 namespace astrai::test {
 
 // Writes config.json and model.safetensors with random weights in file_dtype: linear weights
 // uniform in +-1.5/sqrt(fan_in) (activations stay O(1), attention is far from uniform), norms
 // 1 +- 0.3, biases +-0.2, embeddings +-1.
+// `edit` may change the tensor list before writing (drop one, alter a shape) for the bad-model tests.
+// with_tokenizer also writes the built-in byte-level tokenizer files.
 void write_random_model(const std::filesystem::path& dir, const ModelConfig& config, uint64_t seed,
-                        DType file_dtype = DType::f32);
+                        DType file_dtype = DType::f32,
+                        const std::function<void(std::vector<TensorSpec>&)>& edit = nullptr,
+                        bool with_tokenizer = false);
 
 // Logits [ids.size(), vocab] from tests/model/reference.py (float64 PyTorch).
 std::vector<double> reference_logits(const std::filesystem::path& model_dir, const std::vector<int32_t>& ids);

@@ -115,7 +115,8 @@ void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
     blk[s + 1] = blk[s] + (qlen + kQueryBlock - 1) / kQueryBlock;
   }
   const int64_t n_tasks = blk[S] * H;
-  // Fork only when there is enough work: about T * (keys per row) * D multiply-adds twice.
+  // Fork only when there is enough work (about T * H * keys * D multiply-adds, twice): on 2 busy
+  // cores a fork/join can cost more than a small decode step's attention.
   const int64_t work = T * H * max_kv * D;
   const int64_t group = H / KVH;
   const RowView qv = rows_of(q, "paged_attention"), ov = rows_of(out, "paged_attention");
@@ -123,7 +124,7 @@ void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
   const float* vc = v_cache.ptr<float>();
   const int64_t* blk_p = blk.data();
 
-#pragma omp parallel for schedule(dynamic, 1) if (n_tasks > 1 && work > (1 << 16))
+#pragma omp parallel for schedule(dynamic, 1) if (n_tasks > 1 && work > (1 << 20))
   for (int64_t task = 0; task < n_tasks; ++task) {
     const int64_t b = task / H, h = task % H, kvh = h / group;
     const int64_t s = std::upper_bound(blk_p, blk_p + S + 1, b) - blk_p - 1;

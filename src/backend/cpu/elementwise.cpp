@@ -35,7 +35,7 @@ void swiglu(const Tensor& gate, const Tensor& up, Tensor out) {
       gv.n_rows == uv.n_rows && gv.n_rows == ov.n_rows && gv.width == uv.width && gv.width == ov.width,
       "swiglu: gate " + gate.shape_str() + " up " + up.shape_str() + " out " + out.shape_str());
   const int64_t F = gv.width;
-#pragma omp parallel for schedule(static) if (gv.n_rows * F > (1 << 16))
+#pragma omp parallel for schedule(static) if (gv.n_rows * F > (1 << 18))
   for (int64_t r = 0; r < gv.n_rows; ++r) {
     const float* g = gv.row(r);
     const float* u = uv.row(r);
@@ -54,7 +54,7 @@ void add(const Tensor& a, const Tensor& b, Tensor out) {
       av.n_rows == bv.n_rows && av.n_rows == ov.n_rows && av.width == bv.width && av.width == ov.width,
       "add: a " + a.shape_str() + " b " + b.shape_str() + " out " + out.shape_str());
   const int64_t d = av.width;
-#pragma omp parallel for schedule(static) if (av.n_rows * d > (1 << 16))
+#pragma omp parallel for schedule(static) if (av.n_rows * d > (1 << 18))
   for (int64_t r = 0; r < av.n_rows; ++r) {
     const float* x = av.row(r);
     const float* y = bv.row(r);

@@ -19,7 +19,7 @@ namespace astrai::cpu {
 namespace {
 
 // Below this many multiply-adds a GEMM runs on one thread.
-constexpr int64_t kParallelMacs = 1 << 18;
+constexpr int64_t kParallelMacs = 1 << 20;
 
 void gemm_block(int64_t M, int64_t K, int64_t n0, int64_t n1, const float* x, int64_t lda, const float* w,
                 float beta, float* out, int64_t ldc) {

@@ -34,7 +34,7 @@ void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor out) {
   const RowView xv = rows_of(x, "rms_norm"), ov = rows_of(out, "rms_norm");
   check_norm_args(xv, w, ov, "rms_norm");
   const float* wp = w.ptr<float>();
-#pragma omp parallel for schedule(static) if (xv.n_rows * xv.width > (1 << 16))
+#pragma omp parallel for schedule(static) if (xv.n_rows * xv.width > (1 << 18))
   for (int64_t r = 0; r < xv.n_rows; ++r) norm_row(xv.row(r), wp, eps, xv.width, ov.row(r));
 }
 
@@ -50,7 +50,7 @@ void add_rms_norm(Tensor residual, const Tensor& x, const Tensor& w, float eps, 
                   "add_rms_norm: x shape differs from residual");
   const float* wp = w.ptr<float>();
   const int64_t d = rv.width;
-#pragma omp parallel for schedule(static) if (rv.n_rows * d > (1 << 16))
+#pragma omp parallel for schedule(static) if (rv.n_rows * d > (1 << 18))
   for (int64_t r = 0; r < rv.n_rows; ++r) {
     float* res = rv.row(r);
     const float* xr = xv.row(r);

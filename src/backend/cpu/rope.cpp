@@ -21,7 +21,7 @@ void rope(Tensor x, const Tensor& positions, const Tensor& cos_sin) {
   for (int64_t t = 0; t < T; ++t)
     ASTRAI_OP_CHECK(pos[t] >= 0 && pos[t] < max_pos, "rope: position " + std::to_string(pos[t]) +
                                                          " outside the table of " + std::to_string(max_pos));
-#pragma omp parallel for schedule(static) if (T * H * D > (1 << 16))
+#pragma omp parallel for schedule(static) if (T * H * D > (1 << 18))
   for (int64_t r = 0; r < T * H; ++r) {
     const float* cs = cos_sin.ptr<float>() + int64_t(pos[r / H]) * D;
     const float* c = cs;

@@ -1,0 +1,271 @@
+// astrai bench decode: decode throughput of Model::forward on one device.
+//   astrai bench decode --device cpu --preset tiny|qwen3-0.6b|... (or --model DIR)
+//                       [--batch 1,8,32] [--prompt-len 128] [--tokens 64]
+// For each batch size B: B random prompts prefilled (chunks of up to 512 tokens per step), then
+// --tokens decode steps of B sequences in lockstep (greedy next token), timed. Prints a table and
+// one JSON line.
+//
+// Bandwidth reference: at batch 1 a decode step reads every weight once, so it cannot beat
+// weight_bytes / memory bandwidth. We time a plain parallel read of all weight bytes (a sum over
+// the f32 weights) in the same run and report each batch's step time against that floor.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "src/backend/backend.h"
+#include "src/cli/commands.h"
+#include "src/core/json_writer.h"
+#include "src/model/model.h"
+#include "src/model/model_source.h"
+
+namespace astrai::cli {
+namespace {
+
+struct DecodeBenchOptions {
+  CommonOptions common;
+  std::string model, preset;
+  std::string batches = "1,8,32";
+  int prompt_len = 128;
+  int tokens = 64;
+  uint64_t seed = 0;
+};
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::vector<int> parse_batches(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    int v = 0;
+    try {
+      v = std::stoi(part);
+    } catch (const std::exception&) {
+      v = 0;
+    }
+    if (v < 1) throw Error(invalid_argument("--batch: '" + part + "' is not a positive integer"));
+    out.push_back(v);
+  }
+  if (out.empty()) throw Error(invalid_argument("--batch needs at least one size"));
+  return out;
+}
+
+// Best of 3 timed reads of every weight byte (f32 sum, OpenMP over each tensor), in seconds.
+double time_weight_read(const Model& model) {
+  std::vector<Tensor> weights;
+  model.for_each_weight([&](const Tensor& t) { weights.push_back(t); });
+  double best = 1e30;
+  volatile float sink = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = Clock::now();
+    float total = 0;
+    for (const Tensor& t : weights) {
+      const float* p = t.ptr<float>();
+      const int64_t n = t.numel();
+      float s = 0;
+#pragma omp parallel for simd reduction(+ : s) schedule(static) if (n > (1 << 16))
+      for (int64_t i = 0; i < n; ++i) s += p[i];
+      total += s;
+    }
+    sink = sink + total;
+    best = std::min(best, seconds_since(t0));
+  }
+  return best;
+}
+
+struct BatchResult {
+  int batch = 0;
+  double prefill_s = 0, decode_s = 0;
+  int64_t prefill_tokens = 0, decode_tokens = 0;
+};
+
+BatchResult run_batch(Model& model, int B, int prompt_len, int steps, uint64_t seed) {
+  const ModelConfig& cfg = model.config();
+  const int page_size = 16;
+  const int total_len = prompt_len + steps;
+  if (total_len > cfg.max_position_embeddings)
+    throw Error(invalid_argument("--prompt-len + --tokens exceeds the model's context of " +
+                                 std::to_string(cfg.max_position_embeddings)));
+  const int pages_per_seq = (total_len + page_size - 1) / page_size;
+  KvCache kv = model.allocate_kv(B * pages_per_seq, page_size);
+  std::mt19937_64 rng(seed + uint64_t(B));
+  std::uniform_int_distribution<int32_t> tok(0, int32_t(cfg.vocab_size) - 1);
+  std::vector<std::vector<int32_t>> seqs(static_cast<size_t>(B));
+  for (auto& s : seqs)
+    for (int i = 0; i < prompt_len; ++i) s.push_back(tok(rng));
+  auto pages_of = [&](int s) {
+    std::vector<int32_t> p(static_cast<size_t>(pages_per_seq));
+    for (int i = 0; i < pages_per_seq; ++i) p[size_t(i)] = s * pages_per_seq + i;
+    return p;
+  };
+  // Adds tokens [p0, p1) of sequence s to the batch.
+  auto add = [&](ForwardBatch& b, int s, int p0, int p1) {
+    const auto pages = pages_of(s);
+    for (int p = p0; p < p1; ++p) {
+      b.tokens.push_back(seqs[size_t(s)][size_t(p)]);
+      b.positions.push_back(p);
+      b.slots.push_back(pages[size_t(p / page_size)] * page_size + p % page_size);
+    }
+    b.logit_rows.push_back(int32_t(b.tokens.size()) - 1);
+    b.q_start.push_back(int32_t(b.tokens.size()));
+    b.kv_len.push_back(p1);
+    b.page_table.insert(b.page_table.end(), pages.begin(), pages.end());
+  };
+  auto fresh = [&] {
+    ForwardBatch b;
+    b.q_start.push_back(0);
+    b.max_pages = pages_per_seq;
+    return b;
+  };
+  std::vector<float> logits;
+  // Greedy next token of each sequence from the step's logits (one row per sequence).
+  auto step = [&](const ForwardBatch& b, const std::vector<int>& which) {
+    Tensor lt = model.forward(b, kv).value();
+    logits.resize(size_t(lt.numel()));
+    model.backend().synchronize();
+    model.backend().download(logits.data(), lt);
+    for (size_t r = 0; r < which.size(); ++r) {
+      const float* row = logits.data() + r * size_t(cfg.vocab_size);
+      seqs[size_t(which[r])].push_back(int32_t(std::max_element(row, row + cfg.vocab_size) - row));
+    }
+  };
+
+  BatchResult res;
+  res.batch = B;
+  const int budget = 512;
+  auto t0 = Clock::now();
+  for (int s = 0; s < B;) {  // prefill: whole prompts, packed up to the token budget
+    ForwardBatch b = fresh();
+    std::vector<int> which;
+    int used = 0;
+    while (s < B && (used == 0 || used + prompt_len <= budget)) {
+      add(b, s, 0, prompt_len);
+      which.push_back(s++);
+      used += prompt_len;
+    }
+    step(b, which);
+  }
+  res.prefill_s = seconds_since(t0);
+  res.prefill_tokens = int64_t(B) * prompt_len;
+  std::vector<int> all(static_cast<size_t>(B));
+  for (int s = 0; s < B; ++s) all[size_t(s)] = s;
+  t0 = Clock::now();
+  for (int i = 0; i < steps; ++i) {
+    ForwardBatch b = fresh();
+    for (int s = 0; s < B; ++s) add(b, s, prompt_len + i, prompt_len + i + 1);
+    step(b, all);
+  }
+  res.decode_s = seconds_since(t0);
+  res.decode_tokens = int64_t(B) * steps;
+  return res;
+}
+
+void run(const DecodeBenchOptions& o) {
+  apply_common_options(o.common);
+  if (o.model.empty() == o.preset.empty())
+    throw Error(invalid_argument("give exactly one of --model or --preset"));
+  if (o.prompt_len < 1 || o.tokens < 1)
+    throw Error(invalid_argument("--prompt-len and --tokens must be positive"));
+  const std::vector<int> batches = parse_batches(o.batches);
+  BackendOptions bo;
+  bo.device = o.common.device == "cuda"           ? Device::cuda
+              : o.common.device == "cpu"          ? Device::cpu
+              : has_backend_factory(Device::cuda) ? Device::cuda
+                                                  : Device::cpu;
+  bo.threads = o.common.threads;
+  auto backend = make_backend(bo).value();
+  const std::string name = o.model.empty() ? o.preset : o.model;
+  const std::filesystem::path dir = resolve_model_dir(name, o.seed).value();
+  auto model = Model::load(dir, *backend).value();
+  const ModelConfig& cfg = model->config();
+
+  const double wbytes = double(model->weight_bytes());
+  double read_s = 0;
+  if (backend->device() == Device::cpu && backend->compute_dtype() == DType::f32)
+    read_s = time_weight_read(*model);
+  const double gbps = read_s > 0 ? wbytes / read_s / 1e9 : 0;
+
+  std::printf("model %s (%s, %lld layers, %.1fM params, %.3f GB weights) on %s\n", name.c_str(),
+              cfg.architecture.c_str(), (long long)cfg.num_layers, double(cfg.num_parameters()) / 1e6,
+              wbytes / 1e9, backend->name().c_str());
+  if (read_s > 0)
+    std::printf("weight read: %.1f ms (%.1f GB/s) = decode floor of %.1f ms/step at batch 1\n", read_s * 1e3,
+                gbps, read_s * 1e3);
+  std::printf("prompt %d tokens, %d decode steps\n\n", o.prompt_len, o.tokens);
+  std::printf("%6s %14s %14s %10s %9s\n", "batch", "prefill tok/s", "decode tok/s", "ms/step", "x floor");
+  std::vector<BatchResult> results;
+  for (int B : batches) {
+    BatchResult r = run_batch(*model, B, o.prompt_len, o.tokens, o.seed);
+    const double ms = r.decode_s * 1e3 / o.tokens;
+    std::printf("%6d %14.1f %14.1f %10.2f %9.2f\n", B, double(r.prefill_tokens) / r.prefill_s,
+                double(r.decode_tokens) / r.decode_s, ms, read_s > 0 ? ms / (read_s * 1e3) : 0.0);
+    std::fflush(stdout);
+    results.push_back(r);
+  }
+  JsonWriter w;
+  w.begin_object()
+      .key("bench")
+      .value("decode")
+      .key("model")
+      .value(name)
+      .key("architecture")
+      .value(cfg.architecture)
+      .key("device")
+      .value(backend->name())
+      .key("threads")
+      .value(int64_t(omp_get_max_threads()))
+      .key("prompt_len")
+      .value(int64_t(o.prompt_len))
+      .key("decode_steps")
+      .value(int64_t(o.tokens))
+      .key("weight_bytes")
+      .value(int64_t(wbytes))
+      .key("weight_read_ms")
+      .value(read_s * 1e3)
+      .key("read_gb_per_s")
+      .value(gbps)
+      .key("results")
+      .begin_array();
+  for (const BatchResult& r : results)
+    w.begin_object()
+        .key("batch")
+        .value(int64_t(r.batch))
+        .key("prefill_tok_per_s")
+        .value(double(r.prefill_tokens) / r.prefill_s)
+        .key("decode_tok_per_s")
+        .value(double(r.decode_tokens) / r.decode_s)
+        .key("ms_per_step")
+        .value(r.decode_s * 1e3 / o.tokens)
+        .end_object();
+  w.end_array().end_object();
+  std::printf("\n%s\n", w.str().c_str());
+}
+
+void register_bench_decode(CLI::App& app) {
+  auto o = std::make_shared<DecodeBenchOptions>();
+  CLI::App* sub =
+      bench_command(app)->add_subcommand("decode", "Decode tokens/s of Model::forward (+ weight-read floor)");
+  sub->add_option("--model", o->model, "Model directory (Hugging Face layout)");
+  sub->add_option("--preset", o->preset, "Preset name (tiny, llama-1b, qwen3-0.6b, qwen3-8b)");
+  sub->add_option("--batch", o->batches, "Comma-separated batch sizes")->capture_default_str();
+  sub->add_option("--prompt-len", o->prompt_len, "Prompt tokens per sequence")->capture_default_str();
+  sub->add_option("--tokens", o->tokens, "Decode steps to time")->capture_default_str();
+  sub->add_option("--seed", o->seed, "Seed of the prompts and of a preset's weights")->capture_default_str();
+  add_common_options(*sub, o->common);
+  sub->callback([o] { run(*o); });
+}
+
+}  // namespace
+}  // namespace astrai::cli
+
+ASTRAI_REGISTER_COMMAND("bench decode", astrai::cli::register_bench_decode);
