@@ -133,7 +133,8 @@ class ByteLevel final : public PreTokenizer {
     if (add_prefix_space_) {
       for (std::string_view& p : pieces) {
         if (!p.empty() && p[0] != ' ') {
-          s.arena.push_back(" " + std::string(p));
+          s.arena.emplace_back(1, ' ');
+          s.arena.back().append(p);
           p = s.arena.back();
         }
       }

@@ -125,7 +125,9 @@ std::string nfkc_byte_level() {
     w.end_array();
     extra = w.str();
   }
-  j.insert(at + specials_end.size() - 2, "," + extra.substr(1, extra.size() - 2));
+  std::string items(1, ',');
+  items.append(extra, 1, extra.size() - 2);
+  j.insert(at + specials_end.size() - 2, items);
   const std::string null_norm = R"("normalizer":null)";
   j.replace(j.find(null_norm), null_norm.size(), R"("normalizer":{"type":"NFKC"})");
   return j;
