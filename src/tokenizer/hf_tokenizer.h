@@ -1,5 +1,19 @@
 // The Tokenizer implementation for Hugging Face tokenizer.json files: added tokens, normalizer,
 // pre-tokenizer, BPE model, post-processor and decoder, wired as HF's TokenizerImpl does.
+//
+// Where HF's implementations disagree we follow the Rust `tokenizers` crate (what transformers
+// runs), and the tests compare with the JS port only where the two agree:
+//  - (?i) in split regexes folds case over Unicode as Oniguruma does ('ſ matches 's); the JS port
+//    folds ASCII only.
+//  - Split's MergedWithPrevious / MergedWithNext / Contiguous and Metaspace's `split` are applied
+//    (the JS port treats them as Isolated / no split).
+//  - Invalid UTF-8, in input text or in decoded bytes, becomes U+FFFD per maximal invalid subpart
+//    (Python's errors="replace", Rust's from_utf8_lossy, WHATWG TextDecoder). Rust's ByteFallback
+//    decoder instead writes one U+FFFD per byte of an invalid <0x..> run; we use the former.
+//  - decode() never applies transformers' clean_up_tokenization_spaces (a transformers-level
+//    option, and it breaks decode(encode(s)) == s).
+//  - encode() applies tokenizer.json's post-processor only; tokenizer_config.json's add_bos_token
+//    is reported in special_tokens() for callers that build prompts themselves.
 #pragma once
 
 #include <memory>
