@@ -64,6 +64,10 @@ class JinjaChatTemplate final : public ChatTemplate {
       // raise_exception() is the template talking to the user: pass its message on unchanged.
       if (e.type() == "TemplateError") return invalid_argument(e.what());
       return invalid_argument(std::string("chat template: ") + e.type() + ": " + e.what());
+    } catch (const std::bad_alloc&) {
+      return resource_exhausted("chat template: out of memory while rendering");
+    } catch (const std::exception& e) {  // e.g. std::length_error from a huge str.center()
+      return internal_error(std::string("chat template: ") + e.what());
     }
   }
 

@@ -81,7 +81,9 @@ Value f_capitalize(const Value& v, CallArgs&) {
   return str_v(py_capitalize(to_str(v)));
 }
 Value f_center(const Value& v, CallArgs& a) {
-  return str_v(py_center(to_str(v), a.get(0, "width", Value::integer(80)).as_int(), " "));
+  int64_t width = a.get(0, "width", Value::integer(80)).as_int();
+  if (width > (int64_t(1) << 28)) throw RenderError("MemoryError", "center width too large");
+  return str_v(py_center(to_str(v), width, " "));
 }
 
 Value f_default(const Value& v, CallArgs& a) {
@@ -421,7 +423,7 @@ double py_round(double x, int64_t n) {
   if (!std::isfinite(x)) return x;
   if (n >= 0) {
     if (n > 300) return x;
-    char buf[512];
+    char buf[1024];  // up to 309 integer digits + 300 decimals
     std::snprintf(buf, sizeof(buf), "%.*f", int(n), x);
     return std::strtod(buf, nullptr);
   }

@@ -62,7 +62,13 @@ double py_fmod(double a, double b) {
   type_error("unsupported operand type(s) for " + op + ": '" + type_name(a) + "' and '" + type_name(b) + "'");
 }
 
+// Templates come from model files, but a runaway `'x' * 10**12` must be an error, not an OOM.
+constexpr size_t kMaxRepeatBytes = size_t(256) << 20;
+
 Value repeat(const Value& seq, int64_t n) {
+  const size_t unit = seq.is_string() ? seq.str().size() : seq.items().size() * sizeof(Value);
+  if (n > 0 && unit > 0 && size_t(n) > kMaxRepeatBytes / unit)
+    throw RenderError("MemoryError", "sequence repetition result too large");
   if (seq.is_string()) {
     std::string out;
     for (int64_t i = 0; i < n; ++i) out += seq.str();
@@ -146,10 +152,18 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
   }
   if (op == "**") {
     if (ints && b.as_int() >= 0) {
-      int64_t r = 1, base = a.as_int();
-      for (int64_t i = 0; i < b.as_int(); ++i) {
-        const bool overflow = __builtin_mul_overflow(r, base, &r);
-        checked(overflow, r);
+      // Square-and-multiply: O(log e) steps even for 1 ** 10**18.
+      int64_t r = 1, base = a.as_int(), e = b.as_int();
+      while (e > 0) {
+        if (e & 1) {
+          const bool overflow = __builtin_mul_overflow(r, base, &r);
+          checked(overflow, r);
+        }
+        e >>= 1;
+        if (e > 0) {
+          const bool overflow = __builtin_mul_overflow(base, base, &base);
+          checked(overflow, base);
+        }
       }
       return Value::integer(r);
     }
@@ -361,7 +375,17 @@ class Interpreter {
     return apply_filter(e.name, operand, a);
   }
 
+  // Bounds C++ recursion on pathological trees (a 10k-term `a ~ b ~ ...` chain is left-deep).
+  struct EvalDepth {
+    explicit EvalDepth(int& d) : d_(d) {
+      if (++d_ > 1500) throw RenderError("RecursionError", "expression nested too deeply");
+    }
+    ~EvalDepth() { --d_; }
+    int& d_;
+  };
+
   Value eval(const Expr& e, const ScopePtr& scope) {
+    EvalDepth guard(eval_depth_);
     switch (e.type) {
       case ExprType::constant: return e.value;
       case ExprType::name: {
@@ -449,7 +473,8 @@ class Interpreter {
     return Value();
   }
 
-  int depth_ = 0;
+  int depth_ = 0;       // macro calls in progress
+  int eval_depth_ = 0;  // nested eval() frames
 };
 
 // jinja2's default globals.

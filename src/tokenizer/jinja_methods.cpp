@@ -44,6 +44,13 @@ std::optional<int64_t> opt_int(const Value& v) {
   return need_int(v, "slice index");
 }
 
+// A padding width, refused beyond 2^28 so a typo'd template cannot exhaust memory.
+int64_t pad_width(const Value& v) {
+  int64_t w = need_int(v, "width");
+  if (w > (int64_t(1) << 28)) throw RenderError("MemoryError", "padding width too large");
+  return w;
+}
+
 [[noreturn]] void unsafe(const Value& obj, const std::string& name) {
   throw RenderError("SecurityError",
                     "access to attribute '" + name + "' of '" + type_name(obj) + "' object is unsafe.");
@@ -191,7 +198,7 @@ Value str_method(const Value& obj, const std::string& name) {
       return str_value(has && !p.empty() ? s.substr(0, s.size() - p.size()) : s);
     }
     if (name == "center" || name == "ljust" || name == "rjust") {
-      int64_t w = need_int(arg(0, "width"), "width");
+      int64_t w = pad_width(arg(0, "width"));
       Value f = arg(1, "fillchar");
       std::string fill = f.is_undefined() ? " " : need_str(f, "fillchar");
       if (name == "center") return str_value(py_center(s, w, fill));
@@ -201,7 +208,7 @@ Value str_method(const Value& obj, const std::string& name) {
       return str_value(name == "ljust" ? s + pad : pad + s);
     }
     if (name == "zfill") {
-      int64_t w = need_int(arg(0, "width"), "width"), len = cp_length(s);
+      int64_t w = pad_width(arg(0, "width")), len = cp_length(s);
       if (len >= w) return str_value(s);
       std::string pad(size_t(w - len), '0');
       if (!s.empty() && (s[0] == '-' || s[0] == '+')) return str_value(s.substr(0, 1) + pad + s.substr(1));

@@ -215,6 +215,7 @@ TEST_CASE("expressions and Python value semantics match jinja2", "[unit]") {
       T("{{ add_generation_prompt }} {{ bos_token }}{{ eos_token }} {{ tools }} {{ tools is none }} {{ "
         "documents }}"),
       T("{{ strftime_now('%Y-%m') }} {{ strftime_now('%d %b %Y')|length }}"),
+      T("{{ 1 ** 1000000000000 }} {{ (-1) ** 999999999999 }} {{ 0 ** 123456789012 }} {{ 3 ** 39 }}"),
   };
   astrai::test::expect_same_as_jinja2(cases);
 }
@@ -268,5 +269,21 @@ TEST_CASE("unsupported constructs fail at parse time naming the construct and po
     INFO(bad.substr(0, 80));
     REQUIRE(!b.ok());
     CHECK(b.status().message().find("chat template: syntax error at line 1") == 0);
+  }
+}
+
+TEST_CASE("runaway templates fail with an error instead of exhausting the machine", "[unit]") {
+  std::string chain = "{{ 1";
+  for (int i = 0; i < 20000; ++i) chain += " ~ 1";
+  chain += " }}";
+  for (const std::string& src : std::vector<std::string>{
+           "{{ 'x' * 1000000000000 }}", "{{ [1, 2] * 1000000000000 }}", "{{ 'x'|center(1000000000000) }}",
+           "{{ 'x'.zfill(1000000000000) }}", "{{ range(1000000000)|length }}", "{{ 2 ** 200 }}",
+           "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", chain}) {
+    INFO(src.substr(0, 80));
+    auto t = astrai::ChatTemplate::parse(src);
+    REQUIRE(t.ok());
+    auto r = (*t)->render(astrai::ChatTemplateInput{});
+    CHECK(!r.ok());
   }
 }
