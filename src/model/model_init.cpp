@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -219,7 +220,10 @@ Status init_model_dir(std::string_view preset, const fs::path& out, const InitOp
   const fs::path parent = abs.parent_path();
   fs::create_directories(parent, ec);
   if (ec) return io_error("cannot create " + parent.string() + ": " + ec.message());
-  const fs::path tmp = parent / ("." + abs.filename().string() + ".tmp-" + std::to_string(::getpid()));
+  // Unique per process and call, so concurrent inits of the same directory never share a temp dir.
+  static std::atomic<uint64_t> counter{0};
+  const fs::path tmp = parent / ("." + abs.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
+                                 std::to_string(counter++));
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);
   if (ec) return io_error("cannot create " + tmp.string() + ": " + ec.message());

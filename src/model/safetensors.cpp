@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -460,7 +461,9 @@ Status write_impl(const fs::path& file, const std::vector<TensorSpec>& tensors, 
   unsigned char len_bytes[8];
   for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<unsigned char>(uint64_t(header.size()) >> (8 * i));
 
-  const fs::path tmp = file.parent_path() / (file.filename().string() + ".tmp." + std::to_string(::getpid()));
+  static std::atomic<uint64_t> counter{0};  // unique temp name per process and call
+  const fs::path tmp = file.parent_path() / (file.filename().string() + ".tmp." + std::to_string(::getpid()) +
+                                             "." + std::to_string(counter++));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return io_error(fname + ": cannot create " + tmp.string() + ": " + errno_text());
   auto fail = [&](Status s) {

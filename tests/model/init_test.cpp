@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
+#include <thread>
 
 #include "src/model/model_init.h"
 #include "src/model/model_source.h"
@@ -280,6 +281,25 @@ TEST_CASE("resolve_model_dir: directories, presets materialised once into the ca
     ScopedEnv xdg("XDG_CACHE_HOME", (dir / "xdg").string());
     CHECK(preset_cache_dir() == dir / "xdg" / "astrai" / "presets");
   }
+}
+
+TEST_CASE("concurrent first uses of a preset all get the one complete directory", "[unit]") {
+  TempDir dir("src");
+  ScopedEnv cache("ASTRAI_CACHE_DIR", (dir / "cache").string());
+  std::vector<std::thread> threads;
+  std::vector<Result<fs::path>> results(4, Result<fs::path>(internal_error("not run")));
+  for (size_t i = 0; i < results.size(); ++i)
+    threads.emplace_back([&results, i] { results[i] = resolve_model_dir("tiny", 21); });
+  for (auto& t : threads) t.join();
+  for (auto& r : results) {
+    INFO(r.status().message());
+    REQUIRE(r.ok());
+    CHECK(r.value() == dir / "cache" / "presets" / "tiny-seed21");
+  }
+  ModelConfig c = ModelConfig::load(results[0].value()).value();
+  CHECK(resolve_weights(c, WeightStore::open(results[0].value()).value()).ok());
+  // Only the finished preset remains: no temp directories left behind.
+  CHECK(std::distance(fs::directory_iterator(dir / "cache" / "presets"), fs::directory_iterator()) == 1);
 }
 
 TEST_CASE("qwen3-0.6b initialises in bf16 and loads", "[slow]") {
