@@ -60,15 +60,15 @@ struct Child {
 
 Child start_server(const BenchServeArgs& a, const std::filesystem::path& log) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  int pipefd[2];
-  if (::pipe(pipefd) != 0) throw Error(io_error("pipe failed"));
+  // The child's stdout and stderr go to files (a pipe left unread could block or kill it).
+  const std::string out_path = log.string() + ".out";
   Child c;
   c.pid = ::fork();
   if (c.pid == 0) {
-    ::dup2(pipefd[1], 1);
+    const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     const int err = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(out, 1);
     ::dup2(err, 2);
-    ::close(pipefd[0]);
     const bool dir = std::filesystem::is_directory(a.model);
     std::vector<std::string> args = {
         self,           "serve", dir ? "--model" : "--preset", a.model,  "--port",      "0",
@@ -80,18 +80,22 @@ Child start_server(const BenchServeArgs& a, const std::filesystem::path& log) {
     ::execv(self.c_str(), argv.data());
     ::_exit(127);
   }
-  ::close(pipefd[1]);
-  std::string out;
-  char buf[256];
-  while (out.find('\n') == std::string::npos) {
-    const ssize_t n = ::read(pipefd[0], buf, sizeof buf);
-    if (n <= 0) throw Error(io_error("astrai serve did not start; see " + log.string()));
-    out.append(buf, size_t(n));
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (Clock::now() < deadline) {
+    std::ifstream f(out_path);
+    std::string out((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const size_t at = out.find("listening on ");
+    const size_t nl = at == std::string::npos ? at : out.find('\n', at);
+    if (nl != std::string::npos) {
+      c.port = std::stoi(out.substr(out.rfind(':', nl) + 1));
+      return c;
+    }
+    int st = 0;
+    if (::waitpid(c.pid, &st, WNOHANG) == c.pid) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  ::close(pipefd[0]);
-  const size_t colon = out.rfind(':');
-  c.port = std::stoi(out.substr(colon + 1));
-  return c;
+  ::kill(c.pid, SIGKILL);
+  throw Error(io_error("astrai serve did not start; see " + log.string()));
 }
 
 // CPU seconds (utime + stime) of the process, and of its threads named "astrai-net".
@@ -283,6 +287,7 @@ void run(const BenchServeArgs& a) {
   ::waitpid(child.pid, &st, 0);
   std::error_code ec;
   std::filesystem::remove(log, ec);
+  std::filesystem::remove(log.string() + ".out", ec);
 }
 
 void register_bench_serve(CLI::App& app) {
