@@ -27,7 +27,8 @@ bool add_registration(const char* name, RegisterFn fn) {
 void register_all(CLI::App& app) {
   auto& r = registry();
   // Fixed order in --help regardless of link order.
-  std::sort(r.begin(), r.end(), [](const auto& a, const auto& b) { return std::strcmp(a.first, b.first) < 0; });
+  std::sort(r.begin(), r.end(),
+            [](const auto& a, const auto& b) { return std::strcmp(a.first, b.first) < 0; });
   for (auto& [name, fn] : r) fn(app);
 }
 
@@ -39,8 +40,12 @@ CLI::App* bench_command(CLI::App& app) {
   return b;
 }
 
-int exit_code() { return g_exit_code; }
-void set_exit_code(int code) { g_exit_code = code; }
+int exit_code() {
+  return g_exit_code;
+}
+void set_exit_code(int code) {
+  g_exit_code = code;
+}
 
 void add_common_options(CLI::App& sub, CommonOptions& o) {
   sub.add_option("--device", o.device, "cpu | cuda | auto (cuda when present)")

@@ -5,10 +5,9 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <string>
 
 #include "src/core/status.h"
-
-#include <string>
 
 namespace astrai::cli {
 
@@ -26,9 +25,9 @@ void set_exit_code(int code);
 
 // Flags every model-using subcommand accepts (contract: --device, --dtype, --threads, --log-level).
 struct CommonOptions {
-  std::string device = "auto";   // cpu | cuda | auto
-  std::string dtype = "auto";    // f32 | bf16 | auto (cpu: f32, cuda: bf16)
-  int threads = 0;               // 0: all cores
+  std::string device = "auto";  // cpu | cuda | auto
+  std::string dtype = "auto";   // f32 | bf16 | auto (cpu: f32, cuda: bf16)
+  int threads = 0;              // 0: all cores
   std::string log_level = "info";
 };
 void add_common_options(CLI::App& sub, CommonOptions& opts);
@@ -37,5 +36,6 @@ void apply_common_options(const CommonOptions& opts);
 
 }  // namespace astrai::cli
 
-#define ASTRAI_REGISTER_COMMAND(name, fn) \
-  static const bool ASTRAI_CONCAT(astrai_cmd_registered_, __LINE__) = ::astrai::cli::add_registration(name, fn)
+#define ASTRAI_REGISTER_COMMAND(name, fn)                             \
+  static const bool ASTRAI_CONCAT(astrai_cmd_registered_, __LINE__) = \
+      ::astrai::cli::add_registration(name, fn)

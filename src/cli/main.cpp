@@ -1,7 +1,7 @@
 // astrai: one binary, subcommands registered by src/cli/cmd_*.cpp.
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
 

@@ -11,9 +11,12 @@ enum class DType : uint8_t { f32, bf16, f16, fp8_e4m3, i32, i64, u8 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
-    case DType::f32: case DType::i32: return 4;
-    case DType::bf16: case DType::f16: return 2;
-    case DType::fp8_e4m3: case DType::u8: return 1;
+    case DType::f32:
+    case DType::i32: return 4;
+    case DType::bf16:
+    case DType::f16: return 2;
+    case DType::fp8_e4m3:
+    case DType::u8: return 1;
     case DType::i64: return 8;
   }
   return 0;

@@ -34,16 +34,20 @@ void json_escape(std::string& out, std::string_view s, bool ensure_ascii) {
         case '\b': out += "\\b"; break;
         case '\f': out += "\\f"; break;
         default:
-          if (c < 0x20 || c == 0x7f) append_u16_escape(out, c);
-          else out += char(c);
+          if (c < 0x20 || c == 0x7f)
+            append_u16_escape(out, c);
+          else
+            out += char(c);
       }
       ++i;
       continue;
     }
     const int n = utf8_sequence_length(s.substr(i));
     if (n <= 0) {  // invalid byte: replacement character
-      if (ensure_ascii) out += "\\ufffd";
-      else out += "\xEF\xBF\xBD";
+      if (ensure_ascii)
+        out += "\\ufffd";
+      else
+        out += "\xEF\xBF\xBD";
       ++i;
       continue;
     }

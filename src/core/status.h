@@ -13,12 +13,12 @@ namespace astrai {
 
 enum class ErrorCode : int {
   ok = 0,
-  invalid_argument,   // bad input from a user (bad JSON, wrong field, bad flag)
-  not_found,          // missing file / tensor / model
-  io,                 // read / write failure
-  corrupt,            // malformed file contents
-  unsupported,        // valid but not implemented (architecture, rope type, tokenizer component)
-  resource_exhausted, // queue full, out of KV pages
+  invalid_argument,    // bad input from a user (bad JSON, wrong field, bad flag)
+  not_found,           // missing file / tensor / model
+  io,                  // read / write failure
+  corrupt,             // malformed file contents
+  unsupported,         // valid but not implemented (architecture, rope type, tokenizer component)
+  resource_exhausted,  // queue full, out of KV pages
   cancelled,
   internal,
 };
@@ -38,13 +38,27 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status invalid_argument(std::string m) { return {ErrorCode::invalid_argument, std::move(m)}; }
-inline Status not_found(std::string m) { return {ErrorCode::not_found, std::move(m)}; }
-inline Status io_error(std::string m) { return {ErrorCode::io, std::move(m)}; }
-inline Status corrupt(std::string m) { return {ErrorCode::corrupt, std::move(m)}; }
-inline Status unsupported(std::string m) { return {ErrorCode::unsupported, std::move(m)}; }
-inline Status resource_exhausted(std::string m) { return {ErrorCode::resource_exhausted, std::move(m)}; }
-inline Status internal_error(std::string m) { return {ErrorCode::internal, std::move(m)}; }
+inline Status invalid_argument(std::string m) {
+  return {ErrorCode::invalid_argument, std::move(m)};
+}
+inline Status not_found(std::string m) {
+  return {ErrorCode::not_found, std::move(m)};
+}
+inline Status io_error(std::string m) {
+  return {ErrorCode::io, std::move(m)};
+}
+inline Status corrupt(std::string m) {
+  return {ErrorCode::corrupt, std::move(m)};
+}
+inline Status unsupported(std::string m) {
+  return {ErrorCode::unsupported, std::move(m)};
+}
+inline Status resource_exhausted(std::string m) {
+  return {ErrorCode::resource_exhausted, std::move(m)};
+}
+inline Status internal_error(std::string m) {
+  return {ErrorCode::internal, std::move(m)};
+}
 
 // Thrown only by value() on an error Result, and by code that converts a Status at an edge.
 class Error : public std::runtime_error {
@@ -59,8 +73,8 @@ class Error : public std::runtime_error {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}          // NOLINT: implicit by design
-  Result(Status status) : v_(std::move(status)) {    // NOLINT
+  Result(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
+  Result(Status status) : v_(std::move(status)) {  // NOLINT
     if (std::get<Status>(v_).ok()) v_ = Status(ErrorCode::internal, "Result constructed from ok Status");
   }
 
@@ -101,10 +115,10 @@ inline void check(const Status& s) {
 #define ASTRAI_CONCAT(a, b) ASTRAI_CONCAT_INNER(a, b)
 
 // Return the Status of an expression if it failed.
-#define ASTRAI_RETURN_IF_ERROR(expr)             \
-  do {                                           \
-    ::astrai::Status _st = (expr);               \
-    if (!_st.ok()) return _st;                   \
+#define ASTRAI_RETURN_IF_ERROR(expr) \
+  do {                               \
+    ::astrai::Status _st = (expr);   \
+    if (!_st.ok()) return _st;       \
   } while (0)
 
 // ASTRAI_ASSIGN_OR_RETURN(auto x, make_x());  declares x or returns the error.

@@ -59,7 +59,9 @@ struct Tensor {
   }
 
   template <typename T>
-  T* ptr() const { return static_cast<T*>(data); }
+  T* ptr() const {
+    return static_cast<T*>(data);
+  }
 
   // Rows [begin, end) along dim 0 (contiguous in dim 0 by construction).
   Tensor rows(int64_t begin, int64_t end) const {

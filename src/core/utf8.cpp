@@ -9,15 +9,24 @@ int utf8_sequence_length(std::string_view s) {
   if (c < 0x80) return 1;
   int n;
   unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-  if (c >= 0xC2 && c <= 0xDF) n = 2;
-  else if (c == 0xE0) n = 3, lo = 0xA0;
-  else if (c >= 0xE1 && c <= 0xEC) n = 3;
-  else if (c == 0xED) n = 3, hi = 0x9F;  // no surrogates
-  else if (c >= 0xEE && c <= 0xEF) n = 3;
-  else if (c == 0xF0) n = 4, lo = 0x90;
-  else if (c >= 0xF1 && c <= 0xF3) n = 4;
-  else if (c == 0xF4) n = 4, hi = 0x8F;
-  else return -1;
+  if (c >= 0xC2 && c <= 0xDF)
+    n = 2;
+  else if (c == 0xE0)
+    n = 3, lo = 0xA0;
+  else if (c >= 0xE1 && c <= 0xEC)
+    n = 3;
+  else if (c == 0xED)
+    n = 3, hi = 0x9F;  // no surrogates
+  else if (c >= 0xEE && c <= 0xEF)
+    n = 3;
+  else if (c == 0xF0)
+    n = 4, lo = 0x90;
+  else if (c >= 0xF1 && c <= 0xF3)
+    n = 4;
+  else if (c == 0xF4)
+    n = 4, hi = 0x8F;
+  else
+    return -1;
   for (int i = 1; i < n; ++i) {
     if (size_t(i) >= s.size()) return -2;
     const unsigned char x = b(i);

@@ -1,8 +1,9 @@
 #include "src/core/json_writer.h"
 
+#include <simdjson.h>
+
 #include <catch2/catch.hpp>
 #include <random>
-#include <simdjson.h>
 
 #include "src/core/utf8.h"
 

@@ -69,7 +69,9 @@ fs::path source_dir() {
   return s;
 }
 
-std::string python3() { return "/usr/bin/python3"; }
+std::string python3() {
+  return "/usr/bin/python3";
+}
 
 uint64_t fresh_seed() {
   if (const char* s = std::getenv("ASTRAI_TEST_SEED")) return std::strtoull(s, nullptr, 10);
