@@ -1,0 +1,167 @@
+// `astrai generate` end to end: the binary on a tiny model directory, outputs checked against a
+// reference decode by full forwards and the tokenizer.
+#include <simdjson.h>
+
+#include <catch2/catch.hpp>
+#include <random>
+#include <sstream>
+
+#include "model_dirs.h"
+#include "src/tokenizer/tokenizer.h"
+#include "tools/test_util.h"
+
+using namespace astrai;
+using namespace astrai::test;
+
+namespace {
+
+std::vector<std::string> lines_of(const std::string& s) {
+  std::vector<std::string> v;
+  std::stringstream ss(s);
+  std::string l;
+  while (std::getline(ss, l))
+    if (!l.empty()) v.push_back(l);
+  return v;
+}
+
+std::string gen_cmd(const std::filesystem::path& dir, const TempDir& t, const std::string& extra) {
+  return astrai_bin() + " generate --model '" + dir.string() + "' --input '" + (t / "in.jsonl").string() +
+         "' --output '" + (t / "out.jsonl").string() + "' --threads 1 --kv-memory 32MiB " + extra;
+}
+
+}  // namespace
+
+TEST_CASE("greedy generate equals the argmax of repeated full forwards, in input order", "[integration]") {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  const auto dir = model_dir("tiny");
+  auto ref = load_model(dir);
+  auto tok = Tokenizer::load(dir).value();
+  TempDir t("gen");
+  std::vector<std::string> prompts;
+  std::string in;
+  for (int i = 0; i < 12; ++i) {
+    std::string p;
+    for (int j = 0, n = 3 + int(rng() % 40); j < n; ++j) p += char('a' + rng() % 26);
+    prompts.push_back(p);
+    in += "{\"id\": \"r" + std::to_string(i) + "\", \"prompt\": \"" + p + "\"}\n";
+  }
+  write_file(t / "in.jsonl", in);
+  auto r =
+      run_command(gen_cmd(dir, t, "--temperature 0 --max-tokens 10 --ignore-eos --max-prefill-tokens 16"));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  auto out = lines_of(read_file(t / "out.jsonl"));
+  REQUIRE(out.size() == prompts.size());
+  simdjson::dom::parser parser;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    INFO("line " << i << ": " << out[i]);
+    auto ids = tok->encode(prompts[i], true);
+    auto expect_ids = full_forward_greedy(*ref.model, ids, 10);
+    simdjson::dom::element doc = parser.parse(out[i]);
+    CHECK(std::string_view(doc["id"]) == "r" + std::to_string(i));
+    CHECK(std::string_view(doc["text"]) == tok->decode(expect_ids, true));
+    CHECK(std::string_view(doc["finish_reason"]) == "length");
+    CHECK(int64_t(doc["usage"]["prompt_tokens"]) == int64_t(ids.size()));
+    CHECK(int64_t(doc["usage"]["completion_tokens"]) == 10);
+  }
+  CHECK(r.err.find("tok/s") != std::string::npos);
+}
+
+TEST_CASE("generate echoes ids, reports bad lines and goes on, applies templates, n and stop strings",
+          "[integration]") {
+  const auto dir = model_dir("tiny");
+  auto tok = Tokenizer::load(dir).value();
+  auto ref = load_model(dir);
+  TempDir t("gen");
+  // The greedy continuation of "abc", to pick a stop string that occurs inside it.
+  const auto cont = tok->decode(full_forward_greedy(*ref.model, tok->encode("abc", true), 12), true);
+  REQUIRE(cont.size() >= 6);
+  const std::string stop = cont.substr(3, 2);
+  const size_t cut = cont.find(stop);
+  std::string in;
+  in += "{\"id\": 17, \"prompt\": \"abc\", \"max_tokens\": 12, \"temperature\": 0}\n";  // 1
+  in += "{\"prompt\": \"abc\", \"max_tokens\": 12, \"temperature\": 0}\n";              // 2: no id
+  in += "not json\n";                                                                   // 3
+  in += "{\"id\": {\"k\": [1, 2]}, \"prompt\": 5}\n";                                   // 4
+  in += "{\"id\": \"s\", \"prompt\": \"abc\", \"max_tokens\": 12, \"temperature\": 0, \"stop\": [\"" + stop +
+        "\"]}\n";                                                                                    // 5
+  in += "{\"id\": \"n\", \"prompt\": \"abc\", \"max_tokens\": 12, \"temperature\": 0, \"n\": 3}\n";  // 6
+  in +=
+      "{\"id\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_tokens\": 4}\n";  // 7
+  in += "{\"id\": \"big\", \"prompt\": \"abc\", \"max_tokens\": 0}\n";                                    // 8
+  write_file(t / "in.jsonl", in);
+  auto r = run_command(gen_cmd(dir, t, "--ignore-eos --no-progress"));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  auto out = lines_of(read_file(t / "out.jsonl"));
+  REQUIRE(out.size() == 8);
+  simdjson::dom::parser p;
+  simdjson::dom::element d;
+  d = p.parse(out[0]);
+  CHECK(int64_t(d["id"]) == 17);
+  CHECK(std::string_view(d["text"]) == cont);
+  d = p.parse(out[1]);
+  CHECK(int64_t(d["id"]) == 2);  // the line number
+  CHECK(std::string_view(d["text"]) == cont);
+  d = p.parse(out[2]);
+  CHECK(int64_t(d["id"]) == 3);
+  CHECK(std::string_view(d["error"]).find("line 3") != std::string_view::npos);
+  d = p.parse(out[3]);
+  CHECK(simdjson::minify(d["id"]) == "{\"k\":[1,2]}");
+  CHECK(std::string_view(d["error"]).find("line 4") != std::string_view::npos);
+  d = p.parse(out[4]);
+  CHECK(std::string_view(d["text"]) == cont.substr(0, cut));
+  CHECK(std::string_view(d["finish_reason"]) == "stop");
+  CHECK(int64_t(d["usage"]["completion_tokens"]) < 12);
+  d = p.parse(out[5]);
+  simdjson::dom::array texts = d["texts"];
+  CHECK(texts.size() == 3);
+  for (auto x : texts) CHECK(std::string_view(x) == cont);
+  CHECK(int64_t(d["usage"]["completion_tokens"]) == 36);
+  d = p.parse(out[6]);
+  CHECK(std::string_view(d["id"]) == "m");
+  // The chat template's prompt: count its tokens independently.
+  const std::string rendered = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n";
+  CHECK(int64_t(d["usage"]["prompt_tokens"]) == int64_t(tok->encode(rendered, false).size()));
+  d = p.parse(out[7]);
+  CHECK(std::string_view(d["error"]).find("line 8") != std::string_view::npos);
+}
+
+TEST_CASE("generate --resume skips ids already written and appends the rest", "[integration]") {
+  const auto dir = model_dir("tiny");
+  TempDir t("gen");
+  std::string in;
+  for (int i = 0; i < 6; ++i)
+    in += "{\"id\": " + std::to_string(i) + ", \"prompt\": \"x" + std::to_string(i) + "\"}\n";
+  write_file(t / "in.jsonl", in);
+  // A previous run wrote ids 0 and 3, then died in the middle of a line.
+  write_file(t / "out.jsonl",
+             "{\"id\":0,\"text\":\"old\",\"finish_reason\":\"length\"}\n"
+             "{\"id\":3,\"text\":\"old\",\"finish_reason\":\"length\"}\n{\"id\":4,\"te");
+  auto r = run_command(gen_cmd(dir, t, "--resume --max-tokens 3 --seed 5 --no-progress"));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  auto out = lines_of(read_file(t / "out.jsonl"));
+  REQUIRE(out.size() == 6);
+  simdjson::dom::parser p;
+  std::vector<int64_t> ids;
+  for (auto& l : out) ids.push_back(int64_t(p.parse(l)["id"]));
+  CHECK(ids == std::vector<int64_t>{0, 3, 1, 2, 4, 5});
+  CHECK(out[0].find("old") != std::string::npos);
+}
+
+TEST_CASE("generate fails with one line and a non-zero exit for a missing model or input", "[integration]") {
+  TempDir t("gen");
+  write_file(t / "in.jsonl", "{\"prompt\": \"a\"}\n");
+  auto r = run_command(astrai_bin() + " generate --model /nonexistent/model --input '" +
+                       (t / "in.jsonl").string() + "' --output '" + (t / "out.jsonl").string() + "'");
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find("/nonexistent/model") != std::string::npos);
+  r = run_command(astrai_bin() + " generate --model '" + model_dir("tiny").string() + "' --input '" +
+                  (t / "missing.jsonl").string() + "' --output '" + (t / "out.jsonl").string() +
+                  "' --kv-memory 32MiB");
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find("missing.jsonl") != std::string::npos);
+}
