@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "net/stop_strings.h"
+#include "src/engine/stop_strings.h"
 #include "src/core/status.h"
 #include "src/engine/engine.h"
 #include "src/tokenizer/tokenizer.h"

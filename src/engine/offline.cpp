@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "src/core/json_writer.h"
+#include "src/engine/stop_strings.h"
 #include "src/tokenizer/chat_template.h"
 
 namespace astrai {
@@ -22,6 +23,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Choice {
   std::unique_ptr<IncrementalDetokenizer> detok;
+  StopMatcher stop;
   std::string text;
   int tokens = 0;
   bool done = false;
@@ -217,16 +219,12 @@ Result<std::unordered_set<std::string>> existing_ids(const std::filesystem::path
   return ids;
 }
 
-void apply_stops(Job& j, Choice& c, size_t old_len) {
-  for (const auto& s : j.stops) {
-    const size_t from = old_len >= s.size() ? old_len - s.size() + 1 : 0;
-    const size_t pos = c.text.find(s, from);
-    if (pos != std::string::npos) {
-      c.text.resize(pos);
-      c.done = true;
-      c.finish = FinishReason::stop;
-      return;
-    }
+// Appends newly detokenized text through the choice's stop-string matcher; a match ends the choice.
+void append_text(Choice& c, std::string_view piece) {
+  c.text += c.stop.push(piece);
+  if (c.stop.matched()) {
+    c.done = true;
+    c.finish = FinishReason::stop;
   }
 }
 
@@ -346,7 +344,10 @@ Result<OfflineSummary> run_offline_generate(Engine& engine, const Tokenizer& tok
       }
       j.stream = s.value();
       j.choices.resize(size_t(j.req.n));
-      for (auto& c : j.choices) c.detok = std::make_unique<IncrementalDetokenizer>(tok, true);
+      for (auto& c : j.choices) {
+        c.detok = std::make_unique<IncrementalDetokenizer>(tok, true);
+        c.stop = StopMatcher(j.stops);
+      }
       active.push_back(next_submit++);
     }
 
@@ -362,16 +363,15 @@ Result<OfflineSummary> run_offline_generate(Engine& engine, const Tokenizer& tok
         if (c.done) continue;
         if (ev.token >= 0) {
           ++c.tokens;
-          const size_t old = c.text.size();
-          c.text += c.detok->push(ev.token);
-          apply_stops(j, c, old);
+          append_text(c, c.detok->push(ev.token));
         }
         if (!c.done && ev.finish != FinishReason::none) {
-          const size_t old = c.text.size();
-          c.text += c.detok->finish();
+          append_text(c, c.detok->finish());
+          if (!c.stop.matched()) {
+            c.text += c.stop.finish();
+            c.finish = ev.finish == FinishReason::length ? FinishReason::length : FinishReason::stop;
+          }
           c.done = true;
-          c.finish = ev.finish == FinishReason::length ? FinishReason::length : FinishReason::stop;
-          apply_stops(j, c, old);
           if (ev.finish == FinishReason::error || ev.finish == FinishReason::cancelled)
             j.error =
                 "line " + std::to_string(j.line_no) + ": " +

@@ -1,14 +1,15 @@
 // Incremental stop-string matching over streamed text. Text arrives in pieces (one per token) and a
 // stop string may straddle pieces, so the matcher holds back the longest tail of the text that is
 // still a prefix of some stop string; everything before it is safe to emit. On a match the output is
-// cut just before the stop string (the stop string itself is never emitted).
+// cut just before the stop string (the stop string itself is never emitted). The first stop string
+// to complete wins, so the result does not depend on how the text was split into pieces.
 #pragma once
 
 #include <string>
 #include <string_view>
 #include <vector>
 
-namespace astrai::net {
+namespace astrai {
 
 class StopMatcher {
  public:
@@ -30,4 +31,4 @@ class StopMatcher {
   std::string matched_string_;
 };
 
-}  // namespace astrai::net
+}  // namespace astrai

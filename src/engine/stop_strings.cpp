@@ -1,9 +1,9 @@
-#include "net/stop_strings.h"
+#include "src/engine/stop_strings.h"
 
 #include <algorithm>
 #include <utility>
 
-namespace astrai::net {
+namespace astrai {
 
 StopMatcher::StopMatcher(std::vector<std::string> stops) {
   for (auto& s : stops)
@@ -15,13 +15,17 @@ std::string StopMatcher::push(std::string_view piece) {
   held_.append(piece);
   if (stops_.empty()) return std::exchange(held_, {});
 
-  // Earliest full match wins (ties: the longer stop string, as it started at the same place).
-  size_t best = std::string::npos;
+  // The match that completes first wins, as if the text had arrived one byte at a time: generation
+  // stops the moment any stop string has appeared, so a longer stop string that would only complete
+  // later never counts. Ties (same end): the one that starts earlier, i.e. the longer one.
+  size_t best = std::string::npos, best_end = std::string::npos;
   for (const auto& s : stops_) {
     const size_t at = held_.find(s);
     if (at == std::string::npos) continue;
-    if (at < best || (at == best && s.size() > matched_string_.size())) {
+    const size_t end = at + s.size();
+    if (end < best_end || (end == best_end && at < best)) {
       best = at;
+      best_end = end;
       matched_string_ = s;
     }
   }
@@ -54,4 +58,4 @@ std::string StopMatcher::finish() {
   return std::exchange(held_, {});
 }
 
-}  // namespace astrai::net
+}  // namespace astrai

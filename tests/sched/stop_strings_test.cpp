@@ -1,11 +1,11 @@
-#include "net/stop_strings.h"
+#include "src/engine/stop_strings.h"
 
 #include <catch2/catch.hpp>
 #include <random>
 
 #include "tools/test_util.h"
 
-using astrai::net::StopMatcher;
+using astrai::StopMatcher;
 
 namespace {
 
@@ -22,12 +22,21 @@ std::string run(StopMatcher& m, const std::string& text, std::mt19937_64& rng) {
   return out;
 }
 
-// Reference: cut the whole text before the earliest occurrence of any stop string.
+// Reference, byte by byte: the first prefix of the text that ends with a stop string decides; the
+// output is cut at the start of that stop string (the longest one when several end there).
 std::string reference(const std::string& text, const std::vector<std::string>& stops, bool& matched) {
-  size_t best = std::string::npos;
-  for (const auto& s : stops) best = std::min(best, text.find(s));
-  matched = best != std::string::npos;
-  return matched ? text.substr(0, best) : text;
+  for (size_t end = 1; end <= text.size(); ++end) {
+    size_t start = std::string::npos;
+    for (const auto& s : stops)
+      if (s.size() <= end && text.compare(end - s.size(), s.size(), s) == 0)
+        start = std::min(start, end - s.size());
+    if (start != std::string::npos) {
+      matched = true;
+      return text.substr(0, start);
+    }
+  }
+  matched = false;
+  return text;
 }
 
 }  // namespace
