@@ -1,5 +1,7 @@
 #include "src/core/tensor.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -16,6 +18,15 @@ std::string Tensor::shape_str() const {
 }
 
 Buffer Buffer::host(size_t bytes) {
+  // Large buffers (weights, the KV pool) come from anonymous mmap: the kernel hands out zero pages
+  // lazily, so a 1 GiB KV pool costs nothing until pages are touched, instead of a 1 GiB memset at
+  // start-up.
+  constexpr size_t kMmapThreshold = size_t(1) << 20;
+  if (bytes >= kMmapThreshold) {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    return Buffer(p, bytes, Device::cpu, [bytes](void* q) { ::munmap(q, bytes); });
+  }
   const size_t rounded = (bytes + 63) / 64 * 64;
   void* p = rounded ? std::aligned_alloc(64, rounded) : nullptr;
   if (rounded && !p) throw std::bad_alloc();
