@@ -44,8 +44,9 @@ def read(path):
 
 
 def widen(dtype, a):
-    if dtype == "BF16":  # bf16 bits are the top half of an f32
-        return (a.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    if dtype == "BF16":  # bf16 bits are the top half of an f32 (flattened: 0-d arrays can't be viewed)
+        flat = (a.reshape(-1).astype(np.uint32) << 16).view(np.float32)
+        return flat.astype(np.float64).reshape(a.shape)
     if dtype in ("F32", "F16"):
         return a.astype(np.float64)
     return a.astype(np.int64)
