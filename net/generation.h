@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "src/engine/stop_strings.h"
 #include "src/core/status.h"
 #include "src/engine/engine.h"
+#include "src/engine/stop_strings.h"
 #include "src/tokenizer/tokenizer.h"
 
 namespace astrai::net {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "src/cli/commands.h"
+#include "src/cli/jsonl.h"
 #include "src/core/json_writer.h"
 #include "src/tokenizer/tokenizer.h"
 
@@ -20,12 +21,6 @@ struct DetokenizeOptions {
   std::string model;
   bool skip_special_tokens = false;
 };
-
-std::string error_line(size_t line_no, const std::string& msg) {
-  JsonWriter w;
-  w.begin_object().key("error").value("line " + std::to_string(line_no) + ": " + msg).end_object();
-  return w.take();
-}
 
 // Reads {"ids": [...]}; returns an error message, or "" with ids filled.
 std::string parse_ids(simdjson::dom::element doc, int32_t vocab_size, std::vector<int32_t>& ids) {
@@ -47,31 +42,17 @@ void run(const DetokenizeOptions& o) {
   apply_common_options(o.common);
   auto tok = Tokenizer::load_or_preset(o.model).value();
   simdjson::dom::parser parser;
-  std::string line;
-  size_t line_no = 0;
-  bool failed = false;
-  while (std::getline(std::cin, line)) {
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+  map_stdin_jsonl([&](std::string_view line) -> Result<std::string> {
     const simdjson::padded_string padded(line);
     simdjson::dom::element doc;
     std::vector<int32_t> ids;
-    std::string out;
-    if (auto err = parser.parse(padded).get(doc); err != simdjson::SUCCESS) {
-      out = error_line(line_no, std::string("not valid JSON: ") + simdjson::error_message(err));
-    } else if (std::string msg = parse_ids(doc, tok->vocab_size(), ids); !msg.empty()) {
-      out = error_line(line_no, msg);
-    } else {
-      JsonWriter w;
-      w.begin_object().key("text").value(tok->decode(ids, o.skip_special_tokens)).end_object();
-      out = w.take();
-    }
-    if (out.rfind("{\"error\"", 0) == 0) failed = true;
-    std::fwrite(out.data(), 1, out.size(), stdout);
-    std::fputc('\n', stdout);
-  }
-  std::fflush(stdout);
-  set_exit_code(failed ? 1 : 0);
+    if (auto err = parser.parse(padded).get(doc); err != simdjson::SUCCESS)
+      return invalid_argument(std::string("not valid JSON: ") + simdjson::error_message(err));
+    if (std::string msg = parse_ids(doc, tok->vocab_size(), ids); !msg.empty()) return invalid_argument(msg);
+    JsonWriter w;
+    w.begin_object().key("text").value(tok->decode(ids, o.skip_special_tokens)).end_object();
+    return w.take();
+  });
 }
 
 void register_detokenize(CLI::App& app) {

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "src/cli/commands.h"
+#include "src/cli/jsonl.h"
 #include "src/core/json_writer.h"
 #include "src/tokenizer/chat_template_config.h"
 #include "src/tokenizer/tokenizer.h"
@@ -74,28 +75,12 @@ void run(const TemplateOptions& o) {
   apply_common_options(o.common);
   LoadedChatTemplate t = load_for(o.model).value();
   simdjson::dom::parser parser;
-  std::string line;
-  size_t line_no = 0;
-  bool failed = false;
-  while (std::getline(std::cin, line)) {
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    Result<std::string> text = render_line(t, parser, line);
+  map_stdin_jsonl([&](std::string_view line) -> Result<std::string> {
+    ASTRAI_ASSIGN_OR_RETURN(std::string text, render_line(t, parser, std::string(line)));
     JsonWriter w;
-    w.begin_object();
-    if (text.ok()) {
-      w.key("text").value(*text);
-    } else {
-      failed = true;
-      w.key("error").value("line " + std::to_string(line_no) + ": " + text.status().message());
-    }
-    w.end_object();
-    std::fwrite(w.str().data(), 1, w.str().size(), stdout);
-    std::fputc('\n', stdout);
-  }
-  std::fflush(stdout);
-  set_exit_code(failed ? 1 : 0);
+    w.begin_object().key("text").value(text).end_object();
+    return w.take();
+  });
 }
 
 void register_template(CLI::App& app) {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "src/cli/commands.h"
+#include "src/cli/jsonl.h"
 #include "src/core/json_writer.h"
 #include "src/tokenizer/tokenizer.h"
 
@@ -31,12 +32,6 @@ std::string ids_line(const std::vector<int32_t>& ids) {
   return w.take();
 }
 
-std::string error_line(size_t line_no, const std::string& msg) {
-  JsonWriter w;
-  w.begin_object().key("error").value("line " + std::to_string(line_no) + ": " + msg).end_object();
-  return w.take();
-}
-
 void run(const TokenizeOptions& o, bool has_text) {
   apply_common_options(o.common);
   auto tok = Tokenizer::load_or_preset(o.model).value();
@@ -45,30 +40,16 @@ void run(const TokenizeOptions& o, bool has_text) {
     return;
   }
   simdjson::dom::parser parser;
-  std::string line;
-  size_t line_no = 0;
-  bool failed = false;
-  while (std::getline(std::cin, line)) {
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+  map_stdin_jsonl([&](std::string_view line) -> Result<std::string> {
     const simdjson::padded_string padded(utf8_sanitize(line));
     simdjson::dom::element doc;
     std::string_view text;
-    std::string out;
-    if (auto err = parser.parse(padded).get(doc); err != simdjson::SUCCESS) {
-      out = error_line(line_no, std::string("not valid JSON: ") + simdjson::error_message(err));
-    } else if (!doc.is_object() || doc["text"].get_string().get(text) != simdjson::SUCCESS) {
-      out = error_line(line_no, "expected an object with a string field \"text\"");
-    } else {
-      out = ids_line(tok->encode(text, o.add_special_tokens));
-    }
-    if (out.rfind("{\"error\"", 0) == 0) failed = true;
-    std::fwrite(out.data(), 1, out.size(), stdout);
-    std::fputc('\n', stdout);
-  }
-  std::fflush(stdout);
-  set_exit_code(failed ? 1 : 0);
+    if (auto err = parser.parse(padded).get(doc); err != simdjson::SUCCESS)
+      return invalid_argument(std::string("not valid JSON: ") + simdjson::error_message(err));
+    if (!doc.is_object() || doc["text"].get_string().get(text) != simdjson::SUCCESS)
+      return invalid_argument("expected an object with a string field \"text\"");
+    return ids_line(tok->encode(text, o.add_special_tokens));
+  });
 }
 
 void register_tokenize(CLI::App& app) {
