@@ -12,7 +12,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <csignal>
 #include <cstdio>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -42,8 +44,10 @@ asio::awaitable<void> accept_loop(asio::io_context& ioc, tcp::acceptor& acceptor
 }
 
 // SIGTERM/SIGINT: close the listener, wait for in-flight generations (bounded), stop the loop.
-asio::awaitable<void> drain_on_signal(asio::io_context& ioc, tcp::acceptor& acceptor, ServerState& st) {
-  asio::signal_set signals(ioc, SIGINT, SIGTERM);
+// `signals` outlives the coroutine (it lives in run_server) so that a second SIGTERM during the
+// shutdown that follows is still caught instead of killing the process with the default action.
+asio::awaitable<void> drain_on_signal(asio::io_context& ioc, tcp::acceptor& acceptor, ServerState& st,
+                                      asio::signal_set& signals) {
   auto [ec, sig] = co_await signals.async_wait(asio::as_tuple(asio::use_awaitable));
   if (ec) co_return;
   spdlog::info("signal {}: draining (up to {:.1f} s for {} in-flight generations)", sig,
@@ -88,7 +92,8 @@ Status run_server(ServerState& st, const ModelLoader& load) {
   std::fflush(stdout);
 
   asio::co_spawn(ioc, accept_loop(ioc, acceptor, st), asio::detached);
-  asio::co_spawn(ioc, drain_on_signal(ioc, acceptor, st), asio::detached);
+  std::optional<asio::signal_set> signals(std::in_place, ioc, SIGINT, SIGTERM);
+  asio::co_spawn(ioc, drain_on_signal(ioc, acceptor, st, *signals), asio::detached);
 
   // The model loads while /health already answers 503.
   std::thread loader([&] {
@@ -112,6 +117,12 @@ Status run_server(ServerState& st, const ModelLoader& load) {
       ioc.run();
     });
   for (auto& t : threads) t.join();
+  // Shutting down: further SIGINT/SIGTERM (e.g. a supervisor repeating its request) must not kill
+  // the process half-way with the default action, so ignore them once the signal_set (whose
+  // destructor restores the default) is gone.
+  signals.reset();
+  std::signal(SIGINT, SIG_IGN);
+  std::signal(SIGTERM, SIG_IGN);
   loader.join();
   // No more notify() calls after this; coroutine frames (and their Generations) die with ioc below.
   if (st.engine) st.engine->shutdown();

@@ -410,6 +410,27 @@ TEST_CASE("a model that fails to load leaves /health at 503 and the server up", 
   CHECK(s.alive());
 }
 
+TEST_CASE("a repeated SIGTERM neither cuts the drain short nor kills the server", "[integration]") {
+  ServerProcess s;
+  const int fd = connect_to(s.port());
+  send_all(
+      fd,
+      post_request(
+          "/v1/chat/completions",
+          R"({"messages":[{"role":"user","content":"x"}],"max_tokens":40,"ignore_eos":true,"stream":true})"));
+  REQUIRE(read_until(fd, "data: ").find("200 OK") != std::string::npos);
+  ::kill(s.pid(), SIGTERM);
+  ::kill(s.pid(), SIGTERM);
+  const std::string rest = read_until(fd, "data: [DONE]");
+  CHECK(rest.find("data: [DONE]") != std::string::npos);
+  ::close(fd);
+  for (int i = 0; i < 20 && s.alive(); ++i) {
+    ::kill(s.pid(), SIGTERM);  // a supervisor repeating itself while the server shuts down
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(s.terminate() == 0);
+}
+
 TEST_CASE("SIGTERM lets an in-flight stream finish, then the server exits 0", "[integration]") {
   ServerProcess s;
   const int fd = connect_to(s.port());
