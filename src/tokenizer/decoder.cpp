@@ -2,23 +2,11 @@
 
 #include "src/core/utf8.h"
 #include "src/tokenizer/regex.h"
+#include "src/tokenizer/replace.h"
 #include "src/tokenizer/unicode_text.h"
 
 namespace astrai::tok {
 namespace {
-
-std::string replace_literal(std::string_view text, std::string_view from, std::string_view to) {
-  if (from.empty()) return std::string(text);
-  std::string out;
-  size_t prev = 0;
-  for (size_t p = text.find(from); p != std::string_view::npos; p = text.find(from, prev)) {
-    out.append(text.substr(prev, p - prev));
-    out.append(to);
-    prev = p + from.size();
-  }
-  out.append(text.substr(prev));
-  return out;
-}
 
 // Each code point of the GPT-2 alphabet back to its byte. A token with a code point outside the
 // alphabet (an added token, or a vocabulary entry that is not byte-level) passes through as is.
@@ -131,21 +119,14 @@ class Strip final : public Decoder {
 
 class Replace final : public Decoder {
  public:
-  Replace(std::string literal, std::shared_ptr<const Regex> re, std::string content)
-      : literal_(std::move(literal)), re_(std::move(re)), content_(std::move(content)) {}
+  explicit Replace(Replacement r) : r_(std::move(r)) {}
   void decode_chain(std::vector<DecodePiece>& pieces) const override {
-    for (DecodePiece& p : pieces) {
-      if (!re_)
-        p.bytes = replace_literal(p.bytes, literal_, content_);
-      else if (utf8_is_valid(p.bytes))
-        p.bytes = re_->replace_all(p.bytes, content_);
-    }
+    for (DecodePiece& p : pieces)
+      if (!r_.is_regex() || utf8_is_valid(p.bytes)) p.bytes = r_.apply(p.bytes);
   }
 
  private:
-  std::string literal_;
-  std::shared_ptr<const Regex> re_;
-  std::string content_;
+  Replacement r_;
 };
 
 class Sequence final : public Decoder {
@@ -174,16 +155,8 @@ Result<std::unique_ptr<Decoder>> parse_one(const JsonEl& json) {
     return std::unique_ptr<Decoder>(new Strip(str_or(json, "content", " "), size_t(int_or(json, "start", 0)),
                                               size_t(int_or(json, "stop", 0))));
   if (type == "Replace") {
-    auto pattern = member(json, "pattern");
-    const std::string content = str_or(json, "content", "");
-    if (pattern && member(*pattern, "String"))
-      return std::unique_ptr<Decoder>(new Replace(str_or(*pattern, "String", ""), nullptr, content));
-    if (pattern && member(*pattern, "Regex")) {
-      ASTRAI_ASSIGN_OR_RETURN(auto re,
-                              Regex::compile(str_or(*pattern, "Regex", ""), "decoder Replace pattern"));
-      return std::unique_ptr<Decoder>(new Replace("", std::move(re), content));
-    }
-    return invalid_argument("tokenizer.json: decoder Replace has no String or Regex pattern");
+    ASTRAI_ASSIGN_OR_RETURN(Replacement r, Replacement::parse(json, "decoder"));
+    return std::unique_ptr<Decoder>(new Replace(std::move(r)));
   }
   if (type == "Sequence") {
     std::vector<std::unique_ptr<Decoder>> items;

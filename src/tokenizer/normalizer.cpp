@@ -4,6 +4,7 @@
 
 #include "src/core/utf8.h"
 #include "src/tokenizer/regex.h"
+#include "src/tokenizer/replace.h"
 #include "src/tokenizer/unicode_text.h"
 
 namespace astrai::tok {
@@ -23,31 +24,13 @@ class Lowercase final : public Normalizer {
   std::string normalize(std::string text) const override { return unicode_lowercase(text); }
 };
 
-std::string replace_literal(std::string_view text, std::string_view from, std::string_view to) {
-  if (from.empty()) return std::string(text);
-  std::string out;
-  size_t prev = 0;
-  for (size_t p = text.find(from); p != std::string_view::npos; p = text.find(from, prev)) {
-    out.append(text.substr(prev, p - prev));
-    out.append(to);
-    prev = p + from.size();
-  }
-  out.append(text.substr(prev));
-  return out;
-}
-
 class Replace final : public Normalizer {
  public:
-  Replace(std::string literal, std::shared_ptr<const Regex> re, std::string content)
-      : literal_(std::move(literal)), re_(std::move(re)), content_(std::move(content)) {}
-  std::string normalize(std::string text) const override {
-    return re_ ? re_->replace_all(text, content_) : replace_literal(text, literal_, content_);
-  }
+  explicit Replace(Replacement r) : r_(std::move(r)) {}
+  std::string normalize(std::string text) const override { return r_.apply(text); }
 
  private:
-  std::string literal_;
-  std::shared_ptr<const Regex> re_;
-  std::string content_;
+  Replacement r_;
 };
 
 // Rust's Prepend leaves empty text empty.
@@ -114,16 +97,8 @@ Result<std::unique_ptr<Normalizer>> parse_normalizer(const JsonEl& json) {
     return std::unique_ptr<Normalizer>(
         new Strip(bool_or(json, "strip_left", true), bool_or(json, "strip_right", true)));
   if (type == "Replace") {
-    auto pattern = member(json, "pattern");
-    const std::string content = str_or(json, "content", "");
-    if (pattern && member(*pattern, "String"))
-      return std::unique_ptr<Normalizer>(new Replace(str_or(*pattern, "String", ""), nullptr, content));
-    if (pattern && member(*pattern, "Regex")) {
-      ASTRAI_ASSIGN_OR_RETURN(auto re,
-                              Regex::compile(str_or(*pattern, "Regex", ""), "normalizer Replace pattern"));
-      return std::unique_ptr<Normalizer>(new Replace("", std::move(re), content));
-    }
-    return invalid_argument("tokenizer.json: normalizer Replace has no String or Regex pattern");
+    ASTRAI_ASSIGN_OR_RETURN(Replacement r, Replacement::parse(json, "normalizer"));
+    return std::unique_ptr<Normalizer>(new Replace(std::move(r)));
   }
   if (type == "Sequence") {
     std::vector<std::unique_ptr<Normalizer>> items;
