@@ -8,7 +8,7 @@
 #include <mutex>
 #include <vector>
 
-#include "src/engine/engine.h"
+#include "src/engine/request.h"
 
 namespace astrai {
 

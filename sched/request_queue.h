@@ -12,7 +12,7 @@
 #include <memory>
 #include <mutex>
 
-#include "src/engine/engine.h"
+#include "src/engine/request.h"
 
 namespace astrai {
 

@@ -22,7 +22,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "src/engine/engine.h"
+#include "src/engine/request.h"
 
 namespace astrai {
 

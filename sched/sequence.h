@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "sched/radix_cache.h"
-#include "sched/request_state.h"
+#include "src/engine/request_state.h"
 #include "sched/sampler.h"
-#include "src/engine/engine.h"
+#include "src/engine/request.h"
 
 namespace astrai {
 

@@ -15,7 +15,7 @@
 #include "sched/metrics.h"
 #include "sched/radix_cache.h"
 #include "sched/request_queue.h"
-#include "sched/request_state.h"
+#include "src/engine/request_state.h"
 #include "sched/sampler.h"
 #include "sched/scheduler.h"
 #include "sched/sequence.h"
@@ -30,95 +30,9 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-class StepLoopEngine final : public Engine {
- public:
-  StepLoopEngine(std::unique_ptr<Backend> backend, std::unique_ptr<Model> model, const EngineOptions& o,
-                 int max_model_len, int num_pages, KvCache kv)
-      : backend_(std::move(backend)),
-        model_(std::move(model)),
-        opts_(o),
-        max_model_len_(max_model_len),
-        vocab_(int(model_->config().vocab_size)),
-        kv_(std::move(kv)),
-        pool_(num_pages),
-        cache_(o.prefix_cache ? std::make_unique<RadixCache>(pool_, o.page_size) : nullptr),
-        scheduler_(SchedulerConfig{o.page_size, o.max_prefill_tokens, o.max_batch_size,
-                                   std::max(1, num_pages / 100)},
-                   pool_, cache_.get(), metrics_) {
-    for (int32_t t : model_->config().eos_token_ids) model_stop_.insert(t);
-    for (int32_t t : o.stop_ids) model_stop_.insert(t);
-    metrics_.set_gauges(0, 0, uint64_t(num_pages), 0, 0, o.page_size);
-    thread_ = std::thread([this] { run(); });
-  }
+}  // namespace
 
-  ~StepLoopEngine() override { shutdown(); }
-
-  Result<Stream> submit(Request r) override;
-  void cancel(RequestId id) override {
-    auto c = std::make_unique<Command>();
-    c->kind = Command::Kind::cancel;
-    c->id = id;
-    queue_.push(std::move(c));
-  }
-  EngineStats stats() const override { return metrics_.snapshot(); }
-  const ModelConfig& model_config() const override { return model_->config(); }
-  void shutdown() override;
-  Status check_invariants() override;
-
- private:
-  Status validate(const Request& r) const;
-  void run();
-  void drain_commands();
-  void step();
-  void sample_chunk(const Chunk& c, const float* row);
-  void fork(Task& t, Sequence& s0, const float* row);
-  void handle_token(Sequence& s, const SampleResult& r);
-  void finish_seq(Sequence& s, FinishReason reason, TokenEvent ev = {}, const std::string& error = {});
-  void cancel_task(Task& t);
-  void emit(Task& t, TokenEvent ev);
-  void deliver();
-  void close_all();
-  bool is_stop(const Task& t, int32_t token) const;
-  void update_gauges() {
-    metrics_.set_gauges(scheduler_.num_running(), scheduler_.num_waiting(), uint64_t(pool_.num_pages()),
-                        uint64_t(pool_.num_used()), cache_ ? uint64_t(cache_->cached_pages()) : 0,
-                        opts_.page_size);
-  }
-  int pages_for(int tokens) const { return (tokens + opts_.page_size - 1) / opts_.page_size; }
-
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Model> model_;
-  const EngineOptions opts_;
-  const int max_model_len_;
-  const int vocab_;
-  KvCache kv_;
-  KvPool pool_;
-  Metrics metrics_;
-  std::unique_ptr<RadixCache> cache_;
-  Scheduler scheduler_;
-  CommandQueue queue_;
-  std::unordered_set<int32_t> model_stop_;
-
-  std::thread thread_;
-  std::atomic<uint64_t> next_id_{1};
-  std::atomic<int> waiting_count_{0};
-  std::atomic<int> active_submits_{0};
-  std::atomic<bool> stopping_{false};   // no new submits
-  std::atomic<bool> stop_loop_{false};  // the loop finishes everything as cancelled and exits
-  std::mutex shutdown_mu_;
-  bool joined_ = false;
-
-  // Step-loop thread only.
-  std::unordered_map<RequestId, std::unique_ptr<Task>> tasks_;
-  std::vector<Task*> touched_;         // tasks with events pushed this step
-  std::unordered_set<Task*> backlog_;  // tasks whose ring was full: retry every step
-  std::vector<RequestId> completed_;   // tasks to drop once their events are delivered
-  std::vector<RequestId> to_cancel_;
-  ForwardBatch batch_;
-  std::vector<float> host_logits_, scratch_;
-};
-
-Status StepLoopEngine::validate(const Request& r) const {
+Status StepLoop::validate(const Request& r) const {
   const auto& sp = r.sampling;
   if (r.prompt.empty()) return invalid_argument("the prompt is empty");
   for (int32_t t : r.prompt)
@@ -158,7 +72,7 @@ Status StepLoopEngine::validate(const Request& r) const {
   return {};
 }
 
-Result<Stream> StepLoopEngine::submit(Request r) {
+Result<Stream> StepLoop::submit(Request r) {
   ASTRAI_RETURN_IF_ERROR(validate(r));
   // Counted before stopping_ is read, so shutdown() (which sets stopping_, then waits for the count
   // to drop to 0) never misses a submit that got past this check.
@@ -190,7 +104,7 @@ Result<Stream> StepLoopEngine::submit(Request r) {
   return stream;
 }
 
-Status StepLoopEngine::check_invariants() {
+Status StepLoop::check_invariants() {
   auto c = std::make_unique<Command>();
   c->kind = Command::Kind::check;
   auto fut = c->checked.get_future();
@@ -202,7 +116,7 @@ Status StepLoopEngine::check_invariants() {
   return fut.get();
 }
 
-void StepLoopEngine::shutdown() {
+void StepLoop::shutdown() {
   std::lock_guard g(shutdown_mu_);
   if (joined_) return;
   stopping_.store(true);
@@ -213,7 +127,7 @@ void StepLoopEngine::shutdown() {
   joined_ = true;
 }
 
-void StepLoopEngine::drain_commands() {
+void StepLoop::drain_commands() {
   while (auto c = queue_.pop()) {
     switch (c->kind) {
       case Command::Kind::submit: {
@@ -246,13 +160,13 @@ void StepLoopEngine::drain_commands() {
   }
 }
 
-bool StepLoopEngine::is_stop(const Task& t, int32_t token) const {
+bool StepLoop::is_stop(const Task& t, int32_t token) const {
   for (int32_t s : t.req.stop_ids)
     if (s == token) return true;
   return !t.req.ignore_eos && model_stop_.count(token);
 }
 
-void StepLoopEngine::emit(Task& t, TokenEvent ev) {
+void StepLoop::emit(Task& t, TokenEvent ev) {
   t.state->push(std::move(ev));
   if (!t.touched) {
     t.touched = true;
@@ -260,7 +174,7 @@ void StepLoopEngine::emit(Task& t, TokenEvent ev) {
   }
 }
 
-void StepLoopEngine::finish_seq(Sequence& s, FinishReason reason, TokenEvent ev, const std::string& error) {
+void StepLoop::finish_seq(Sequence& s, FinishReason reason, TokenEvent ev, const std::string& error) {
   Task& t = *s.task;
   if (s.finished) return;
   scheduler_.remove(&s);
@@ -296,12 +210,12 @@ void StepLoopEngine::finish_seq(Sequence& s, FinishReason reason, TokenEvent ev,
   completed_.push_back(t.id);
 }
 
-void StepLoopEngine::cancel_task(Task& t) {
+void StepLoop::cancel_task(Task& t) {
   for (auto& s : t.seqs)
     if (!s->finished) finish_seq(*s, FinishReason::cancelled);
 }
 
-void StepLoopEngine::handle_token(Sequence& s, const SampleResult& r) {
+void StepLoop::handle_token(Sequence& s, const SampleResult& r) {
   Task& t = *s.task;
   const auto now = Clock::now();
   if (!t.got_first_token) {
@@ -333,7 +247,7 @@ void StepLoopEngine::handle_token(Sequence& s, const SampleResult& r) {
   emit(t, std::move(ev));
 }
 
-void StepLoopEngine::fork(Task& t, Sequence& s0, const float* row) {
+void StepLoop::fork(Task& t, Sequence& s0, const float* row) {
   std::span<const float> logits(row, size_t(vocab_));
   for (int c = 1; c < t.req.n; ++c) {
     auto s = std::make_unique<Sequence>();
@@ -350,7 +264,7 @@ void StepLoopEngine::fork(Task& t, Sequence& s0, const float* row) {
   }
 }
 
-void StepLoopEngine::sample_chunk(const Chunk& c, const float* row) {
+void StepLoop::sample_chunk(const Chunk& c, const float* row) {
   Sequence& s = *c.seq;
   Task& t = *s.task;
   std::span<const float> logits(row, size_t(vocab_));
@@ -363,7 +277,7 @@ void StepLoopEngine::sample_chunk(const Chunk& c, const float* row) {
   handle_token(s, r);
 }
 
-void StepLoopEngine::step() {
+void StepLoop::step() {
   const auto t0 = Clock::now();
   StepPlan plan = scheduler_.plan();
   for (Sequence* s : plan.out_of_memory) finish_seq(*s, FinishReason::length);
@@ -439,7 +353,7 @@ void StepLoopEngine::step() {
   metrics_.record_step(int(plan.chunks.size()), std::chrono::duration<double>(Clock::now() - t0).count());
 }
 
-void StepLoopEngine::deliver() {
+void StepLoop::deliver() {
   // One wake-up per touched request per step; backlogged rings are retried every step.
   for (auto it = backlog_.begin(); it != backlog_.end();) {
     Task* t = *it;
@@ -472,7 +386,7 @@ void StepLoopEngine::deliver() {
   }
 }
 
-void StepLoopEngine::close_all() {
+void StepLoop::close_all() {
   for (auto& [id, t] : tasks_) cancel_task(*t);
   deliver();
   for (auto& [id, t] : tasks_) {
@@ -485,7 +399,7 @@ void StepLoopEngine::close_all() {
   completed_.clear();
 }
 
-void StepLoopEngine::run() {
+void StepLoop::run() {
   for (;;) {
     drain_commands();
     if (stop_loop_.load()) break;
@@ -517,10 +431,8 @@ void StepLoopEngine::run() {
   update_gauges();
 }
 
-}  // namespace
-
-Result<std::unique_ptr<Engine>> make_step_loop_engine(std::unique_ptr<Backend> backend,
-                                                      std::unique_ptr<Model> model, const EngineOptions& o) {
+Result<std::unique_ptr<StepLoop>> make_step_loop(std::unique_ptr<Backend> backend, std::unique_ptr<Model> model,
+                                                 const EngineOptions& o) {
   if (!model) return invalid_argument("engine: no model");
   if (o.page_size < 1 || o.page_size > 1024) return invalid_argument("page size must be in [1, 1024]");
   if (o.max_batch_size < 1) return invalid_argument("max batch size must be at least 1");
@@ -550,8 +462,8 @@ Result<std::unique_ptr<Engine>> make_step_loop_engine(std::unique_ptr<Backend> b
   }
   spdlog::debug("engine: {} KV pages of {} tokens ({} bytes each), context {}", pages, o.page_size,
                 sz.bytes_per_page, max_len);
-  return std::unique_ptr<Engine>(
-      new StepLoopEngine(std::move(backend), std::move(model), o, max_len, pages, std::move(kv)));
+  return std::unique_ptr<StepLoop>(
+      new StepLoop(std::move(backend), std::move(model), o, max_len, pages, std::move(kv)));
 }
 
 }  // namespace astrai

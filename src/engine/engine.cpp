@@ -6,20 +6,20 @@
 
 namespace astrai {
 
-const char* finish_reason_name(FinishReason r) {
-  switch (r) {
-    case FinishReason::none: return "none";
-    case FinishReason::stop: return "stop";
-    case FinishReason::length: return "length";
-    case FinishReason::cancelled: return "cancelled";
-    case FinishReason::error: return "error";
-  }
-  return "none";
-}
-
 Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Backend> backend, std::unique_ptr<Model> model,
                                                const EngineOptions& options) {
-  return make_step_loop_engine(std::move(backend), std::move(model), options);
+  ASTRAI_ASSIGN_OR_RETURN(auto loop, make_step_loop(std::move(backend), std::move(model), options));
+  return std::unique_ptr<Engine>(new Engine(std::move(loop)));
 }
+
+Engine::Engine(std::unique_ptr<StepLoop> loop) : loop_(std::move(loop)) {}
+Engine::~Engine() = default;  // ~StepLoop shuts down
+
+Result<Stream> Engine::submit(Request request) { return loop_->submit(std::move(request)); }
+void Engine::cancel(RequestId id) { loop_->cancel(id); }
+EngineStats Engine::stats() const { return loop_->stats(); }
+const ModelConfig& Engine::model_config() const { return loop_->model_config(); }
+void Engine::shutdown() { loop_->shutdown(); }
+Status Engine::check_invariants() { return loop_->check_invariants(); }
 
 }  // namespace astrai

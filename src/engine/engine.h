@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "src/core/status.h"
+#include "src/engine/request.h"
 #include "src/model/config.h"
 
 namespace astrai {
@@ -20,129 +21,31 @@ class Tokenizer;
 class Model;
 class Backend;
 
-struct SamplingParams {
-  float temperature = 1.0f;  // 0: greedy
-  float top_p = 1.0f;
-  int top_k = 0;  // 0: off
-  float min_p = 0.0f;
-  float frequency_penalty = 0.0f;
-  float presence_penalty = 0.0f;
-  float repetition_penalty = 1.0f;
-  std::optional<uint64_t> seed;  // same seed -> same tokens, whatever else is in the batch
-  std::vector<std::pair<int32_t, float>> logit_bias;
-  bool logprobs = false;  // return the sampled token's logprob
-  int top_logprobs = 0;   // and this many most likely alternatives (0..20)
-};
+class StepLoop;  // sched/step_loop.h
 
-enum class FinishReason : uint8_t { none, stop, length, cancelled, error };
-const char* finish_reason_name(FinishReason r);  // "stop", "length", "cancelled", "error"
-
-struct Request {
-  std::vector<int32_t> prompt;
-  SamplingParams sampling;
-  int max_tokens = 256;           // generated tokens per choice
-  int n = 1;                      // choices sharing the prompt's pages
-  std::vector<int32_t> stop_ids;  // in addition to the model's eos/stop ids
-  bool ignore_eos = false;
-  // Called by the step-loop thread after it pushed events for this request in a step (at most
-  // once per step). Must not block: net/ posts to the connection's executor.
-  std::function<void()> notify;
-};
-
-struct TopLogprob {
-  int32_t token;
-  float logprob;
-};
-
-// Events of one choice: one per generated token, in order; the last one has `finish` set.
-// finish == length: the last event also carries the last token. finish == stop: a stop id was
-// sampled; the event has token -1 (the stop id is not part of the output and not counted in
-// completion tokens). cancelled / error: token -1.
-struct TokenEvent {
-  int32_t token = -1;                        // -1 for a pure finish event
-  int choice = 0;                            // 0..n-1
-  float logprob = 0.0f;                      // when SamplingParams::logprobs
-  std::vector<TopLogprob> top;               // when top_logprobs > 0
-  FinishReason finish = FinishReason::none;  // set on the last event of a choice
-  std::string error;                         // when finish == error
-};
-
-using RequestId = uint64_t;
-
-struct RequestState;  // shared between the step loop and the Stream; defined in sched/
-
-// The consumer end of one request: events in order, through a lock-free SPSC ring.
-class Stream {
- public:
-  Stream() = default;
-  explicit Stream(std::shared_ptr<RequestState> s);
-  RequestId id() const;
-  // Pops the next event without blocking; false when none is ready yet.
-  bool poll(TokenEvent& out);
-  // Blocks until the next event (for CLI / tests); false once every choice has finished.
-  bool wait(TokenEvent& out);
-  bool done() const;  // every choice finished and all events consumed
-  int prompt_tokens() const;
-
- private:
-  std::shared_ptr<RequestState> state_;
-};
-
-struct EngineOptions {
-  int page_size = 16;
-  int64_t kv_memory_bytes = 0;  // 0: use kv_memory_fraction of free memory
-  double kv_memory_fraction = 0.5;
-  int max_pages = 0;              // tests: exact pool size (overrides memory sizing)
-  int max_prefill_tokens = 2048;  // token budget per step (chunked prefill); 0 = unlimited
-  int max_batch_size = 256;       // sequences per step
-  int max_queue = 1024;           // waiting requests; past it submit fails (resource_exhausted)
-  bool prefix_cache = true;
-  int max_model_len = 0;  // 0: config.max_position_embeddings
-  // Model-level stop ids besides config.eos_token_ids (e.g. Tokenizer::special_tokens().stop_ids,
-  // which include generation_config.json's); ignored, like eos, by Request::ignore_eos.
-  std::vector<int32_t> stop_ids;
-  int stream_capacity = 256;  // events per request's SPSC ring (the surplus waits in the loop)
-};
-
-struct LatencySummary {
-  double avg_ms = 0, p50_ms = 0, p99_ms = 0;
-  uint64_t count = 0;
-};
-
-struct EngineStats {
-  uint64_t running = 0, waiting = 0, finished = 0, cancelled = 0, failed = 0;
-  uint64_t prompt_tokens = 0, generated_tokens = 0;
-  LatencySummary ttft, itl, e2e, queue_wait;
-  double avg_decode_tps = 0;
-  uint64_t kv_pages_total = 0, kv_pages_used = 0;
-  int page_size = 0;
-  double prefix_hit_rate = 0;
-  uint64_t prefix_cached_pages = 0;
-  uint64_t steps = 0;
-  double avg_batch_size = 0;
-  double steps_per_s = 0;
-  double uptime_s = 0;
-  uint64_t preemptions = 0;
-};
-
+// A thin facade over the step loop (sched/), so that net/ and the CLI depend on this header only.
 class Engine {
  public:
   // Takes ownership of backend + model; starts the step-loop thread.
   static Result<std::unique_ptr<Engine>> create(std::unique_ptr<Backend> backend,
                                                 std::unique_ptr<Model> model, const EngineOptions& options);
-  virtual ~Engine() = default;
+  ~Engine();  // shutdown()
 
   // Thread-safe. Fails fast: invalid_argument (empty / too long prompt, bad params),
   // resource_exhausted (queue full).
-  virtual Result<Stream> submit(Request request) = 0;
-  virtual void cancel(RequestId id) = 0;  // thread-safe; frees pages at the next step
-  virtual EngineStats stats() const = 0;
-  virtual const ModelConfig& model_config() const = 0;
+  Result<Stream> submit(Request request);
+  void cancel(RequestId id);  // thread-safe; frees pages at the next step
+  EngineStats stats() const;
+  const ModelConfig& model_config() const;
   // Finishes every request still in flight as cancelled, refuses new ones, joins the step loop.
-  virtual void shutdown() = 0;
+  void shutdown();
   // Runs the KV pool / prefix cache consistency checks on the step-loop thread and returns the first
   // violation (tests): every page is free, cached or held by a live sequence, with the exact count.
-  virtual Status check_invariants() { return {}; }
+  Status check_invariants();
+
+ private:
+  explicit Engine(std::unique_ptr<StepLoop> loop);
+  std::unique_ptr<StepLoop> loop_;
 };
 
 }  // namespace astrai

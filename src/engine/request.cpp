@@ -1,8 +1,22 @@
-#include "sched/request_state.h"
+#include "src/engine/request.h"
 
 #include <utility>
 
+#include "src/engine/request_state.h"
+
 namespace astrai {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::none: return "none";
+    case FinishReason::stop: return "stop";
+    case FinishReason::length: return "length";
+    case FinishReason::cancelled: return "cancelled";
+    case FinishReason::error: return "error";
+  }
+  return "none";
+}
+
 
 bool RequestState::flush() {
   bool moved = false;
@@ -20,7 +34,7 @@ bool RequestState::push(TokenEvent ev) {
   return moved;
 }
 
-// ---- Stream (declared in src/engine/engine.h) -----------------------------------------------------
+// ---- Stream ---------------------------------------------------------------------------------------
 
 Stream::Stream(std::shared_ptr<RequestState> s) : state_(std::move(s)) {}
 

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <deque>
 
-#include "src/engine/engine.h"
+#include "src/engine/request.h"
 
 namespace astrai {
 
