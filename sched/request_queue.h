@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 
+#include "src/core/status.h"
 #include "src/engine/request.h"
 
 namespace astrai {
