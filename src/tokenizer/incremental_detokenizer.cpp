@@ -19,8 +19,9 @@ std::string IncrementalDetokenizer::push(int32_t id) {
     pending_ += first;
     prev_bytes_ = first.size();
   } else {
-    window_.resize(1);
-    window_.push_back(id);
+    // window_ holds exactly the previous id here; assign rather than resize + push_back, which
+    // GCC 12 misreads as an out-of-bounds write (-Warray-bounds false positive).
+    window_.assign({window_.front(), id});
     const std::string both = tok_.decode_bytes(window_, false);
     // prev_bytes_ is the previous id decoded alone as the first of a list, i.e. exactly the
     // prefix `both` starts with.
