@@ -8,6 +8,7 @@
 #include "gpu/check.h"
 #include "gpu/device_info.h"
 #include "gpu/linear.h"
+#include "gpu/op_times.h"
 #include "gpu/ops.h"
 
 namespace astrai::gpu {
@@ -73,68 +74,93 @@ class CudaBackend final : public Backend {
     if (src.nbytes()) {
       ASTRAI_CUDA_CHECK(cudaMemcpyAsync(host_dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_));
       ASTRAI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      if (times_.enabled()) times_.harvest();
     }
   }
   void synchronize() override {
     enter();
     ASTRAI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (times_.enabled()) times_.harvest();
   }
 
   void embedding(const Tensor& table, const Tensor& ids, Tensor out) override {
-    enter();
+    const Scope scope = enter("embedding");
     gpu::embedding(stream_, table, ids, out);
   }
   void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor out) override {
-    enter();
+    const Scope scope = enter("rms_norm");
     gpu::rms_norm(stream_, x, w, eps, out);
   }
   void add_rms_norm(Tensor residual, const Tensor& x, const Tensor& w, float eps, Tensor out) override {
-    enter();
+    const Scope scope = enter("add_rms_norm");
     gpu::add_rms_norm(stream_, residual, x, w, eps, out);
   }
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) override {
-    enter();
+    const Scope scope = enter("linear");
     linear_->run(stream_, x, w, bias, out);
   }
   void rope(Tensor x, const Tensor& positions, const Tensor& cos_sin) override {
-    enter();
+    const Scope scope = enter("rope");
     gpu::rope(stream_, x, positions, cos_sin);
   }
   void swiglu(const Tensor& gate, const Tensor& up, Tensor out) override {
-    enter();
+    const Scope scope = enter("swiglu");
     gpu::swiglu(stream_, gate, up, out);
   }
   void add(const Tensor& a, const Tensor& b, Tensor out) override {
-    enter();
+    const Scope scope = enter("add");
     gpu::add(stream_, a, b, out);
   }
   void kv_store(const Tensor& k, const Tensor& v, const Tensor& slots, Tensor k_cache,
                 Tensor v_cache) override {
-    enter();
+    const Scope scope = enter("kv_store");
     gpu::kv_store(stream_, k, v, slots, k_cache, v_cache);
   }
   void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                        const AttentionBatch& batch, float scale, Tensor out) override {
-    enter();
-    gpu::paged_attention(stream_, q, k_cache, v_cache, batch, scale, out);
+    const Scope scope = enter("paged_attention");
+    gpu::paged_attention(stream_, q, k_cache, v_cache, batch, scale, out, attention_scratch_);
   }
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) override {
-    enter();
+    const Scope scope = enter("gather_rows");
     gpu::gather_rows(stream_, x, rows, out);
   }
   void convert(const Tensor& src, Tensor dst) override {
-    enter();
+    const Scope scope = enter("convert");
     gpu::convert(stream_, src, dst);
   }
 
  private:
+  // Brackets one op: GPU timing when ASTRAI_CUDA_OP_TIMES is set (see op_times.h).
+  class Scope {
+   public:
+    Scope(OpTimes* t, cudaStream_t s) : times_(t), stream_(s) {}
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+    ~Scope() {
+      if (times_) times_->end(stream_);
+    }
+
+   private:
+    OpTimes* times_;
+    cudaStream_t stream_;
+  };
+
   // The CUDA runtime's current device is per host thread, and the engine calls from its own thread.
   void enter() const { ASTRAI_CUDA_CHECK(cudaSetDevice(device_)); }
+  Scope enter(const char* op) {
+    enter();
+    if (!times_.enabled()) return Scope(nullptr, stream_);
+    times_.begin(stream_, op);
+    return Scope(&times_, stream_);
+  }
 
   int device_;
   std::string name_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<Linear> linear_;
+  OpTimes times_;
+  Scratch attention_scratch_;
 };
 
 }  // namespace

@@ -93,8 +93,10 @@ const Linear::Plan& Linear::plan(const Key& key) {
   const cublasStatus_t st =
       cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (st != CUBLAS_STATUS_SUCCESS || found == 0) p.fallback = true;
-  p.algo = result.algo;
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0)
+    p.fallback = true;
+  else
+    p.algo = result.algo;
   return plans_.emplace(key, p).first->second;
 }
 
@@ -118,6 +120,7 @@ void Linear::run(cudaStream_t stream, const Tensor& x, const Tensor& w, const Te
   ASTRAI_GPU_CHECK(K > 0, "linear: K = 0");
   const int64_t ldx = M > 1 ? x.stride[0] : K, ldo = M > 1 ? out.stride[0] : N;
   ASTRAI_GPU_CHECK(ldx >= K && ldo >= N, "linear: row stride smaller than the width");
+  if (linear_gemv(stream, x, w, bias, out)) return;  // decode-sized M: our weight-streaming GEMV
   const Key key{M,
                 N,
                 K,

@@ -1,7 +1,8 @@
 // linear on the GPU: out = x @ w^T (+ bias) through cuBLASLt, bf16 operands with f32 accumulation
 // (out bf16 or f32: the LM head writes f32 logits), bias through the GEMM's epilogue.
-// One cuBLASLt handle and workspace per backend; a plan (descriptors and the heuristic's
-// algorithm) is cached per shape, so a steady decode step makes no heuristic queries.
+// Decode-sized M (<= 8 rows of x, aligned) takes our own weight-streaming GEMV (linear_kernels.cu).
+// Otherwise one cuBLASLt handle and workspace per backend; a plan (descriptors and the heuristic's
+// algorithm) is cached per shape, so a steady step makes no heuristic queries.
 #pragma once
 
 #include <cublasLt.h>

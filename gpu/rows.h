@@ -30,6 +30,12 @@ struct Rows {
   }
 };
 
+// Whether every row starts on a 16-byte boundary (base and strides), for 16-byte vector access.
+inline bool rows_aligned16(const Rows& r) {
+  return (reinterpret_cast<uintptr_t>(r.base) % 16 == 0) && (r.s_outer * r.esize) % 16 == 0 &&
+         (r.s_inner * r.esize) % 16 == 0 && (r.width * r.esize) % 16 == 0;
+}
+
 // Validates t (rank 1..4, contiguous last dim, on the GPU) and describes its rows.
 Rows rows_of(const Tensor& t, const char* op);
 

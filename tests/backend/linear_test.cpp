@@ -97,6 +97,19 @@ void linear_f32_out(Backend& be) {
   check_linear(be, rng.randint(2, 20), rng.randint(3, 200), rng.randint(3, 200), true, 0, 0, rng, DType::f32);
 }
 
+// Up to 8 rows with K a multiple of 8 (16-byte rows): the GPU's own GEMV path, with x as a column
+// slice too, and both out dtypes.
+void linear_few_rows(Backend& be) {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Rng rng(seed);
+  for (int M = 1; M <= 8; ++M) {
+    const int64_t K = 8 * rng.randint(1, 300), N = rng.randint(1, 700);
+    check_linear(be, M, K, N, M % 2 == 1, M % 3 == 0 ? 8 * rng.randint(1, 4) : 0, rng.randint(0, 3), rng,
+                 M % 4 == 0 ? DType::f32 : be.compute_dtype());
+  }
+}
+
 void linear_rejects_shapes(Backend& be) {
   auto x = zeros(be, {3, 4});
   auto w = zeros(be, {5, 6});
@@ -110,6 +123,8 @@ ASTRAI_BACKEND_TEST("linear matches a float64 loop for odd sizes, with and witho
 ASTRAI_BACKEND_TEST("linear with one row (the GEMV path) matches a float64 loop", linear_one_row)
 ASTRAI_BACKEND_TEST("linear on large and aligned shapes matches a float64 loop", linear_large)
 ASTRAI_BACKEND_TEST("linear reads and writes column slices of wider buffers", linear_column_slices)
+ASTRAI_BACKEND_TEST("linear with 1 to 8 rows and 16-byte rows (the GPU's GEMV) matches a float64 loop",
+                    linear_few_rows)
 ASTRAI_BACKEND_TEST("linear writes f32 out from compute-dtype operands (the LM head)", linear_f32_out)
 ASTRAI_BACKEND_TEST("linear rejects mismatched shapes with an error instead of reading out of bounds",
                     linear_rejects_shapes)

@@ -30,8 +30,9 @@ void rms_norm_odd_widths(Backend& be) {
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
   Rng rng(seed);
-  for (int rep = 0; rep < 4; ++rep) {
-    const int64_t R = rng.randint(1, 40), D = rng.randint(1, 1500);
+  for (int rep = 0; rep < 6; ++rep) {
+    // Odd widths, then multiples of 8 up to 8192 (the GPU's 16-byte vector path).
+    const int64_t R = rng.randint(1, 40), D = rep < 4 ? rng.randint(1, 1500) : 8 * rng.randint(1, 1024);
     const float eps = rep % 2 ? 1e-6f : 1e-5f;
     auto xh = rng.vec(size_t(R * D), 3.0f);
     auto wh = rng.vec(size_t(D), 2.0f);
@@ -73,11 +74,8 @@ void rms_norm_per_head(Backend& be) {
     for (int64_t i = H * D; i < ld; ++i) REQUIRE(got[t * ld + i] == xh[t * ld + i]);
 }
 
-void add_rms_norm_fused(Backend& be) {
-  const uint64_t seed = fresh_seed();
-  INFO("seed " << seed);
-  Rng rng(seed);
-  const int64_t R = rng.randint(1, 33), D = rng.randint(1, 2100);
+void add_rms_norm_case(Backend& be, Rng& rng, int64_t R, int64_t D) {
+  INFO("R " << R << " D " << D);
   auto rh = rng.vec(size_t(R * D));
   auto xh = rng.vec(size_t(R * D));
   auto wh = rng.vec(size_t(D));
@@ -92,6 +90,14 @@ void add_rms_norm_fused(Backend& be) {
   auto got_res = to_host(be, res.t);
   for (size_t i = 0; i < sum.size(); ++i) REQUIRE(got_res[i] == sum[i]);
   require_norm_close(be, to_host(be, out.t), ref_rms_norm(sum, wh, R, D, D, 1e-5));
+}
+
+void add_rms_norm_fused(Backend& be) {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Rng rng(seed);
+  add_rms_norm_case(be, rng, rng.randint(1, 33), rng.randint(1, 2100));
+  add_rms_norm_case(be, rng, rng.randint(1, 33), 8 * rng.randint(1, 1024));  // 16-byte rows
 }
 
 }  // namespace
