@@ -233,7 +233,7 @@ size_t smem_bytes(int64_t D) {
 
 // Splits per (tile, head): enough blocks for ~4 waves of one block per multiprocessor, with at
 // least kMinKeysPerSplit keys each; 1 when the tiles already fill the GPU (prefill).
-constexpr int64_t kMinKeysPerSplit = 64;
+constexpr int64_t kMinKeysPerSplit = 32;  // one key tile
 constexpr int kMaxSplits = 64;
 
 int sm_count() {
