@@ -1,7 +1,9 @@
 #include "src/backend/backend.h"
 
+#include <fstream>
 #include <map>
 #include <mutex>
+#include <sstream>
 
 #include "src/backend/cpu/cpu_backend.h"
 
@@ -19,6 +21,20 @@ FactoryRegistry& registry() {
 }
 
 }  // namespace
+
+int64_t Backend::memory_available() const {
+  std::ifstream f("/proc/meminfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("MemAvailable:", 0) == 0) {
+      std::istringstream ss(line.substr(13));
+      int64_t kb = 0;
+      ss >> kb;
+      return kb * 1024;
+    }
+  }
+  return 0;
+}
 
 void register_backend_factory(Device device, BackendFactory factory) {
   auto& r = registry();
@@ -44,8 +60,8 @@ Result<std::unique_ptr<Backend>> make_backend(const BackendOptions& options) {
   }
   if (!factory)
     return unsupported(
-        "device 'cuda' requested but this astrai was built without the CUDA backend "
-        "(rebuild with -DASTRAI_CUDA=ON on a machine with nvcc), use --device cpu");
+        "device 'cuda' requested but no CUDA backend is available: this astrai was built without "
+        "it (rebuild with -DASTRAI_CUDA=ON on a machine with nvcc) or no GPU is visible; use --device cpu");
   return factory(options);
 }
 

@@ -43,6 +43,9 @@ class Backend {
   virtual void upload(Tensor dst, const void* host_src) = 0;     // dst.nbytes() bytes
   virtual void download(void* host_dst, const Tensor& src) = 0;  // src.nbytes() bytes
   virtual void synchronize() = 0;
+  // Bytes the KV cache may be sized from: free device memory on a GPU, MemAvailable on the host
+  // (this default, which the CPU backend keeps). 0 when unknown.
+  virtual int64_t memory_available() const;
 
   // ---- forward ops -----------------------------------------------------------------------------
   // out[t, :] = table[ids[t], :]            table [V, H], ids [T] i32, out [T, H]

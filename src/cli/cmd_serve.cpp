@@ -36,7 +36,7 @@ Status load_model(net::ServerState& st) {
   else if (c.device == "cpu")
     bo.device = Device::cpu;
   else
-    bo.device = Device::cpu;  // auto: cuda when present (make_backend falls back below)
+    bo.device = Device::cuda;  // auto: cuda when present (make_backend falls back below)
   bo.threads = c.threads;
   auto backend = make_backend(bo);
   if (!backend.ok() && c.device == "auto") {

@@ -1,5 +1,6 @@
-// linear (out = x @ w^T + bias) against a float64 loop: odd sizes, the GEMV path (M = 1), bias or
-// not, and x / out as column slices of wider buffers (row stride > width).
+// linear (out = x @ w^T + bias) against a float64 loop on every backend: odd sizes, the GEMV path
+// (M = 1), bias or not, x / out as column slices of wider buffers (row stride > width), and an f32
+// out from compute-dtype operands (the LM head's logits).
 #include <catch2/catch.hpp>
 
 #include "backend/op_test_util.h"
@@ -8,83 +9,125 @@
 namespace astrai::test {
 namespace {
 
-// Per element |got - want| <= 1e-5 * sum_k |x_k w_k| + 1e-6: f32 accumulation error grows with
-// the magnitude of the terms, not of their (possibly cancelling) sum.
-void check_linear(int64_t M, int64_t K, int64_t N, bool with_bias, int64_t x_pad, int64_t out_pad, Rng& rng) {
-  auto be = cpu_backend();
+// f32: per element |got - want| <= 1e-5 * sum_k |x_k w_k| + 1e-6, since f32 accumulation error
+// grows with the magnitude of the terms, not of their (possibly cancelling) sum.
+void check_linear(Backend& be, int64_t M, int64_t K, int64_t N, bool with_bias, int64_t x_pad,
+                  int64_t out_pad, Rng& rng, DType out_dtype) {
   const int64_t ldx = K + x_pad, ldo = N + out_pad;
   auto xh = rng.vec(size_t(M * ldx));
   auto wh = rng.vec(size_t(N * K));
   auto bh = rng.vec(size_t(N));
-  auto x = to_device(*be, xh, {M, ldx});
-  auto w = to_device(*be, wh, {N, K});
-  auto b = to_device(*be, bh, {N});
-  auto out = zeros(*be, {M, ldo});
+  auto x = to_device(be, xh, {M, ldx});
+  auto w = to_device(be, wh, {N, K});
+  auto b = to_device(be, bh, {N}, out_dtype);  // bias in out's dtype
+  auto out = poisoned(be, {M, ldo}, out_dtype);
   Tensor xv = x.t, ov = out.t;  // column slices [M, K] of [M, ldx] and [M, N] of [M, ldo]
   xv.shape[1] = K;
   ov.shape[1] = N;
-  be->linear(xv, w.t, with_bias ? &b.t : nullptr, ov);
-  auto got = to_host(*be, out.t);
+  be.linear(xv, w.t, with_bias ? &b.t : nullptr, ov);
+  auto got = to_host(be, out.t);
+  std::vector<double> want(got.size(), 0.0), mag(got.size(), 0.0);
+  std::vector<size_t> written;
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {
-      double acc = with_bias ? bh[n] : 0.0, mag = 0.0;
+      double acc = with_bias ? bh[n] : 0.0, mg = 0.0;
       for (int64_t k = 0; k < K; ++k) {
         acc += double(xh[m * ldx + k]) * double(wh[n * K + k]);
-        mag += std::abs(double(xh[m * ldx + k]) * double(wh[n * K + k]));
+        mg += std::abs(double(xh[m * ldx + k]) * double(wh[n * K + k]));
       }
-      INFO("M " << M << " K " << K << " N " << N << " m " << m << " n " << n);
-      REQUIRE(std::abs(got[m * ldo + n] - acc) <= 1e-5 * mag + 1e-6);
+      want[m * ldo + n] = acc;
+      mag[m * ldo + n] = mg;
+      written.push_back(size_t(m * ldo + n));
     }
+  INFO("M " << M << " K " << K << " N " << N << " out " << dtype_name(out_dtype));
+  require_close(
+      be, got, want, [&](size_t i) { return mag[i]; }, Tol{1e-5, 1e-6}, written);
   // The padding columns of out are not written.
   for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = N; n < ldo; ++n) REQUIRE(got[m * ldo + n] == 0.0f);
+    for (int64_t n = N; n < ldo; ++n) REQUIRE(std::isnan(got[m * ldo + n]));
 }
 
-}  // namespace
-
-TEST_CASE("linear matches a float64 loop for odd sizes, with and without bias", "[unit]") {
+void linear_odd_sizes(Backend& be) {
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
   Rng rng(seed);
   for (int rep = 0; rep < 6; ++rep) {
     const int64_t M = rng.randint(2, 37), K = rng.randint(1, 133), N = rng.randint(1, 71);
-    check_linear(M, K, N, rep % 2 == 0, 0, 0, rng);
+    check_linear(be, M, K, N, rep % 2 == 0, 0, 0, rng, be.compute_dtype());
   }
 }
 
-TEST_CASE("linear with one row (the GEMV path) matches a float64 loop", "[unit]") {
+void linear_one_row(Backend& be) {
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
   Rng rng(seed);
-  check_linear(1, rng.randint(1, 300), rng.randint(1, 300), true, 0, 0, rng);
-  check_linear(1, rng.randint(1, 300), rng.randint(1, 300), false, 0, 0, rng);
+  check_linear(be, 1, rng.randint(1, 300), rng.randint(1, 300), true, 0, 0, rng, be.compute_dtype());
+  check_linear(be, 1, rng.randint(1, 300), rng.randint(1, 300), false, 0, 0, rng, be.compute_dtype());
 }
 
-TEST_CASE("linear large enough to be split over threads matches a float64 loop", "[unit]") {
+void linear_large(Backend& be) {
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
   Rng rng(seed);
-  check_linear(rng.randint(20, 40), rng.randint(300, 400), rng.randint(300, 400), true, rng.randint(0, 3),
-               rng.randint(0, 3), rng);
-  check_linear(1, rng.randint(2000, 2400), rng.randint(500, 600), true, 0, 0,
-               rng);  // >= 1M MACs: threaded GEMV
+  check_linear(be, rng.randint(20, 40), rng.randint(300, 400), rng.randint(300, 400), true, rng.randint(0, 3),
+               rng.randint(0, 3), rng, be.compute_dtype());
+  check_linear(be, 1, rng.randint(2000, 2400), rng.randint(500, 600), true, 0, 0, rng,
+               be.compute_dtype());  // >= 1M MACs: threaded GEMV on the CPU
+  // Aligned sizes, as a model's are (the tensor-core paths).
+  check_linear(be, 8 * rng.randint(1, 40), 64 * rng.randint(4, 12), 64 * rng.randint(4, 12), false, 0, 0, rng,
+               be.compute_dtype());
 }
 
-TEST_CASE("linear reads and writes column slices of wider buffers", "[unit]") {
+void linear_column_slices(Backend& be) {
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
   Rng rng(seed);
-  check_linear(rng.randint(2, 20), rng.randint(3, 50), rng.randint(3, 50), true, rng.randint(1, 9),
-               rng.randint(1, 9), rng);
-  check_linear(1, rng.randint(3, 50), rng.randint(3, 50), false, rng.randint(1, 9), rng.randint(1, 9), rng);
+  check_linear(be, rng.randint(2, 20), rng.randint(3, 50), rng.randint(3, 50), true, rng.randint(1, 9),
+               rng.randint(1, 9), rng, be.compute_dtype());
+  check_linear(be, 1, rng.randint(3, 50), rng.randint(3, 50), false, rng.randint(1, 9), rng.randint(1, 9),
+               rng, be.compute_dtype());
 }
 
-TEST_CASE("linear rejects mismatched shapes with an error instead of reading out of bounds", "[unit]") {
-  auto be = cpu_backend();
-  auto x = zeros(*be, {3, 4});
-  auto w = zeros(*be, {5, 6});
-  auto out = zeros(*be, {3, 5});
-  REQUIRE_THROWS_AS(be->linear(x.t, w.t, nullptr, out.t), Error);
+void linear_f32_out(Backend& be) {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Rng rng(seed);
+  check_linear(be, rng.randint(1, 20), 64 * rng.randint(1, 8), rng.randint(100, 1100), false, 0, 0, rng,
+               DType::f32);
+  check_linear(be, rng.randint(2, 20), rng.randint(3, 200), rng.randint(3, 200), true, 0, 0, rng, DType::f32);
 }
+
+// Up to 8 rows with K a multiple of 8 (16-byte rows): the GPU's own GEMV path, with x as a column
+// slice too, and both out dtypes.
+void linear_few_rows(Backend& be) {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Rng rng(seed);
+  for (int M = 1; M <= 8; ++M) {
+    // K up to 8800: the GPU splits long rows of narrow outputs across warps.
+    const int64_t K = 8 * rng.randint(1, 1100), N = rng.randint(1, 700);
+    check_linear(be, M, K, N, M % 2 == 1, M % 3 == 0 ? 8 * rng.randint(1, 4) : 0, rng.randint(0, 3), rng,
+                 M % 4 == 0 ? DType::f32 : be.compute_dtype());
+  }
+}
+
+void linear_rejects_shapes(Backend& be) {
+  auto x = zeros(be, {3, 4});
+  auto w = zeros(be, {5, 6});
+  auto out = zeros(be, {3, 5});
+  REQUIRE_THROWS_AS(be.linear(x.t, w.t, nullptr, out.t), Error);
+}
+
+}  // namespace
+
+ASTRAI_BACKEND_TEST("linear matches a float64 loop for odd sizes, with and without bias", linear_odd_sizes)
+ASTRAI_BACKEND_TEST("linear with one row (the GEMV path) matches a float64 loop", linear_one_row)
+ASTRAI_BACKEND_TEST("linear on large and aligned shapes matches a float64 loop", linear_large)
+ASTRAI_BACKEND_TEST("linear reads and writes column slices of wider buffers", linear_column_slices)
+ASTRAI_BACKEND_TEST("linear with 1 to 8 rows and 16-byte rows (the GPU's GEMV) matches a float64 loop",
+                    linear_few_rows)
+ASTRAI_BACKEND_TEST("linear writes f32 out from compute-dtype operands (the LM head)", linear_f32_out)
+ASTRAI_BACKEND_TEST("linear rejects mismatched shapes with an error instead of reading out of bounds",
+                    linear_rejects_shapes)
 
 }  // namespace astrai::test

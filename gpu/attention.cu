@@ -1,0 +1,382 @@
+// KV-cache writes and causal grouped-query attention over a paged cache.
+//
+// Cache layout: [num_pages * page_size, KVH, D]; logical position j of sequence s lives in slot
+// page_table[s][j / page_size] * page_size + j % page_size.
+//
+// paged_attention: one kernel for prefill, extend and decode. A block takes a tile of query rows
+// of one sequence (kTileRows query rows of one head for prefill; for decode, the heads of one GQA
+// group, which share a KV head, as the rows) and one KV split; it walks its keys in tiles of
+// kTileKeys staged in shared memory as f32 (loaded cooperatively with 16-byte loads, so a tile's
+// loads are all in flight at once, and shared by the tile's rows). Warp w owns tile rows
+// w, w + kWarps, ...; for each row, lane j scores key j of the key tile, the warp reduces the
+// tile's max and sum, and each lane updates its dims of the row's accumulator (online softmax, f32):
+//   m' = max(m, max_j s_j);  l = l e^(m - m') + sum_j e^(s_j - m');
+//   acc = acc e^(m - m') + sum_j e^(s_j - m') v_j;   out = acc / l
+// Split-KV: when the blocks are too few to fill the GPU (decode, few sequences, long contexts) the
+// keys are cut into `splits` ranges of `chunk` keys; each block writes its unnormalised (m, l, acc)
+// to scratch and a combine kernel merges the splits:
+//   out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M),  M = max_s m_s.
+// Lengths are read from device memory (q_start, kv_len, page_table); the host sizes the grid only,
+// from AttentionBatch::max_q_len and max_kv_len (the last split runs to the row's end whatever the
+// chunk). Any head_dim up to kMaxHeadDim (shared memory grows with it).
+#include <algorithm>
+#include <string>
+#include <type_traits>
+
+#include "gpu/check.h"
+#include "gpu/device_util.cuh"
+#include "gpu/ops.h"
+#include "gpu/rows.h"
+
+namespace astrai::gpu {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kTileRows = 16, kTileKeys = 32, kRowsPerWarp = kTileRows / kWarps;
+constexpr int64_t kMaxHeadDim = 512;
+
+template <typename T>
+__global__ void kv_store_kernel(Rows k, Rows v, const int32_t* __restrict__ slots, int64_t kvh, int64_t d,
+                                int64_t n_slots, T* __restrict__ k_cache, T* __restrict__ v_cache,
+                                int64_t n) {
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = e / d, i = e % d;  // r = token * kvh + head
+    const int32_t slot = slots[r / kvh];
+    if (slot < 0 || slot >= n_slots) continue;  // validated by the model; never write outside the cache
+    const int64_t dst = (int64_t(slot) * kvh + r % kvh) * d + i;
+    k_cache[dst] = k.row<T>(r)[i];
+    v_cache[dst] = v.row<T>(r)[i];
+  }
+}
+
+struct AttnParams {
+  Rows q, out;
+  const int32_t* q_start;
+  const int32_t* kv_len;
+  const int32_t* page_table;
+  int num_seqs, max_pages, page_size;
+  int64_t heads, group, kv_heads, head_dim, n_pages;
+  float scale;
+  int heads_per_tile;  // q heads of one KV head in a tile (decode: the GQA group shares K/V loads)
+  int rows_per_tile;   // query rows in a tile: kTileRows / heads_per_tile
+  int splits;          // KV ranges per (row, head); 1: write out directly
+  int64_t chunk;       // keys per split (the last runs to the row's end)
+  float* part_acc;     // [rows * heads * splits, D]   (splits > 1)
+  float* part_ml;      // [rows * heads * splits, 2]  m, l
+};
+
+// Grid: x = query tile within the sequence, y = group of heads_per_tile heads, z = sequence * splits
+// + split. Tile row t is query row t / heads_per_tile of the tile and head t % heads_per_tile of
+// the group; warp w owns tile rows w, w + kWarps, ... (so a decode tile of 4 heads keeps 4 warps busy).
+template <typename T>
+__global__ void __launch_bounds__(kWarps * 32)
+    paged_attention_kernel(AttnParams p, const T* __restrict__ k_cache, const T* __restrict__ v_cache) {
+  extern __shared__ float smem[];
+  const int64_t D = p.head_dim;
+  float* q_s = smem;                       // [kTileRows][D]
+  float* acc = q_s + kTileRows * D;        // [kTileRows][D]
+  float* k_s = acc + kTileRows * D;        // [kTileKeys][D + 1] (padded: lanes read different banks)
+  float* v_s = k_s + kTileKeys * (D + 1);  // [kTileKeys][D]
+  float* p_s = v_s + kTileKeys * D;        // [kWarps][kTileKeys]
+  int64_t* row_s = reinterpret_cast<int64_t*>(p_s + kWarps * kTileKeys);  // [kTileKeys] cache row offsets
+  const int hpt = p.heads_per_tile;
+  const int64_t h0 = int64_t(blockIdx.y) * hpt, kvh = h0 / p.group;
+  const int s = blockIdx.z / p.splits, split = blockIdx.z % p.splits;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t q0 = p.q_start[s], q_len = p.q_start[s + 1] - q0;
+  const int64_t r0 = int64_t(blockIdx.x) * p.rows_per_tile;  // first query row of the tile in the sequence
+  if (r0 >= q_len) return;
+  const int64_t n_q = min(int64_t(p.rows_per_tile), q_len - r0);
+  const int n_rows = int(n_q) * hpt;              // valid tile rows: t < n_rows
+  const int64_t pos0 = p.kv_len[s] - q_len + r0;  // position of the tile's first query row
+  const int64_t n_keys = pos0 + n_q;              // the last row sees keys [0, pos0 + n_q)
+  const int64_t j0 = split * p.chunk;
+  const int64_t j1 = split + 1 == p.splits ? n_keys : min(n_keys, j0 + p.chunk);
+  const int32_t* pages = p.page_table + int64_t(s) * p.max_pages;
+
+  const int d32 = int(D);  // indices inside a tile fit in int: kTileKeys * D <= 16384
+  for (int e = threadIdx.x; e < kTileRows * d32; e += blockDim.x) {
+    const int t = e / d32, i = e - t * d32;
+    q_s[e] = t < n_rows ? to_f32(p.q.row<T>((q0 + r0 + t / hpt) * p.heads + h0 + t % hpt)[i]) : 0.0f;
+    acc[e] = 0.0f;
+  }
+  float m[kRowsPerWarp], l[kRowsPerWarp];
+#pragma unroll
+  for (int rr = 0; rr < kRowsPerWarp; ++rr) m[rr] = -INFINITY, l[rr] = 0.0f;
+  // 16-byte loads of K/V rows when they are bf16 and D is a multiple of 8.
+  const bool vec8 = std::is_same_v<T, bf16> && d32 % 8 == 0;
+  __syncthreads();  // q_s / acc are read by other threads than wrote them (also when no key is ours)
+
+  for (int64_t kt = j0; kt < j1; kt += kTileKeys) {
+    __syncthreads();                // the previous tile is no longer read
+    if (threadIdx.x < kTileKeys) {  // each key's cache row, looked up once per tile (-1: none)
+      const int64_t key = kt + threadIdx.x;
+      int64_t row = -1;
+      if (key < j1) {
+        const int64_t pg = key / p.page_size;
+        const int32_t page = pg < p.max_pages ? pages[pg] : -1;
+        if (page >= 0 && page < p.n_pages)  // validated by the model; never read outside the cache
+          row = ((int64_t(page) * p.page_size + key % p.page_size) * p.kv_heads + kvh) * D;
+      }
+      row_s[threadIdx.x] = row;
+    }
+    __syncthreads();
+    if (vec8) {
+      const int per_row = d32 / 8;
+      for (int e = threadIdx.x; e < kTileKeys * per_row; e += blockDim.x) {
+        const int j = e / per_row, c = (e - j * per_row) * 8;
+        float kf[8] = {}, vf[8] = {};
+        if (row_s[j] >= 0) {
+          unpack8(*reinterpret_cast<const uint4*>(k_cache + row_s[j] + c), kf);
+          unpack8(*reinterpret_cast<const uint4*>(v_cache + row_s[j] + c), vf);
+        }
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+          k_s[j * (d32 + 1) + c + t] = kf[t];
+          v_s[j * d32 + c + t] = vf[t];
+        }
+      }
+    } else {
+      for (int e = threadIdx.x; e < kTileKeys * d32; e += blockDim.x) {
+        const int j = e / d32, i = e - j * d32;
+        const bool ok = row_s[j] >= 0;
+        k_s[j * (d32 + 1) + i] = ok ? to_f32(k_cache[row_s[j] + i]) : 0.0f;
+        v_s[j * d32 + i] = ok ? to_f32(v_cache[row_s[j] + i]) : 0.0f;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+      const int r = rr * kWarps + warp;
+      if (r >= n_rows) break;
+      const int64_t key = kt + lane;
+      const float* qr = q_s + r * D;
+      float sc = -INFINITY;
+      if (key < j1 && key <= pos0 + r / hpt) {  // causal: a row sees keys up to its own position
+        const float* kr = k_s + lane * (D + 1);
+        float dot = 0.0f;
+        for (int64_t i = 0; i < D; ++i) dot += qr[i] * kr[i];
+        sc = dot * p.scale;
+      }
+      float tile_max = sc;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, o));
+      if (tile_max == -INFINITY) continue;  // no key of this tile is visible to the row (uniform in the warp)
+      const float m_new = fmaxf(m[rr], tile_max);
+      const float corr = expf(m[rr] - m_new);
+      const float pj = expf(sc - m_new);  // 0 for masked keys
+      l[rr] = l[rr] * corr + warp_sum(pj);
+      m[rr] = m_new;
+      p_s[warp * kTileKeys + lane] = pj;
+      __syncwarp();
+      float* ar = acc + r * D;
+      for (int64_t i = lane; i < D; i += 32) {
+        float a = ar[i] * corr;
+#pragma unroll 8
+        for (int j = 0; j < kTileKeys; ++j) a += p_s[warp * kTileKeys + j] * v_s[j * D + i];
+        ar[i] = a;
+      }
+      __syncwarp();  // p_s is rewritten by the next row
+    }
+  }
+  // Each warp finishes its own rows (acc rows are private to their warp): the normalised output,
+  // or with splits the unnormalised partial state (an empty split leaves m = -inf, l = 0).
+#pragma unroll
+  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+    const int r = rr * kWarps + warp;
+    if (r >= n_rows) break;
+    const int64_t row = (q0 + r0 + r / hpt) * p.heads + h0 + r % hpt;
+    if (p.splits == 1) {
+      const float inv = l[rr] > 0.0f ? 1.0f / l[rr] : __int_as_float(0x7fc00000);
+      T* o = p.out.row<T>(row);
+      for (int64_t i = lane; i < D; i += 32) o[i] = from_f32<T>(acc[r * D + i] * inv);
+    } else {
+      const int64_t part = row * p.splits + split;
+      for (int64_t i = lane; i < D; i += 32) p.part_acc[part * D + i] = acc[r * D + i];
+      if (lane == 0) {
+        p.part_ml[2 * part] = m[rr];
+        p.part_ml[2 * part + 1] = l[rr];
+      }
+    }
+  }
+}
+
+// One block per (row, head): merges the splits' partial states.
+template <typename T>
+__global__ void combine_splits_kernel(AttnParams p) {
+  const int64_t row = blockIdx.x * p.heads + blockIdx.y, D = p.head_dim;
+  const int64_t part0 = row * p.splits;
+  float M = -INFINITY, L = 0.0f;
+  for (int sp = 0; sp < p.splits; ++sp) M = fmaxf(M, p.part_ml[2 * (part0 + sp)]);
+  for (int sp = 0; sp < p.splits; ++sp) {
+    const float l = p.part_ml[2 * (part0 + sp) + 1];
+    if (l > 0.0f) L += l * expf(p.part_ml[2 * (part0 + sp)] - M);
+  }
+  const float inv = L > 0.0f ? 1.0f / L : __int_as_float(0x7fc00000);
+  T* o = p.out.row<T>(row);
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    float sum = 0.0f;
+    for (int sp = 0; sp < p.splits; ++sp) {
+      const float l = p.part_ml[2 * (part0 + sp) + 1];
+      if (l > 0.0f) sum += p.part_acc[(part0 + sp) * D + i] * expf(p.part_ml[2 * (part0 + sp)] - M);
+    }
+    o[i] = from_f32<T>(sum * inv);
+  }
+}
+
+size_t smem_bytes(int64_t D) {
+  return size_t(2 * kTileRows * D + kTileKeys * (D + 1) + kTileKeys * D + kWarps * kTileKeys) *
+             sizeof(float) +
+         kTileKeys * sizeof(int64_t);
+}
+
+// Splits per (tile, head): enough blocks for ~4 waves of one block per multiprocessor, with at
+// least kMinKeysPerSplit keys each; 1 when the tiles already fill the GPU (prefill).
+constexpr int64_t kMinKeysPerSplit = 32;  // one key tile
+constexpr int kMaxSplits = 64;
+
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return 132;
+    return v;
+  }();
+  return n;
+}
+
+int choose_splits(int64_t blocks, int64_t max_kv) {
+  const int64_t want = (4 * int64_t(sm_count()) + blocks - 1) / blocks;
+  return int(std::max<int64_t>(1, std::min<int64_t>({want, max_kv / kMinKeysPerSplit, kMaxSplits})));
+}
+
+// Shared memory beyond 48 KB (head_dim > 96) must be allowed per kernel, once.
+template <typename T>
+void allow_smem() {
+  static const cudaError_t err = cudaFuncSetAttribute(
+      paged_attention_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes(kMaxHeadDim)));
+  ASTRAI_CUDA_CHECK(err);
+}
+
+template <typename T>
+void launch(cudaStream_t stream, const AttnParams& p, unsigned tiles, int64_t S, const Tensor& k_cache,
+            const Tensor& v_cache) {
+  allow_smem<T>();
+  const dim3 grid{tiles, unsigned(p.heads / p.heads_per_tile), unsigned(S * p.splits)};
+  paged_attention_kernel<T>
+      <<<grid, kWarps * 32, smem_bytes(p.head_dim), stream>>>(p, k_cache.ptr<T>(), v_cache.ptr<T>());
+  ASTRAI_CUDA_LAUNCH_CHECK(paged_attention_kernel);
+  if (p.splits == 1) return;
+  const int64_t T_rows = p.q.n_rows / p.heads;
+  const dim3 grid2{unsigned(T_rows), unsigned(p.heads), 1};
+  combine_splits_kernel<T><<<grid2, p.head_dim >= 128 ? 128 : 64, 0, stream>>>(p);
+  ASTRAI_CUDA_LAUNCH_CHECK(combine_splits_kernel);
+}
+
+void check_cache(const Tensor& c, const char* op, const char* name, DType dt) {
+  check_tensor(c, op, name, dt);
+  ASTRAI_GPU_CHECK(
+      c.ndim == 3 && c.is_contiguous(),
+      std::string(op) + ": " + name + " must be a contiguous [slots, KVH, D], got " + c.shape_str());
+}
+
+}  // namespace
+
+void kv_store(cudaStream_t stream, const Tensor& k, const Tensor& v, const Tensor& slots, Tensor k_cache,
+              Tensor v_cache) {
+  check_tensor(k, "kv_store", "k", DType::bf16, DType::f32);
+  check_tensor(v, "kv_store", "v", k.dtype);
+  check_index(slots, "kv_store", "slots");
+  check_cache(k_cache, "kv_store", "k_cache", k.dtype);
+  check_cache(v_cache, "kv_store", "v_cache", k.dtype);
+  ASTRAI_GPU_CHECK(k.ndim == 3 && v.ndim == 3 && k.shape == v.shape,
+                   "kv_store: k and v must be [T, KVH, D], same shape");
+  const int64_t T = k.shape[0], KVH = k.shape[1], D = k.shape[2];
+  ASTRAI_GPU_CHECK(k_cache.shape == v_cache.shape && k_cache.shape[1] == KVH && k_cache.shape[2] == D,
+                   "kv_store: cache " + k_cache.shape_str() + " for k " + k.shape_str());
+  ASTRAI_GPU_CHECK(slots.numel() == T, "kv_store: slots size differs from T");
+  const Rows kv = rows_of(k, "kv_store"), vv = rows_of(v, "kv_store");
+  const int64_t n = T * KVH * D;
+  if (n == 0) return;
+  const int threads = 256;
+  if (k.dtype == DType::bf16)
+    kv_store_kernel<<<grid_for(n, threads), threads, 0, stream>>>(
+        kv, vv, slots.ptr<int32_t>(), KVH, D, k_cache.shape[0], k_cache.ptr<bf16>(), v_cache.ptr<bf16>(), n);
+  else
+    kv_store_kernel<<<grid_for(n, threads), threads, 0, stream>>>(kv, vv, slots.ptr<int32_t>(), KVH, D,
+                                                                  k_cache.shape[0], k_cache.ptr<float>(),
+                                                                  v_cache.ptr<float>(), n);
+  ASTRAI_CUDA_LAUNCH_CHECK(kv_store_kernel);
+}
+
+void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                     const AttentionBatch& batch, float scale, Tensor out, Scratch& scratch) {
+  check_tensor(q, "paged_attention", "q", DType::bf16, DType::f32);
+  check_tensor(out, "paged_attention", "out", q.dtype);
+  check_cache(k_cache, "paged_attention", "k_cache", q.dtype);
+  check_cache(v_cache, "paged_attention", "v_cache", q.dtype);
+  check_index(batch.q_start, "paged_attention", "q_start");
+  check_index(batch.kv_len, "paged_attention", "kv_len");
+  check_index(batch.page_table, "paged_attention", "page_table");
+  ASTRAI_GPU_CHECK(
+      q.ndim == 3 && out.ndim == 3 && q.shape == out.shape,
+      "paged_attention: q " + q.shape_str() + " and out " + out.shape_str() + " must be [T, H, D]");
+  const int64_t T = q.shape[0], H = q.shape[1], D = q.shape[2];
+  const int64_t KVH = k_cache.shape[1], ps = batch.page_size, S = batch.num_seqs;
+  ASTRAI_GPU_CHECK(k_cache.shape == v_cache.shape && k_cache.shape[2] == D && KVH > 0 && H % KVH == 0,
+                   "paged_attention: cache " + k_cache.shape_str() + " for q " + q.shape_str());
+  ASTRAI_GPU_CHECK(ps > 0 && k_cache.shape[0] % ps == 0,
+                   "paged_attention: cache slots not a multiple of page_size");
+  ASTRAI_GPU_CHECK(batch.q_start.numel() == S + 1 && batch.kv_len.numel() == S &&
+                       batch.page_table.numel() >= S * int64_t(batch.max_pages),
+                   "paged_attention: q_start/kv_len/page_table sizes do not match num_seqs");
+  ASTRAI_GPU_CHECK(D >= 1 && D <= kMaxHeadDim, "paged_attention: head_dim " + std::to_string(D) + " above " +
+                                                   std::to_string(kMaxHeadDim));
+  ASTRAI_GPU_CHECK(H <= 65535 && S <= 65535, "paged_attention: more than 65535 heads or sequences");
+  if (T == 0 || H == 0) return;
+  ASTRAI_GPU_CHECK(S >= 1, "paged_attention: tokens but no sequences");
+  AttnParams p;
+  p.q = rows_of(q, "paged_attention");
+  p.out = rows_of(out, "paged_attention");
+  p.q_start = batch.q_start.ptr<int32_t>();
+  p.kv_len = batch.kv_len.ptr<int32_t>();
+  p.page_table = batch.page_table.ptr<int32_t>();
+  p.num_seqs = int(S);
+  p.max_pages = batch.max_pages;
+  p.page_size = int(ps);
+  p.heads = H;
+  p.group = H / KVH;
+  p.kv_heads = KVH;
+  p.head_dim = D;
+  p.n_pages = k_cache.shape[0] / ps;
+  p.scale = scale;
+  const int64_t max_q = std::max(1, batch.max_q_len);
+  // Short query runs (decode): the heads of a GQA group share a tile and its K/V loads; prefill:
+  // kTileRows query rows of one head.
+  p.heads_per_tile = 1;
+  if (max_q < kTileRows / 2)
+    for (int64_t d = std::min<int64_t>(p.group, kTileRows / max_q); d >= 1; --d)
+      if (p.group % d == 0) {
+        p.heads_per_tile = int(d);
+        break;
+      }
+  p.rows_per_tile = kTileRows / p.heads_per_tile;
+  const unsigned tiles = unsigned((max_q + p.rows_per_tile - 1) / p.rows_per_tile);
+  p.splits = choose_splits(int64_t(tiles) * (H / p.heads_per_tile) * S, batch.max_kv_len);
+  if (S * p.splits > 65535) p.splits = int(std::max<int64_t>(1, 65535 / S));
+  p.chunk = (int64_t(batch.max_kv_len) + p.splits - 1) / p.splits;
+  p.part_acc = p.part_ml = nullptr;
+  if (p.splits > 1) {
+    float* part = static_cast<float*>(scratch.ensure(size_t(T * H * p.splits * (D + 2)) * sizeof(float)));
+    p.part_acc = part;
+    p.part_ml = part + T * H * p.splits * D;
+  }
+  if (q.dtype == DType::bf16)
+    launch<bf16>(stream, p, tiles, S, k_cache, v_cache);
+  else
+    launch<float>(stream, p, tiles, S, k_cache, v_cache);
+}
+
+}  // namespace astrai::gpu

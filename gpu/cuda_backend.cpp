@@ -1,0 +1,189 @@
+#include "gpu/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <new>
+#include <string>
+
+#include "gpu/check.h"
+#include "gpu/device_info.h"
+#include "gpu/linear.h"
+#include "gpu/op_times.h"
+#include "gpu/ops.h"
+
+namespace astrai::gpu {
+namespace {
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) : device_(device) {
+    ASTRAI_CUDA_CHECK(cudaSetDevice(device_));
+    cudaDeviceProp prop{};
+    ASTRAI_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+    name_ = std::string("cuda:") + std::to_string(device_) + " (" + prop.name + ", sm_" +
+            std::to_string(prop.major) + std::to_string(prop.minor) + ", bf16, cuBLASLt)";
+    ASTRAI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    linear_ = std::make_unique<Linear>();
+  }
+  ~CudaBackend() override {
+    linear_.reset();
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+
+  Device device() const override { return Device::cuda; }
+  std::string name() const override { return name_; }
+  DType compute_dtype() const override { return DType::bf16; }
+
+  int64_t memory_available() const override {
+    size_t free_bytes = 0, total = 0;
+    ASTRAI_CUDA_CHECK(cudaSetDevice(device_));
+    ASTRAI_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    return int64_t(free_bytes);
+  }
+
+  // Zeroed on the stream, so the zeros are ordered before any later op or upload on it.
+  Buffer alloc(size_t bytes) override {
+    enter();
+    void* p = nullptr;
+    if (bytes > 0) {
+      const cudaError_t err = cudaMalloc(&p, bytes);
+      if (err == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();  // clear the sticky-free error state for the next call
+        throw std::bad_alloc();
+      }
+      ASTRAI_CUDA_CHECK(err);
+      ASTRAI_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+    }
+    return Buffer(p, bytes, Device::cuda, [](void* q) {
+      if (q) cudaFree(q);  // a deleter must not throw; cudaFree fails only on a dead context
+    });
+  }
+  void upload(Tensor dst, const void* host_src) override {
+    enter();
+    ASTRAI_GPU_CHECK(dst.device == Device::cuda && dst.is_contiguous(),
+                     "upload: destination must be a contiguous cuda tensor");
+    if (dst.nbytes())
+      ASTRAI_CUDA_CHECK(cudaMemcpyAsync(dst.data, host_src, dst.nbytes(), cudaMemcpyHostToDevice, stream_));
+  }
+  // Returns once the bytes are on the host (the CPU backend's contract): later host code reads them.
+  void download(void* host_dst, const Tensor& src) override {
+    enter();
+    ASTRAI_GPU_CHECK(src.device == Device::cuda && src.is_contiguous(),
+                     "download: source must be a contiguous cuda tensor");
+    if (src.nbytes()) {
+      ASTRAI_CUDA_CHECK(cudaMemcpyAsync(host_dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_));
+      ASTRAI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      if (times_.enabled()) times_.harvest();
+    }
+  }
+  void synchronize() override {
+    enter();
+    ASTRAI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (times_.enabled()) times_.harvest();
+  }
+
+  void embedding(const Tensor& table, const Tensor& ids, Tensor out) override {
+    const Scope scope = enter("embedding");
+    gpu::embedding(stream_, table, ids, out);
+  }
+  void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor out) override {
+    const Scope scope = enter("rms_norm");
+    gpu::rms_norm(stream_, x, w, eps, out);
+  }
+  void add_rms_norm(Tensor residual, const Tensor& x, const Tensor& w, float eps, Tensor out) override {
+    const Scope scope = enter("add_rms_norm");
+    gpu::add_rms_norm(stream_, residual, x, w, eps, out);
+  }
+  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) override {
+    const Scope scope = enter("linear");
+    linear_->run(stream_, x, w, bias, out);
+  }
+  void rope(Tensor x, const Tensor& positions, const Tensor& cos_sin) override {
+    const Scope scope = enter("rope");
+    gpu::rope(stream_, x, positions, cos_sin);
+  }
+  void swiglu(const Tensor& gate, const Tensor& up, Tensor out) override {
+    const Scope scope = enter("swiglu");
+    gpu::swiglu(stream_, gate, up, out);
+  }
+  void add(const Tensor& a, const Tensor& b, Tensor out) override {
+    const Scope scope = enter("add");
+    gpu::add(stream_, a, b, out);
+  }
+  void kv_store(const Tensor& k, const Tensor& v, const Tensor& slots, Tensor k_cache,
+                Tensor v_cache) override {
+    const Scope scope = enter("kv_store");
+    gpu::kv_store(stream_, k, v, slots, k_cache, v_cache);
+  }
+  void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                       const AttentionBatch& batch, float scale, Tensor out) override {
+    const Scope scope = enter("paged_attention");
+    gpu::paged_attention(stream_, q, k_cache, v_cache, batch, scale, out, attention_scratch_);
+  }
+  void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) override {
+    const Scope scope = enter("gather_rows");
+    gpu::gather_rows(stream_, x, rows, out);
+  }
+  void convert(const Tensor& src, Tensor dst) override {
+    const Scope scope = enter("convert");
+    gpu::convert(stream_, src, dst);
+  }
+
+ private:
+  // Brackets one op: GPU timing when ASTRAI_CUDA_OP_TIMES is set (see op_times.h).
+  class Scope {
+   public:
+    Scope(OpTimes* t, cudaStream_t s) : times_(t), stream_(s) {}
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+    ~Scope() {
+      if (times_) times_->end(stream_);
+    }
+
+   private:
+    OpTimes* times_;
+    cudaStream_t stream_;
+  };
+
+  // The CUDA runtime's current device is per host thread, and the engine calls from its own thread.
+  void enter() const { ASTRAI_CUDA_CHECK(cudaSetDevice(device_)); }
+  Scope enter(const char* op) {
+    enter();
+    if (!times_.enabled()) return Scope(nullptr, stream_);
+    times_.begin(stream_, op);
+    return Scope(&times_, stream_);
+  }
+
+  int device_;
+  std::string name_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<Linear> linear_;
+  OpTimes times_;
+  Scratch attention_scratch_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& options) {
+  const int n = device_count();
+  if (n == 0)
+    return unsupported(
+        "device 'cuda' requested but no CUDA GPU is visible (no driver or no device); use --device cpu");
+  if (options.gpu_index < 0 || options.gpu_index >= n)
+    return invalid_argument("GPU index " + std::to_string(options.gpu_index) +
+                            " out of range: " + std::to_string(n) + " GPU(s) visible");
+  try {
+    return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(options.gpu_index));
+  } catch (const Error& e) {
+    return e.status();
+  }
+}
+
+bool register_cuda_backend() {
+  if (device_count() == 0) return false;
+  register_backend_factory(Device::cuda, make_cuda_backend);
+  return true;
+}
+
+}  // namespace astrai::gpu

@@ -1,0 +1,187 @@
+// Row-wise and element-wise ops: embedding lookup, SwiGLU, add, row gather, dtype conversion.
+// One thread per element in grid-stride loops; rows addressed through Rows so that column slices
+// (gate/up halves of one buffer, q/k/v slices of qkv) work without copies.
+#include <string>
+
+#include "gpu/check.h"
+#include "gpu/device_util.cuh"
+#include "gpu/ops.h"
+#include "gpu/rows.h"
+
+namespace astrai::gpu {
+namespace {
+
+constexpr int kThreads = 256;
+
+#define ASTRAI_GRID_STRIDE(e, n)                                            \
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < (n); \
+       e += int64_t(gridDim.x) * blockDim.x)
+
+// An id outside the table leaves a NaN row: the model validates ids on the host, and a NaN is
+// visible downstream where a clamped id would be silently wrong.
+template <typename T>
+__global__ void embedding_kernel(const T* __restrict__ table, int64_t V, const int32_t* __restrict__ ids,
+                                 Rows out, int64_t n) {
+  ASTRAI_GRID_STRIDE(e, n) {
+    const int64_t t = e / out.width, i = e % out.width;
+    const int32_t id = ids[t];
+    out.row<T>(t)[i] =
+        id >= 0 && id < V ? table[int64_t(id) * out.width + i] : from_f32<T>(__int_as_float(0x7fc00000));
+  }
+}
+
+// silu(g) * up with HF's bf16 rounding: silu(g) rounds to T before the product.
+template <typename T>
+__global__ void swiglu_kernel(Rows gate, Rows up, Rows out, int64_t n) {
+  ASTRAI_GRID_STRIDE(e, n) {
+    const int64_t r = e / out.width, i = e % out.width;
+    const float g = to_f32(gate.row<T>(r)[i]);
+    const float s = round_to<T>(g / (1.0f + expf(-g)));
+    out.row<T>(r)[i] = from_f32<T>(s * to_f32(up.row<T>(r)[i]));
+  }
+}
+
+template <typename T>
+__global__ void add_kernel(Rows a, Rows b, Rows out, int64_t n) {
+  ASTRAI_GRID_STRIDE(e, n) {
+    const int64_t r = e / out.width, i = e % out.width;
+    out.row<T>(r)[i] = from_f32<T>(to_f32(a.row<T>(r)[i]) + to_f32(b.row<T>(r)[i]));
+  }
+}
+
+// Copies by element size (2 or 4 bytes as uint16 / uint32); a row index outside x leaves out alone.
+template <typename U>
+__global__ void gather_rows_kernel(Rows x, const int32_t* __restrict__ rows, Rows out, int64_t n) {
+  ASTRAI_GRID_STRIDE(e, n) {
+    const int64_t r = e / out.width, i = e % out.width;
+    const int32_t src = rows[r];
+    if (src >= 0 && src < x.n_rows) out.row<U>(r)[i] = x.row<U>(src)[i];
+  }
+}
+
+template <typename S, typename D>
+__global__ void convert_kernel(const S* __restrict__ src, D* __restrict__ dst, int64_t n) {
+  ASTRAI_GRID_STRIDE(e, n) {
+    dst[e] = from_f32<D>(to_f32(src[e]));
+  }
+}
+
+template <typename S>
+void launch_convert(cudaStream_t stream, const S* src, const Tensor& dst, int64_t n) {
+  const unsigned grid = grid_for(n, kThreads);
+  switch (dst.dtype) {
+    case DType::f32: convert_kernel<<<grid, kThreads, 0, stream>>>(src, dst.ptr<float>(), n); break;
+    case DType::bf16: convert_kernel<<<grid, kThreads, 0, stream>>>(src, dst.ptr<bf16>(), n); break;
+    default: convert_kernel<<<grid, kThreads, 0, stream>>>(src, dst.ptr<__half>(), n); break;
+  }
+  ASTRAI_CUDA_LAUNCH_CHECK(convert_kernel);
+}
+
+bool is_float(DType t) {
+  return t == DType::f32 || t == DType::bf16 || t == DType::f16;
+}
+
+void check_same_rows(const Rows& a, const Rows& b, const Rows& c, const char* op) {
+  ASTRAI_GPU_CHECK(a.n_rows == b.n_rows && a.n_rows == c.n_rows && a.width == b.width && a.width == c.width,
+                   std::string(op) + ": operand shapes differ");
+}
+
+}  // namespace
+
+void embedding(cudaStream_t stream, const Tensor& table, const Tensor& ids, Tensor out) {
+  check_tensor(table, "embedding", "table", DType::bf16, DType::f32);
+  check_index(ids, "embedding", "ids");
+  check_tensor(out, "embedding", "out", table.dtype);
+  ASTRAI_GPU_CHECK(table.ndim == 2 && table.is_contiguous(), "embedding: table must be a contiguous [V, H]");
+  const int64_t V = table.shape[0], H = table.shape[1], T = ids.numel();
+  const Rows ov = rows_of(out, "embedding");
+  ASTRAI_GPU_CHECK(ov.n_rows == T && ov.width == H, "embedding: out " + out.shape_str() + " for " +
+                                                        std::to_string(T) + " ids of width " +
+                                                        std::to_string(H));
+  const int64_t n = T * H;
+  if (n == 0) return;
+  if (table.dtype == DType::bf16)
+    embedding_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(table.ptr<bf16>(), V, ids.ptr<int32_t>(),
+                                                                     ov, n);
+  else
+    embedding_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(table.ptr<float>(), V,
+                                                                     ids.ptr<int32_t>(), ov, n);
+  ASTRAI_CUDA_LAUNCH_CHECK(embedding_kernel);
+}
+
+void swiglu(cudaStream_t stream, const Tensor& gate, const Tensor& up, Tensor out) {
+  check_tensor(gate, "swiglu", "gate", DType::bf16, DType::f32);
+  check_tensor(up, "swiglu", "up", gate.dtype);
+  check_tensor(out, "swiglu", "out", gate.dtype);
+  const Rows gv = rows_of(gate, "swiglu"), uv = rows_of(up, "swiglu"), ov = rows_of(out, "swiglu");
+  check_same_rows(gv, uv, ov, "swiglu");
+  const int64_t n = ov.n_rows * ov.width;
+  if (n == 0) return;
+  if (gate.dtype == DType::bf16)
+    swiglu_kernel<bf16><<<grid_for(n, kThreads), kThreads, 0, stream>>>(gv, uv, ov, n);
+  else
+    swiglu_kernel<float><<<grid_for(n, kThreads), kThreads, 0, stream>>>(gv, uv, ov, n);
+  ASTRAI_CUDA_LAUNCH_CHECK(swiglu_kernel);
+}
+
+void add(cudaStream_t stream, const Tensor& a, const Tensor& b, Tensor out) {
+  check_tensor(a, "add", "a", DType::bf16, DType::f32);
+  check_tensor(b, "add", "b", a.dtype);
+  check_tensor(out, "add", "out", a.dtype);
+  const Rows av = rows_of(a, "add"), bv = rows_of(b, "add"), ov = rows_of(out, "add");
+  check_same_rows(av, bv, ov, "add");
+  const int64_t n = ov.n_rows * ov.width;
+  if (n == 0) return;
+  if (a.dtype == DType::bf16)
+    add_kernel<bf16><<<grid_for(n, kThreads), kThreads, 0, stream>>>(av, bv, ov, n);
+  else
+    add_kernel<float><<<grid_for(n, kThreads), kThreads, 0, stream>>>(av, bv, ov, n);
+  ASTRAI_CUDA_LAUNCH_CHECK(add_kernel);
+}
+
+void gather_rows(cudaStream_t stream, const Tensor& x, const Tensor& rows, Tensor out) {
+  check_index(rows, "gather_rows", "rows");
+  ASTRAI_GPU_CHECK(x.device == Device::cuda && out.device == Device::cuda,
+                   "gather_rows: x and out must be on cuda");
+  ASTRAI_GPU_CHECK(x.dtype == out.dtype, "gather_rows: x and out dtypes differ");
+  ASTRAI_GPU_CHECK(x.ndim == 2 && out.ndim == 2, "gather_rows: x and out must be 2-D");
+  const Rows xv = rows_of(x, "gather_rows"), ov = rows_of(out, "gather_rows");
+  const int64_t R = rows.numel();
+  ASTRAI_GPU_CHECK(
+      ov.n_rows == R && ov.width == xv.width,
+      "gather_rows: out " + out.shape_str() + " for " + std::to_string(R) + " rows of " + x.shape_str());
+  const int64_t n = R * ov.width;
+  if (n == 0) return;
+  const size_t es = dtype_size(x.dtype);
+  ASTRAI_GPU_CHECK(es == 2 || es == 4, "gather_rows: element size must be 2 or 4 bytes");
+  if (es == 2)
+    gather_rows_kernel<uint16_t>
+        <<<grid_for(n, kThreads), kThreads, 0, stream>>>(xv, rows.ptr<int32_t>(), ov, n);
+  else
+    gather_rows_kernel<uint32_t>
+        <<<grid_for(n, kThreads), kThreads, 0, stream>>>(xv, rows.ptr<int32_t>(), ov, n);
+  ASTRAI_CUDA_LAUNCH_CHECK(gather_rows_kernel);
+}
+
+void convert(cudaStream_t stream, const Tensor& src, Tensor dst) {
+  ASTRAI_GPU_CHECK(src.device == Device::cuda && dst.device == Device::cuda,
+                   "convert: src and dst must be on cuda");
+  ASTRAI_GPU_CHECK(is_float(src.dtype) && is_float(dst.dtype),
+                   "convert: only f32, bf16 and f16 are supported");
+  ASTRAI_GPU_CHECK(
+      src.is_contiguous() && dst.is_contiguous() && src.numel() == dst.numel(),
+      "convert: src " + src.shape_str() + " and dst " + dst.shape_str() + " must be contiguous, same size");
+  const int64_t n = src.numel();
+  if (n == 0) return;
+  if (src.dtype == dst.dtype) {
+    ASTRAI_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
+  switch (src.dtype) {
+    case DType::f32: launch_convert(stream, src.ptr<float>(), dst, n); break;
+    case DType::bf16: launch_convert(stream, src.ptr<bf16>(), dst, n); break;
+    default: launch_convert(stream, src.ptr<__half>(), dst, n); break;
+  }
+}
+
+}  // namespace astrai::gpu

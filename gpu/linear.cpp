@@ -1,0 +1,151 @@
+#include "gpu/linear.h"
+
+#include <numeric>
+#include <string>
+
+#include "gpu/check.h"
+#include "gpu/ops.h"
+#include "gpu/rows.h"
+
+#define ASTRAI_CUBLAS_CHECK(call)                                                                        \
+  do {                                                                                                   \
+    const cublasStatus_t astrai_st_ = (call);                                                            \
+    if (astrai_st_ != CUBLAS_STATUS_SUCCESS)                                                             \
+      throw ::astrai::Error(::astrai::internal_error(std::string("cuBLASLt error ") +                    \
+                                                     cublasLtGetStatusName(astrai_st_) + " in " #call)); \
+  } while (0)
+
+namespace astrai::gpu {
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+
+cudaDataType_t cuda_type(DType t) {
+  return t == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+// The alignment (bytes, at most 256) every row of a matrix starts on: the base pointer's and the
+// row pitch's largest common power of two.
+int row_alignment(const void* p, int64_t ld, DType t) {
+  const uint64_t pitch = uint64_t(ld) * dtype_size(t);
+  uint64_t a = std::gcd(uint64_t(reinterpret_cast<uintptr_t>(p)), uint64_t(256));
+  if (pitch) a = std::gcd(a, pitch);
+  return int(a == 0 ? 256 : a);
+}
+
+}  // namespace
+
+Linear::Linear() {
+  ASTRAI_CUBLAS_CHECK(cublasLtCreate(&handle_));
+  ASTRAI_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
+  workspace_bytes_ = kWorkspaceBytes;
+}
+
+Linear::~Linear() {
+  for (auto& [key, p] : plans_) {
+    cublasLtMatmulDescDestroy(p.op);
+    cublasLtMatrixLayoutDestroy(p.a);
+    cublasLtMatrixLayoutDestroy(p.b);
+    cublasLtMatrixLayoutDestroy(p.d);
+  }
+  cudaFree(workspace_);
+  cublasLtDestroy(handle_);
+}
+
+// Row-major out[M, N] = x[M, K] w[N, K]^T is, read column-major, D[N, M] = W^T[N, K] X[K, M] with
+// W = w as a K x N matrix (ld K, transposed by the GEMM) and X = x as K x M (ld = x's row stride).
+const Linear::Plan& Linear::plan(const Key& key) {
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second;
+  const auto [M, N, K, ldx, ldo, in_t, out_t, has_bias, al_x, al_w, al_o, al_b] = key;
+  const cudaDataType_t in = cuda_type(DType(in_t)), out = cuda_type(DType(out_t));
+  Plan p;
+  ASTRAI_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t trans = CUBLAS_OP_T, no_trans = CUBLAS_OP_N;
+  ASTRAI_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof(trans)));
+  ASTRAI_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &no_trans, sizeof(no_trans)));
+  if (has_bias) {
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    ASTRAI_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    const int32_t bias_t = out;
+    ASTRAI_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof(bias_t)));
+  }
+  ASTRAI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, in, uint64_t(K), uint64_t(N), K));
+  ASTRAI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, in, uint64_t(K), uint64_t(M), ldx));
+  ASTRAI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, out, uint64_t(N), uint64_t(M), ldo));
+
+  cublasLtMatmulPreference_t pref;
+  ASTRAI_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t ws = workspace_bytes_;
+  const uint32_t a_al = uint32_t(al_w), b_al = uint32_t(al_x), d_al = uint32_t(al_o);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &a_al, sizeof(a_al));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &b_al, sizeof(b_al));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &d_al, sizeof(d_al));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &d_al, sizeof(d_al));
+  (void)al_b;  // part of the key: the epilogue reads bias with the alignment it was planned for
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0)
+    p.fallback = true;
+  else
+    p.algo = result.algo;
+  return plans_.emplace(key, p).first->second;
+}
+
+void Linear::run(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {
+  check_tensor(x, "linear", "x", DType::bf16, DType::f32);
+  check_tensor(w, "linear", "w", x.dtype);
+  check_tensor(out, "linear", "out", DType::bf16, DType::f32);
+  ASTRAI_GPU_CHECK(x.dtype == DType::bf16 || out.dtype == DType::f32, "linear: f32 inputs need an f32 out");
+  ASTRAI_GPU_CHECK(x.ndim == 2 && w.ndim == 2 && out.ndim == 2, "linear: x, w, out must be 2-D");
+  const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
+  ASTRAI_GPU_CHECK(w.shape[1] == K && out.shape[0] == M && out.shape[1] == N,
+                   "linear: shapes x " + x.shape_str() + " w " + w.shape_str() + " out " + out.shape_str());
+  ASTRAI_GPU_CHECK(w.is_contiguous(), "linear: w must be contiguous");
+  ASTRAI_GPU_CHECK(x.stride[1] == 1 && out.stride[1] == 1, "linear: x and out need a contiguous last dim");
+  if (bias) {
+    check_tensor(*bias, "linear", "bias", out.dtype);
+    ASTRAI_GPU_CHECK(bias->numel() == N && bias->is_contiguous(),
+                     "linear: bias " + bias->shape_str() + " for N = " + std::to_string(N));
+  }
+  if (M == 0 || N == 0) return;
+  ASTRAI_GPU_CHECK(K > 0, "linear: K = 0");
+  const int64_t ldx = M > 1 ? x.stride[0] : K, ldo = M > 1 ? out.stride[0] : N;
+  ASTRAI_GPU_CHECK(ldx >= K && ldo >= N, "linear: row stride smaller than the width");
+  if (linear_gemv(stream, x, w, bias, out)) return;  // decode-sized M: our weight-streaming GEMV
+  const Key key{M,
+                N,
+                K,
+                ldx,
+                ldo,
+                int(x.dtype),
+                int(out.dtype),
+                bias != nullptr,
+                row_alignment(x.data, ldx, x.dtype),
+                row_alignment(w.data, K, w.dtype),
+                row_alignment(out.data, ldo, out.dtype),
+                bias ? row_alignment(bias->data, 0, bias->dtype) : 0};
+  const Plan& p = plan(key);
+  if (p.fallback) {
+    linear_fallback(stream, x, w, bias, out);
+    return;
+  }
+  if (bias) {
+    const void* bp = bias->data;
+    ASTRAI_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof(bp)));
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  ASTRAI_CUBLAS_CHECK(cublasLtMatmul(handle_, p.op, &alpha, w.data, p.a, x.data, p.b, &beta, out.data, p.d,
+                                     out.data, p.d, &p.algo, workspace_, workspace_bytes_, stream));
+}
+
+}  // namespace astrai::gpu

@@ -1,0 +1,51 @@
+// The CUDA implementations of the Backend ops, one file per family with the launch sizing in one
+// host function each: norm.cu (rms_norm, add_rms_norm), rope.cu, elementwise.cu (embedding,
+// swiglu, add, gather_rows, convert), attention.cu (kv_store, paged_attention), linear.cpp
+// (cuBLASLt, see linear.h) with linear_kernels.cu (small-M GEMV, fallback). CudaBackend forwards to these on
+// its stream; the argument order and shapes are those of src/backend/backend.h. Activations are bf16 (f32
+// accepted where noted).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "src/backend/backend.h"
+
+namespace astrai::gpu {
+
+// Device memory an op needs between its kernels, owned by the backend and only ever grown.
+class Scratch {
+ public:
+  Scratch() = default;
+  ~Scratch();
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  // At least `bytes` of device memory (contents undefined). Growing frees the old block, which
+  // cudaFree orders after every kernel already launched.
+  void* ensure(size_t bytes);
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+void embedding(cudaStream_t stream, const Tensor& table, const Tensor& ids, Tensor out);
+void rms_norm(cudaStream_t stream, const Tensor& x, const Tensor& w, float eps, Tensor out);
+void add_rms_norm(cudaStream_t stream, Tensor residual, const Tensor& x, const Tensor& w, float eps,
+                  Tensor out);
+void rope(cudaStream_t stream, Tensor x, const Tensor& positions, const Tensor& cos_sin);
+void swiglu(cudaStream_t stream, const Tensor& gate, const Tensor& up, Tensor out);
+void add(cudaStream_t stream, const Tensor& a, const Tensor& b, Tensor out);
+void kv_store(cudaStream_t stream, const Tensor& k, const Tensor& v, const Tensor& slots, Tensor k_cache,
+              Tensor v_cache);
+// scratch: the split-KV partial results (grown as needed).
+void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                     const AttentionBatch& batch, float scale, Tensor out, Scratch& scratch);
+void gather_rows(cudaStream_t stream, const Tensor& x, const Tensor& rows, Tensor out);
+void convert(cudaStream_t stream, const Tensor& src, Tensor dst);
+// linear's own kernels (linear_kernels.cu; arguments checked by Linear): the small-M GEMV, which
+// returns false when the shape or alignment does not suit it, and the plain path for shapes
+// cuBLASLt has no algorithm for.
+bool linear_gemv(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out);
+void linear_fallback(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out);
+
+}  // namespace astrai::gpu
