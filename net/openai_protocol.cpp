@@ -108,7 +108,7 @@ MaybeError parse_common_field(std::string_view key, JsonValue& v, CommonParams& 
 
 MaybeError validate_common(const CommonParams& c) {
   // max_tokens 0 is "not given": the rest of the context window, always at least 1.
-  auto e = validate_sampling(c.sampling, c.max_tokens > 0 ? c.max_tokens : 1, c.n, /*vocab_size=*/0);
+  auto e = validate_sampling(c.sampling, c.max_tokens != 0 ? c.max_tokens : 1, c.n, /*vocab_size=*/0);
   if (!e) return std::nullopt;
   std::string name = request_field_name(e->field);
   if (e->field == RequestField::max_tokens) name = c.max_tokens_key;
