@@ -23,6 +23,20 @@ Error walk(std::string_view text, std::vector<std::string>& seen, std::string_vi
       []() -> Error { return "not an object"; });
 }
 
+// Runs read(value) on the value of {"f": <value>}; returns its error as "field: message", "" if none.
+template <typename Read>
+std::string read_one(const std::string& value, Read&& read) {
+  std::string msg = "(not read)";
+  json::for_each_field(R"({"f": )" + value + "}",
+                       [&](std::string_view, json::Value& v) -> Error {
+                         const json::MaybeFieldError e = read(v);
+                         msg = e ? e->field + ": " + e->message : "";
+                         return std::nullopt;
+                       },
+                       [](simdjson::error_code) -> Error { return "bad"; }, []() -> Error { return "bad"; });
+  return msg;
+}
+
 }  // namespace
 
 TEST_CASE("for_each_field visits every field in document order with unescaped keys", "[unit]") {
@@ -78,61 +92,40 @@ TEST_CASE("for_each_field works on nested objects with a bool error type", "[uni
 }
 
 TEST_CASE("typed reads name the field and say what it must be", "[unit]") {
-  auto int_case = [](const char* value) {
-    std::string msg;
-    json::for_each_field(
-        std::string(R"({"n": )") + value + "}",
-        [&](std::string_view, json::Value& v) -> Error {
-          int64_t i = 0;
-          if (auto e = json::read_int(v, "n", 1, 16, i)) msg = e->field + ": " + e->message;
-          return std::nullopt;
-        },
-        [](simdjson::error_code) -> Error { return "bad"; }, []() -> Error { return "bad"; });
-    return msg;
+  int64_t i = 0;
+  auto int_case = [&](const char* value) {
+    return read_one(value, [&](json::Value& v) { return json::read_int(v, "n", 1, 16, i); });
   };
   CHECK(int_case("1") == "");
   CHECK(int_case("16") == "");
   CHECK(int_case("4.0") == "");
+  CHECK(i == 4);
   CHECK(int_case("0") == "n: must be between 1 and 16, got 0");
   CHECK(int_case("17") == "n: must be between 1 and 16, got 17");
   CHECK(int_case("1.5") == "n: must be an integer");
   CHECK(int_case("\"3\"") == "n: must be an integer");
-  auto num_case = [](const char* value) {
-    std::string msg;
-    json::for_each_field(
-        std::string(R"({"t": )") + value + "}",
-        [&](std::string_view, json::Value& v) -> Error {
-          double d = 0;
-          if (auto e = json::read_number(v, "t", 0, 2, d)) msg = e->message;
-          return std::nullopt;
-        },
-        [](simdjson::error_code) -> Error { return "bad"; }, []() -> Error { return "bad"; });
-    return msg;
+  double d = 0;
+  auto num_case = [&](const char* value) {
+    return read_one(value, [&](json::Value& v) { return json::read_number(v, "t", 0, 2, d); });
   };
   CHECK(num_case("0") == "");
   CHECK(num_case("2") == "");
-  CHECK(num_case("2.5") == "must be between 0 and 2, got 2.5");
-  CHECK(num_case("true") == "must be a number");
-  auto list_case = [](const char* value, std::vector<std::string>* out = nullptr) {
-    std::string msg;
-    json::for_each_field(
-        std::string(R"({"stop": )") + value + "}",
-        [&](std::string_view, json::Value& v) -> Error {
-          std::vector<std::string> l;
-          if (auto e = json::read_string_list(v, "stop", 2, l)) msg = e->field + ": " + e->message;
-          if (out) *out = l;
-          return std::nullopt;
-        },
-        [](simdjson::error_code) -> Error { return "bad"; }, []() -> Error { return "bad"; });
-    return msg;
-  };
+  CHECK(d == 2);
+  CHECK(num_case("2.5") == "t: must be between 0 and 2, got 2.5");
+  CHECK(num_case("true") == "t: must be a number");
   std::vector<std::string> l;
-  CHECK(list_case(R"("x")", &l) == "");
+  auto list_case = [&](const char* value) {
+    return read_one(value, [&](json::Value& v) { return json::read_string_list(v, "stop", 2, l); });
+  };
+  CHECK(list_case(R"("x")") == "");
   CHECK(l == std::vector<std::string>{"x"});
-  CHECK(list_case(R"(["x", "y"])", &l) == "");
+  CHECK(list_case(R"(["x", "y"])") == "");
   CHECK(l == std::vector<std::string>{"x", "y"});
   CHECK(list_case(R"(["x", 1])") == "stop[1]: must be a string");
   CHECK(list_case(R"(["x", "y", "z"])") == "stop: at most 2 entries");
   CHECK(list_case(R"(["x", ""])") == "stop[1]: must not be empty");
   CHECK(list_case("5") == "stop: must be a string or an array of strings");
+  std::string raw;
+  CHECK(read_one(R"( {"a" : [1, 2]} )", [&](json::Value& v) { return json::read_raw(v, "r", raw); }) == "");
+  CHECK(raw == R"({"a" : [1, 2]})");
 }
