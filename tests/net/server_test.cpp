@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <catch2/catch.hpp>
 #include <random>
 #include <regex>
@@ -355,6 +356,44 @@ TEST_CASE("a client that disconnects mid-stream gets its request cancelled", "[i
   }
   CHECK(now.first > cancelled_before);
   CHECK(now.second == 0);
+}
+
+TEST_CASE("queue-full 503s leave server.active_generations balanced (issue 12)", "[integration]") {
+  ServerProcess s({"--max-batch-size", "1", "--max-queue", "1", "--access-log", "false"});
+  auto server_stats = [&] {
+    simdjson::dom::parser p;
+    auto e = p.parse(http(s.port(), "GET", "/stats").body);
+    return std::array<int64_t, 3>{int64_t(e["requests"]["running"]), int64_t(e["requests"]["waiting"]),
+                                  int64_t(e["server"]["active_generations"])};
+  };
+  const std::string long_req =
+      R"({"messages":[{"role":"user","content":"x"}],"max_tokens":4000,"ignore_eos":true,"stream":true})";
+  // One request runs (a batch holds one sequence; 4000 tokens take seconds) ...
+  const int a = connect_to(s.port());
+  send_all(a, post_request("/v1/chat/completions", long_req));
+  REQUIRE(read_until(a, "data: ").find("200 OK") != std::string::npos);
+  // ... one waits in the engine's queue ...
+  const int b = connect_to(s.port());
+  send_all(b, post_request("/v1/chat/completions", long_req));
+  std::array<int64_t, 3> now{};
+  for (int i = 0; i < 600 && now[1] != 1; ++i) {  // bounded: 30 s
+    now = server_stats();
+    if (now[1] != 1) std::this_thread::sleep_for(milliseconds(50));
+  }
+  REQUIRE(now[1] == 1);
+  // ... so these find the queue full.
+  for (int i = 0; i < 3; ++i) CHECK(http(s.port(), "POST", "/v1/chat/completions", kChat).status == 503);
+  CHECK(server_stats()[2] == 2);
+  ::close(a);
+  ::close(b);
+  for (int i = 0; i < 600; ++i) {
+    now = server_stats();
+    if (now[0] == 0 && now[1] == 0 && now[2] == 0) break;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  CHECK(now[0] == 0);
+  CHECK(now[1] == 0);
+  CHECK(now[2] == 0);  // was -3 before: each 503 decremented a count it never incremented
 }
 
 TEST_CASE("serve.yaml settings apply and flags override them", "[integration]") {
