@@ -42,7 +42,7 @@ Result<std::unique_ptr<Generation>> Generation::start(EnginePort engine, const T
   // Nothing was submitted: nothing to cancel and nothing to report.
   if (!stream.ok()) return stream.status();
 
-  std::unique_ptr<Generation> g(new Generation(std::move(engine), tok));
+  std::unique_ptr<Generation> g(new Generation(std::move(engine)));
   g->stream_ = std::move(stream).value();
   g->prompt_tokens_ = prompt_tokens;
   g->start_ = Clock::now();

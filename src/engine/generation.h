@@ -69,8 +69,9 @@ EnginePort engine_port(Engine& engine);
 
 class Generation {
  public:
-  // Fails, with nothing submitted and nothing reported to the observer, with invalid_argument (bad
-  // prompt / params) or resource_exhausted (queue full), or whatever else submit fails with.
+  // `tok` must outlive the generation (its detokenizers read it). Fails, with nothing submitted and
+  // nothing reported to the observer, with invalid_argument (bad prompt / params) or
+  // resource_exhausted (queue full), or whatever else submit fails with.
   static Result<std::unique_ptr<Generation>> start(EnginePort engine, const Tokenizer& tok,
                                                    GenerationSpec spec, std::function<void()> notify,
                                                    GenerationObserver* observer = nullptr);
@@ -94,7 +95,7 @@ class Generation {
 
  private:
   using Clock = std::chrono::steady_clock;
-  Generation(EnginePort engine, const Tokenizer& tok) : engine_(std::move(engine)), tok_(tok) {}
+  explicit Generation(EnginePort engine) : engine_(std::move(engine)) {}
   // One choice's text state.
   struct ChoiceText {
     std::unique_ptr<IncrementalDetokenizer> detok;
@@ -105,7 +106,6 @@ class Generation {
   void finish_choice(int c, FinishReason reason, std::vector<ChoiceDelta>& out, std::string error = {});
 
   EnginePort engine_;
-  const Tokenizer& tok_;
   Stream stream_;
   std::vector<ChoiceText> choices_;
   int finished_count_ = 0;
