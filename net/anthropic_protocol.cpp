@@ -25,16 +25,12 @@ MaybeError read_text_or_blocks(JsonValue& v, const std::string& field, std::stri
     od::object o;
     if (el.get_object().get(o)) return bad_field(at, "must be an object");
     std::string type, text;
-    for (auto f : o) {
-      std::string_view k;
-      JsonValue fv;
-      if (f.unescaped_key().get(k) || f.value().get(fv)) return bad_field(at, "is not valid JSON");
-      if (k == "type") {
-        if (auto e = read_string(fv, at + ".type", type)) return e;
-      } else if (k == "text") {
-        if (auto e = read_string(fv, at + ".text", text)) return e;
-      }
-    }
+    auto err = for_each_field_at(o, at, [&](std::string_view k, JsonValue& fv) -> MaybeError {
+      if (k == "type") return read_string(fv, at + ".type", type);
+      if (k == "text") return read_string(fv, at + ".text", text);
+      return std::nullopt;
+    });
+    if (err) return err;
     if (type != "text") return bad_field(at + ".type", "must be 'text' here, got '" + type + "'");
     if (!out.empty()) out += '\n';
     out += text;
@@ -61,24 +57,13 @@ MaybeError parse_messages(JsonValue& v, JsonWriter& w) {
     bool have_content = false;
     std::vector<ToolUse> uses;
     std::vector<ToolResult> results;
-    for (auto f : m) {
-      std::string_view k;
-      JsonValue fv;
-      if (f.unescaped_key().get(k) || f.value().get(fv)) return bad_field(at, "is not valid JSON");
-      if (k == "role") {
-        if (auto e = read_string(fv, at + ".role", role)) return e;
-        continue;
-      }
-      if (k != "content") {
-        continue;
-      }
+    auto err = for_each_field_at(m, at, [&](std::string_view k, JsonValue& fv) -> MaybeError {
+      if (k == "role") return read_string(fv, at + ".role", role);
+      if (k != "content") return std::nullopt;
       have_content = true;
       od::json_type t;
       if (fv.type().get(t)) return bad_field(at + ".content", "is not valid JSON");
-      if (t == od::json_type::string) {
-        if (auto e = read_string(fv, at + ".content", text)) return e;
-        continue;
-      }
+      if (t == od::json_type::string) return read_string(fv, at + ".content", text);
       if (t != od::json_type::array)
         return bad_field(at + ".content", "must be a string or an array of content blocks");
       od::array blocks;
@@ -89,27 +74,17 @@ MaybeError parse_messages(JsonValue& v, JsonWriter& w) {
         od::object b;
         if (be.get_object().get(b)) return bad_field(bat, "must be an object");
         std::string type, btext, id, name, input = "{}", tool_use_id, result;
-        for (auto bf : b) {
-          std::string_view bk;
-          JsonValue bv;
-          if (bf.unescaped_key().get(bk) || bf.value().get(bv)) return bad_field(bat, "is not valid JSON");
-          MaybeError e;
-          if (bk == "type")
-            e = read_string(bv, bat + ".type", type);
-          else if (bk == "text")
-            e = read_string(bv, bat + ".text", btext);
-          else if (bk == "id")
-            e = read_string(bv, bat + ".id", id);
-          else if (bk == "name")
-            e = read_string(bv, bat + ".name", name);
-          else if (bk == "input")
-            e = read_raw(bv, bat + ".input", input);
-          else if (bk == "tool_use_id")
-            e = read_string(bv, bat + ".tool_use_id", tool_use_id);
-          else if (bk == "content")
-            e = read_text_or_blocks(bv, bat + ".content", result);
-          if (e) return e;
-        }
+        auto berr = for_each_field_at(b, bat, [&](std::string_view bk, JsonValue& bv) -> MaybeError {
+          if (bk == "type") return read_string(bv, bat + ".type", type);
+          if (bk == "text") return read_string(bv, bat + ".text", btext);
+          if (bk == "id") return read_string(bv, bat + ".id", id);
+          if (bk == "name") return read_string(bv, bat + ".name", name);
+          if (bk == "input") return read_raw(bv, bat + ".input", input);
+          if (bk == "tool_use_id") return read_string(bv, bat + ".tool_use_id", tool_use_id);
+          if (bk == "content") return read_text_or_blocks(bv, bat + ".content", result);
+          return std::nullopt;
+        });
+        if (berr) return berr;
         if (type == "text") {
           if (!text.empty()) text += '\n';
           text += btext;
@@ -123,7 +98,9 @@ MaybeError parse_messages(JsonValue& v, JsonWriter& w) {
           return bad_field(bat + ".type", "content block type '" + type + "' is not supported");
         }
       }
-    }
+      return std::nullopt;
+    });
+    if (err) return err;
     if (role != "user" && role != "assistant")
       return bad_field(at + ".role", "must be 'user' or 'assistant', got '" + role + "'");
     if (!have_content) return bad_field(at + ".content", "is required");
@@ -164,19 +141,13 @@ MaybeError parse_tools(JsonValue& v, std::string& out) {
     od::object o;
     if (el.get_object().get(o)) return bad_field(at, "must be an object");
     std::string name, desc, schema = R"({"type":"object"})";
-    for (auto f : o) {
-      std::string_view k;
-      JsonValue fv;
-      if (f.unescaped_key().get(k) || f.value().get(fv)) return bad_field(at, "is not valid JSON");
-      MaybeError e;
-      if (k == "name")
-        e = read_string(fv, at + ".name", name);
-      else if (k == "description")
-        e = read_string(fv, at + ".description", desc);
-      else if (k == "input_schema")
-        e = read_raw(fv, at + ".input_schema", schema);
-      if (e) return e;
-    }
+    auto err = for_each_field_at(o, at, [&](std::string_view k, JsonValue& fv) -> MaybeError {
+      if (k == "name") return read_string(fv, at + ".name", name);
+      if (k == "description") return read_string(fv, at + ".description", desc);
+      if (k == "input_schema") return read_raw(fv, at + ".input_schema", schema);
+      return std::nullopt;
+    });
+    if (err) return err;
     if (name.empty()) return bad_field(at + ".name", "is required");
     w.begin_object().key("type").value("function").key("function").begin_object();
     w.key("name").value(name).key("description").value(desc).key("parameters").raw(schema);
@@ -190,21 +161,12 @@ MaybeError parse_tools(JsonValue& v, std::string& out) {
 }  // namespace
 
 MaybeError parse_messages_request(std::string_view body, MessagesRequest& out, bool require_max_tokens) {
-  thread_local od::parser parser;
-  simdjson::padded_string padded(body);
-  od::document doc;
-  if (auto ec = parser.iterate(padded).get(doc)) return json_syntax_error(ec);
-  od::object obj;
-  if (doc.get_object().get(obj))
-    return ApiError{400, "request body must be a JSON object", "", "invalid_request_error", ""};
   std::string system;
   bool have_messages = false, have_max_tokens = false;
   auto& c = out.common;
-  for (auto field : obj) {
-    std::string_view key;
-    JsonValue v;
-    if (auto ec = field.unescaped_key().get(key)) return json_syntax_error(ec);
-    if (auto ec = field.value().get(v)) return json_syntax_error(ec);
+  // The Anthropic dialect's documented ranges (temperature 0..1, unlike OpenAI's 0..2); the engine's
+  // own ranges are checked by validate_common on the generation route.
+  auto err = for_each_body_field(body, "request body", [&](std::string_view key, JsonValue& v) -> MaybeError {
     if (key == "messages") {
       have_messages = true;
       // Messages are written after the system prompt, which may come later in the object.
@@ -213,9 +175,9 @@ MaybeError parse_messages_request(std::string_view body, MessagesRequest& out, b
       if (auto e = parse_messages(v, body_w)) return e;
       body_w.end_array();
       out.messages_json = body_w.take();
-      continue;
+      return std::nullopt;
     }
-    if (is_null(v)) continue;
+    if (is_null(v)) return std::nullopt;
     MaybeError e;
     double d = 0;
     int64_t i = 0;
@@ -255,8 +217,9 @@ MaybeError parse_messages_request(std::string_view body, MessagesRequest& out, b
       else
         out.tool_choice_none = type == "none";
     }
-    if (e) return e;
-  }
+    return e;
+  });
+  if (err) return err;
   if (!have_messages) return bad_field("messages", "is required");
   if (require_max_tokens && !have_max_tokens) return bad_field("max_tokens", "is required");
   if (!system.empty()) {
@@ -277,10 +240,10 @@ std::string count_tokens_body(int input_tokens) {
 
 namespace {
 
-const char* stop_reason(const std::string& finish, bool tool_use, bool stop_string) {
+const char* stop_reason(FinishReason finish, bool tool_use, bool stop_string) {
   if (tool_use) return "tool_use";
   if (stop_string) return "stop_sequence";
-  if (finish == "length") return "max_tokens";
+  if (finish == FinishReason::length) return "max_tokens";
   return "end_turn";
 }
 
@@ -303,7 +266,8 @@ class MessagesFormatter final : public ResponseFormatter {
     if (stream_ && !started_) start(out, g);
     for (const auto& d : deltas) {
       if (d.choice != 0) continue;
-      if (!d.finish.empty()) {
+      const bool last = d.finish != FinishReason::none;
+      if (last) {
         finish_ = d.finish;
         stop_string_ = d.stop_string;
       }
@@ -312,16 +276,10 @@ class MessagesFormatter final : public ResponseFormatter {
         continue;
       }
       ToolParse parsed;
-      if (tools_) {
-        parsed = parser_.push(d.text);
-        if (!d.finish.empty()) {
-          ToolParse tail = parser_.finish();
-          parsed.content += tail.content;
-          for (auto& c : tail.calls) parsed.calls.push_back(std::move(c));
-        }
-      } else {
+      if (tools_)
+        parsed = parser_.feed(d.text, last);
+      else
         parsed.content = d.text;
-      }
       if (!parsed.content.empty()) {
         if (!text_open_) open_text(out);
         JsonWriter w;
@@ -481,7 +439,8 @@ class MessagesFormatter final : public ResponseFormatter {
 
   bool stream_, tools_;
   std::string model_, id_;
-  std::string text_, finish_, stop_string_;
+  std::string text_, stop_string_;
+  FinishReason finish_ = FinishReason::none;
   ToolCallStreamParser parser_;
   bool started_ = false, text_open_ = false, block_open_ = false;
   int index_ = 0, num_calls_ = 0;

@@ -23,44 +23,20 @@ namespace {
 
 constexpr int64_t kMaxTokensLimit = 1 << 30;
 
-// Runs fn(key, value) for each field of the top-level object of body.
-template <typename Fn>
-MaybeError for_each_field(std::string_view body, Fn&& fn) {
-  thread_local od::parser parser;
-  simdjson::padded_string padded(body);
-  od::document doc;
-  if (auto ec = parser.iterate(padded).get(doc)) return json_syntax_error(ec);
-  od::object obj;
-  if (doc.get_object().get(obj))
-    return ApiError{400, "request body must be a JSON object", "", "invalid_request_error", ""};
-  for (auto field : obj) {
-    std::string_view key;
-    if (auto ec = field.unescaped_key().get(key)) return json_syntax_error(ec);
-    JsonValue v;
-    if (auto ec = field.value().get(v)) return json_syntax_error(ec);
-    if (auto e = fn(key, v)) return e;
-  }
-  return std::nullopt;
-}
-
 MaybeError parse_logit_bias(JsonValue& v, std::vector<std::pair<int32_t, float>>& out) {
   od::object obj;
   if (v.get_object().get(obj)) return bad_field("logit_bias", "must be an object of token id -> bias");
-  for (auto field : obj) {
-    std::string_view key;
-    if (field.unescaped_key().get(key)) return bad_field("logit_bias", "is not valid JSON");
+  return for_each_field_at(obj, "logit_bias", [&](std::string_view key, JsonValue& bv) -> MaybeError {
     char* end = nullptr;
     const std::string k(key);
     const long id = std::strtol(k.c_str(), &end, 10);
     if (k.empty() || *end != '\0' || id < 0 || id > std::numeric_limits<int32_t>::max())
       return bad_field("logit_bias", "keys must be token ids, got '" + k + "'");
-    JsonValue bv;
-    if (field.value().get(bv)) return bad_field("logit_bias", "is not valid JSON");
     double b = 0;
     if (auto e = read_number(bv, "logit_bias." + k, -100, 100, b)) return e;
     out.emplace_back(int32_t(id), float(b));
-  }
-  return std::nullopt;
+    return std::nullopt;
+  });
 }
 
 }  // namespace
@@ -101,6 +77,7 @@ MaybeError parse_common_field(std::string_view key, JsonValue& v, CommonParams& 
   } else if (key == "max_tokens" || key == "max_completion_tokens") {
     if (auto e = read_int(v, std::string(key), 1, kMaxTokensLimit, i)) return e;
     c.max_tokens = int(i);
+    c.max_tokens_key = std::string(key);
   } else if (key == "n") {
     if (auto e = read_int(v, "n", 1, 16, i)) return e;
     c.n = int(i);
@@ -113,16 +90,11 @@ MaybeError parse_common_field(std::string_view key, JsonValue& v, CommonParams& 
   } else if (key == "stream_options") {
     od::object o;
     if (v.get_object().get(o)) return bad_field("stream_options", "must be an object");
-    for (auto f : o) {
-      std::string_view k;
-      JsonValue fv;
-      if (f.unescaped_key().get(k) || f.value().get(fv))
-        return bad_field("stream_options", "is not valid JSON");
-      if (k == "include_usage") {
-        if (!is_null(fv))
-          if (auto e = read_bool(fv, "stream_options.include_usage", c.include_usage)) return e;
-      }
-    }
+    return for_each_field_at(o, "stream_options", [&](std::string_view k, JsonValue& fv) -> MaybeError {
+      if (k == "include_usage" && !is_null(fv))
+        return read_bool(fv, "stream_options.include_usage", c.include_usage);
+      return std::nullopt;
+    });
   } else if (key == "top_logprobs") {
     if (auto e = read_int(v, "top_logprobs", 0, 20, i)) return e;
     s.top_logprobs = int(i);
@@ -132,6 +104,16 @@ MaybeError parse_common_field(std::string_view key, JsonValue& v, CommonParams& 
     handled = false;
   }
   return std::nullopt;
+}
+
+MaybeError validate_common(const CommonParams& c) {
+  // max_tokens 0 is "not given": the rest of the context window, always at least 1.
+  auto e = validate_sampling(c.sampling, c.max_tokens != 0 ? c.max_tokens : 1, c.n, /*vocab_size=*/0);
+  if (!e) return std::nullopt;
+  std::string name = request_field_name(e->field);
+  if (e->field == RequestField::max_tokens) name = c.max_tokens_key;
+  if (e->field == RequestField::top_logprobs) name = c.top_logprobs_key;
+  return bad_field(std::move(name), std::move(e->message));
 }
 
 MaybeError parse_chat_messages(JsonValue& v, std::string& messages_json) {
@@ -146,14 +128,11 @@ MaybeError parse_chat_messages(JsonValue& v, std::string& messages_json) {
     if (el.get_object().get(m)) return bad_field(at, "must be an object");
     std::string role, content, name, tool_calls, tool_call_id;
     bool have_content = false;
-    for (auto f : m) {
-      std::string_view k;
-      JsonValue fv;
-      if (f.unescaped_key().get(k) || f.value().get(fv)) return bad_field(at, "is not valid JSON");
+    auto err = for_each_field_at(m, at, [&](std::string_view k, JsonValue& fv) -> MaybeError {
       if (k == "role") {
         if (auto e = read_string(fv, at + ".role", role)) return e;
       } else if (k == "content") {
-        if (is_null(fv)) continue;
+        if (is_null(fv)) return std::nullopt;
         od::json_type t;
         if (fv.type().get(t)) return bad_field(at + ".content", "is not valid JSON");
         if (t == od::json_type::string) {
@@ -169,18 +148,15 @@ MaybeError parse_chat_messages(JsonValue& v, std::string& messages_json) {
             if (pe.get_object().get(po)) return bad_field(pat, "must be an object");
             std::string type, text;
             bool have_text = false;
-            for (auto pf : po) {
-              std::string_view pk;
-              JsonValue pv;
-              if (pf.unescaped_key().get(pk) || pf.value().get(pv))
-                return bad_field(pat, "is not valid JSON");
-              if (pk == "type") {
-                if (auto e = read_string(pv, pat + ".type", type)) return e;
-              } else if (pk == "text") {
-                if (auto e = read_string(pv, pat + ".text", text)) return e;
+            auto perr = for_each_field_at(po, pat, [&](std::string_view pk, JsonValue& pv) -> MaybeError {
+              if (pk == "type") return read_string(pv, pat + ".type", type);
+              if (pk == "text") {
                 have_text = true;
+                return read_string(pv, pat + ".text", text);
               }
-            }
+              return std::nullopt;
+            });
+            if (perr) return perr;
             if (type != "text")
               return bad_field(pat + ".type",
                                "content part type '" + type + "' is not supported (only 'text')");
@@ -195,7 +171,7 @@ MaybeError parse_chat_messages(JsonValue& v, std::string& messages_json) {
       } else if (k == "name") {
         if (auto e = read_string(fv, at + ".name", name)) return e;
       } else if (k == "tool_calls") {
-        if (is_null(fv)) continue;
+        if (is_null(fv)) return std::nullopt;
         od::json_type t;
         if (fv.type().get(t) || t != od::json_type::array)
           return bad_field(at + ".tool_calls", "must be an array");
@@ -203,7 +179,9 @@ MaybeError parse_chat_messages(JsonValue& v, std::string& messages_json) {
       } else if (k == "tool_call_id") {
         if (auto e = read_string(fv, at + ".tool_call_id", tool_call_id)) return e;
       }
-    }
+      return std::nullopt;
+    });
+    if (err) return err;
     if (role.empty()) return bad_field(at + ".role", "is required");
     if (role == "developer") role = "system";
     if (role != "system" && role != "user" && role != "assistant" && role != "tool")
@@ -276,7 +254,7 @@ MaybeError parse_tool_choice(JsonValue& v, std::string& out) {
 
 MaybeError parse_chat_request(std::string_view body, ChatRequest& out) {
   bool have_messages = false;
-  auto err = for_each_field(body, [&](std::string_view key, JsonValue& v) -> MaybeError {
+  auto err = for_each_body_field(body, "request body", [&](std::string_view key, JsonValue& v) -> MaybeError {
     bool handled = false;
     if (auto e = parse_common_field(key, v, out.common, handled)) return e;
     if (handled) return std::nullopt;
@@ -301,7 +279,7 @@ MaybeError parse_chat_request(std::string_view body, ChatRequest& out) {
 
 MaybeError parse_completion_request(std::string_view body, CompletionRequest& out) {
   bool have_prompt = false;
-  auto err = for_each_field(body, [&](std::string_view key, JsonValue& v) -> MaybeError {
+  auto err = for_each_body_field(body, "request body", [&](std::string_view key, JsonValue& v) -> MaybeError {
     bool handled = false;
     if (auto e = parse_common_field(key, v, out.common, handled)) return e;
     if (handled) return std::nullopt;
@@ -347,6 +325,7 @@ MaybeError parse_completion_request(std::string_view body, CompletionRequest& ou
       out.logprobs = int(k);
       out.common.sampling.logprobs = true;
       out.common.sampling.top_logprobs = int(k);
+      out.common.top_logprobs_key = "logprobs";
       return std::nullopt;
     }
     return std::nullopt;
@@ -398,10 +377,10 @@ void write_chat_logprob(JsonWriter& w, const TokenInfo& t, const Tokenizer& tok)
   w.end_array().end_object();
 }
 
-const char* openai_finish(const std::string& f, bool tool_calls) {
-  if (tool_calls && (f == "stop" || f.empty())) return "tool_calls";
-  if (f == "length") return "length";
-  if (f == "error") return "error";
+const char* openai_finish(FinishReason f, bool tool_calls) {
+  if (tool_calls && (f == FinishReason::stop || f == FinishReason::none)) return "tool_calls";
+  if (f == FinishReason::length) return "length";
+  if (f == FinishReason::error) return "error";
   return "stop";  // stop, cancelled
 }
 
@@ -450,20 +429,15 @@ class ChatFormatter final : public ResponseFormatter {
             write_chat_logprob(lw, t, tok_);
             ch.logprobs.push_back(lw.take());
           }
-        if (!d.finish.empty()) ch.finish = d.finish;
+        if (d.finish != FinishReason::none) ch.finish = d.finish;
         continue;
       }
+      const bool last = d.finish != FinishReason::none;
       ToolParse parsed;
-      if (tools_) {
-        parsed = ch.parser.push(d.text);
-        if (!d.finish.empty()) {
-          ToolParse tail = ch.parser.finish();
-          parsed.content += tail.content;
-          for (auto& c : tail.calls) parsed.calls.push_back(std::move(c));
-        }
-      } else {
+      if (tools_)
+        parsed = ch.parser.feed(d.text, last);
+      else
         parsed.content = d.text;
-      }
       if (!parsed.content.empty() || (logprobs_ && !d.tokens.empty())) {
         std::string lp;
         if (logprobs_ && !d.tokens.empty()) {
@@ -485,7 +459,7 @@ class ChatFormatter final : public ResponseFormatter {
                      w.end_array();
                    }));
       }
-      if (!d.finish.empty())
+      if (last)
         append_sse(out, chunk(
                             d.choice, [](JsonWriter&) {}, openai_finish(d.finish, ch.num_calls > 0)));
     }
@@ -553,10 +527,11 @@ class ChatFormatter final : public ResponseFormatter {
   }
 
  private:
-  struct Choice {
+  // What a chat response has gathered for one choice.
+  struct ChatChoice {
     std::string text;
     std::vector<std::string> logprobs;  // serialised "content" entries
-    std::string finish;
+    FinishReason finish = FinishReason::none;
     ToolCallStreamParser parser;
     int num_calls = 0;
   };
@@ -592,7 +567,7 @@ class ChatFormatter final : public ResponseFormatter {
   const Tokenizer& tok_;
   std::string id_;
   int64_t created_;
-  std::vector<Choice> choices_;
+  std::vector<ChatChoice> choices_;
 };
 
 }  // namespace
@@ -638,11 +613,12 @@ class CompletionFormatter final : public ResponseFormatter {
       if (!stream_) {
         ch.text += d.text;
         if (logprobs_) ch.tokens.insert(ch.tokens.end(), d.tokens.begin(), d.tokens.end());
-        if (!d.finish.empty()) ch.finish = d.finish;
+        if (d.finish != FinishReason::none) ch.finish = d.finish;
         continue;
       }
-      if (!d.text.empty() || (logprobs_ && !d.tokens.empty()) || !d.finish.empty())
-        append_sse(out, chunk(d.choice, d.text, d.finish.empty() ? nullptr : finish_name(d.finish),
+      const bool last = d.finish != FinishReason::none;
+      if (!d.text.empty() || (logprobs_ && !d.tokens.empty()) || last)
+        append_sse(out, chunk(d.choice, d.text, last ? finish_name(d.finish) : nullptr,
                               logprobs_ ? &d.tokens : nullptr));
     }
     return out;
@@ -682,11 +658,13 @@ class CompletionFormatter final : public ResponseFormatter {
   }
 
  private:
-  struct Choice {
-    std::string text, finish;
+  // What a completion response has gathered for one choice.
+  struct CompletionChoice {
+    std::string text;
+    FinishReason finish = FinishReason::none;
     std::vector<TokenInfo> tokens;
   };
-  static const char* finish_name(const std::string& f) { return f == "length" ? "length" : "stop"; }
+  static const char* finish_name(FinishReason f) { return f == FinishReason::length ? "length" : "stop"; }
 
   void head(JsonWriter& w, const char* object) const {
     w.begin_object().key("id").value(id_).key("object").value(object);
@@ -741,7 +719,7 @@ class CompletionFormatter final : public ResponseFormatter {
   std::string prompt_;
   std::string id_;
   int64_t created_;
-  std::vector<Choice> choices_;
+  std::vector<CompletionChoice> choices_;
 };
 
 }  // namespace

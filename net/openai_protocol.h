@@ -27,6 +27,9 @@ struct CommonParams {
   bool stream = false;
   bool include_usage = false;
   bool ignore_eos = false;  // vLLM extension: keep generating past the end-of-sequence token
+  // The dialect's names for canonical fields that have more than one: errors use what the client sent.
+  std::string max_tokens_key = "max_tokens";      // or max_completion_tokens
+  std::string top_logprobs_key = "top_logprobs";  // completions: logprobs
 };
 
 struct ChatRequest {
@@ -51,6 +54,10 @@ MaybeError parse_completion_request(std::string_view body, CompletionRequest& ou
 // One field common to chat / completions / WebSocket generate frames. Sets handled when the key
 // is one of them.
 MaybeError parse_common_field(std::string_view key, JsonValue& v, CommonParams& c, bool& handled);
+// After a dialect has read its fields with its own documented ranges: checks the request against the
+// engine's ranges (validate_sampling), naming a failing field as the client named it. Generation
+// routes only (apply-template and count_tokens read the same fields but run nothing).
+MaybeError validate_common(const CommonParams& c);
 // Parses the `messages` array into the chat template's message list.
 MaybeError parse_chat_messages(JsonValue& v, std::string& messages_json);
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "net/generation.h"
+#include "src/engine/generation.h"
 
 namespace astrai::net {
 

@@ -90,7 +90,6 @@ std::optional<ApiError> check_model(const std::string& model, const ServerState&
 GenerationSpec spec_from(const CommonParams& c) {
   GenerationSpec s;
   s.sampling = c.sampling;
-  if (s.sampling.top_p <= 0) s.sampling.temperature = 0;  // top_p 0 keeps only the most likely token
   s.max_tokens = c.max_tokens;
   s.n = c.n;
   s.stop = c.stop;
@@ -142,6 +141,7 @@ RouteResult chat_completions(const HttpRequest& req, ServerState& st) {
   job.spec = spec_from(cr.common);
   job.spec.prompt = st.tokenizer->encode(prompt, /*add_special_tokens=*/false);
   job.fmt = make_chat_formatter(cr, st.model_name, *st.tokenizer);
+  if (auto e = validate_common(cr.common)) return error(*e, Dialect::openai);
   if (auto e = take_slot(st, job)) return error(*e, Dialect::openai);
   return RouteResult{{}, std::move(job)};
 }
@@ -168,6 +168,7 @@ RouteResult completions(const HttpRequest& req, ServerState& st) {
   }
   if (job.spec.prompt.empty()) return error(bad_field("prompt", "must not be empty"), Dialect::openai);
   job.fmt = make_completion_formatter(cr, st.model_name, *st.tokenizer, prompt_text);
+  if (auto e = validate_common(cr.common)) return error(*e, Dialect::openai);
   if (auto e = take_slot(st, job)) return error(*e, Dialect::openai);
   return RouteResult{{}, std::move(job)};
 }
@@ -184,6 +185,7 @@ RouteResult messages(const HttpRequest& req, ServerState& st) {
   job.spec = spec_from(mr.common);
   job.spec.prompt = st.tokenizer->encode(prompt, false);
   job.fmt = make_messages_formatter(mr, st.model_name);
+  if (auto e = validate_common(mr.common)) return error(*e, Dialect::anthropic);
   if (auto e = take_slot(st, job)) return error(*e, Dialect::anthropic);
   return RouteResult{{}, std::move(job)};
 }
@@ -201,33 +203,22 @@ RouteResult count_tokens(const HttpRequest& req, ServerState& st) {
 
 // /tokenize {"text"|"prompt": str, "add_special_tokens"?: bool} or {"messages": [...]} -> {"tokens", "count"}
 RouteResult tokenize(const HttpRequest& req, ServerState& st) {
-  od::parser parser;
-  simdjson::padded_string padded(req.body);
-  od::document doc;
-  od::object obj;
-  if (auto ec = parser.iterate(padded).get(doc)) return error(json_syntax_error(ec), Dialect::openai);
-  if (doc.get_object().get(obj))
-    return error(ApiError{400, "request body must be a JSON object", "", "invalid_request_error", ""},
-                 Dialect::openai);
   std::string text, messages;
   bool have_text = false, add_special = true, have_messages = false;
-  for (auto f : obj) {
-    std::string_view k;
-    JsonValue v;
-    if (auto ec = f.unescaped_key().get(k)) return error(json_syntax_error(ec), Dialect::openai);
-    if (auto ec = f.value().get(v)) return error(json_syntax_error(ec), Dialect::openai);
-    MaybeError e;
-    if (k == "text" || k == "prompt") {
-      e = read_string(v, std::string(k), text);
-      have_text = true;
-    } else if (k == "add_special_tokens") {
-      e = read_bool(v, "add_special_tokens", add_special);
-    } else if (k == "messages") {
-      e = parse_chat_messages(v, messages);
-      have_messages = true;
-    }
-    if (e) return error(*e, Dialect::openai);
-  }
+  auto err =
+      for_each_body_field(req.body, "request body", [&](std::string_view k, JsonValue& v) -> MaybeError {
+        if (k == "text" || k == "prompt") {
+          have_text = true;
+          return read_string(v, std::string(k), text);
+        }
+        if (k == "add_special_tokens") return read_bool(v, "add_special_tokens", add_special);
+        if (k == "messages") {
+          have_messages = true;
+          return parse_chat_messages(v, messages);
+        }
+        return std::nullopt;
+      });
+  if (err) return error(*err, Dialect::openai);
   if (!have_text && !have_messages)
     return error(bad_field("text", "is required (or 'messages')"), Dialect::openai);
   if (have_messages) {
@@ -249,37 +240,26 @@ RouteResult tokenize(const HttpRequest& req, ServerState& st) {
 
 // /detokenize {"tokens"|"ids": [int]} -> {"text"}
 RouteResult detokenize(const HttpRequest& req, ServerState& st) {
-  od::parser parser;
-  simdjson::padded_string padded(req.body);
-  od::document doc;
-  od::object obj;
-  if (auto ec = parser.iterate(padded).get(doc)) return error(json_syntax_error(ec), Dialect::openai);
-  if (doc.get_object().get(obj))
-    return error(ApiError{400, "request body must be a JSON object", "", "invalid_request_error", ""},
-                 Dialect::openai);
   std::vector<int32_t> ids;
   bool have = false;
   const int32_t vocab = st.tokenizer->vocab_size();
-  for (auto f : obj) {
-    std::string_view k;
-    JsonValue v;
-    if (auto ec = f.unescaped_key().get(k)) return error(json_syntax_error(ec), Dialect::openai);
-    if (auto ec = f.value().get(v)) return error(json_syntax_error(ec), Dialect::openai);
-    if (k == "tokens" || k == "ids") {
-      have = true;
-      od::array arr;
-      if (v.get_array().get(arr))
-        return error(bad_field(std::string(k), "must be an array of token ids"), Dialect::openai);
-      for (auto el : arr) {
-        JsonValue ev;
-        int64_t id = 0;
-        const std::string at = std::string(k) + "[" + std::to_string(ids.size()) + "]";
-        if (el.get(ev)) return error(json_syntax_error(simdjson::TAPE_ERROR), Dialect::openai);
-        if (auto e = read_int(ev, at, 0, vocab - 1, id)) return error(*e, Dialect::openai);
-        ids.push_back(int32_t(id));
-      }
-    }
-  }
+  auto err =
+      for_each_body_field(req.body, "request body", [&](std::string_view k, JsonValue& v) -> MaybeError {
+        if (k != "tokens" && k != "ids") return std::nullopt;
+        have = true;
+        od::array arr;
+        if (v.get_array().get(arr)) return bad_field(std::string(k), "must be an array of token ids");
+        for (auto el : arr) {
+          JsonValue ev;
+          int64_t id = 0;
+          const std::string at = std::string(k) + "[" + std::to_string(ids.size()) + "]";
+          if (el.get(ev)) return json_syntax_error(simdjson::TAPE_ERROR);
+          if (auto e = read_int(ev, at, 0, vocab - 1, id)) return e;
+          ids.push_back(int32_t(id));
+        }
+        return std::nullopt;
+      });
+  if (err) return error(*err, Dialect::openai);
   if (!have) return error(bad_field("tokens", "is required"), Dialect::openai);
   JsonWriter w;
   w.begin_object().key("text").value(st.tokenizer->decode(ids, false)).end_object();
@@ -397,6 +377,7 @@ std::optional<ApiError> websocket_generate_job(std::string_view frame, ServerSta
   if (auto e = render_prompt(st, cr.messages_json, tools, cr.add_generation_prompt, prompt)) return e;
   job.spec = spec_from(cr.common);
   job.spec.prompt = st.tokenizer->encode(prompt, false);
+  if (auto e = validate_common(cr.common)) return e;
   return take_slot(st, job);
 }
 

@@ -6,10 +6,10 @@
 #include <optional>
 
 #include "net/api_error.h"
-#include "net/generation.h"
 #include "net/http_types.h"
 #include "net/response_formatter.h"
 #include "net/server_state.h"
+#include "src/engine/generation.h"
 
 namespace astrai::net {
 
@@ -36,7 +36,7 @@ ApiError submit_error(const Status& s);
 std::optional<ApiError> check_api_key(const HttpRequest& req, const ServerState& state);
 
 // Parses a WebSocket "generate" frame into a job (the frame is a chat-completions body plus
-// "type" and "id"). The id is returned through client_id.
+// "type" and "id"; the session reads the id with parse_client_frame, the job does not carry it).
 std::optional<ApiError> websocket_generate_job(std::string_view frame, ServerState& state,
                                                GenerationJob& job);
 

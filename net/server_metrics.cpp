@@ -32,4 +32,18 @@ void Histogram::write_prometheus(std::string& out, const std::string& name, cons
   out += line;
 }
 
+void ServerMetrics::on_start() {
+  active_generations.fetch_add(1, std::memory_order_relaxed);
+}
+
+void ServerMetrics::on_token(bool first, double since) {
+  (first ? ttft : itl).observe(since);
+  streamed_tokens.fetch_add(1, std::memory_order_relaxed);
+}
+
+void ServerMetrics::on_end(bool complete, double seconds) {
+  active_generations.fetch_sub(1, std::memory_order_relaxed);
+  if (complete) e2e.observe(seconds);
+}
+
 }  // namespace astrai::net

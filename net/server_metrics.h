@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "src/engine/generation.h"
+
 namespace astrai::net {
 
 class Histogram {
@@ -27,8 +29,14 @@ class Histogram {
   std::atomic<uint64_t> sum_us_{0};
 };
 
-class ServerMetrics {
+// Also the observer of every generation the server runs (GenerationObserver's calls are relaxed
+// atomic updates, safe from any net thread).
+class ServerMetrics final : public GenerationObserver {
  public:
+  void on_start() override;
+  void on_token(bool first, double since) override;
+  void on_end(bool complete, double seconds) override;
+
   Histogram ttft, itl, e2e;                // seconds, per generation / per streamed token gap
   std::atomic<uint64_t> http_requests{0};  // every routed request
   std::atomic<uint64_t> http_errors_4xx{0}, http_errors_5xx{0};

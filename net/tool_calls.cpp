@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstdio>
 
+#include "src/core/json_fields.h"
+
 namespace astrai::net {
 namespace {
 
@@ -30,35 +32,35 @@ size_t partial_tag_suffix(std::string_view s, std::string_view tag) {
 bool parse_call_object(simdjson::ondemand::object obj, ToolCall& out) {
   bool have_name = false;
   out.arguments_json = "{}";
-  for (auto field : obj) {
-    std::string_view key;
-    if (field.unescaped_key().get(key)) return false;
-    simdjson::ondemand::value v;
-    if (field.value().get(v)) return false;
-    if (key == "name") {
-      std::string_view name;
-      if (v.get_string().get(name)) return false;
-      out.name = std::string(name);
-      have_name = true;
-    } else if (key == "arguments" || key == "parameters") {
-      simdjson::ondemand::json_type t;
-      if (v.type().get(t)) return false;
-      if (t == simdjson::ondemand::json_type::object) {
-        simdjson::ondemand::object a;
-        std::string_view raw;
-        if (v.get_object().get(a) || a.raw_json().get(raw)) return false;
-        out.arguments_json = std::string(trim(raw));
-      } else if (t == simdjson::ondemand::json_type::string) {
-        std::string_view s;
-        if (v.get_string().get(s)) return false;
-        out.arguments_json = std::string(s);  // already JSON text (OpenAI style)
-      } else {
+  // The callback returns true to stop: this call's JSON is not a tool call.
+  const bool bad = json::for_each_field(
+      obj,
+      [&](std::string_view key, json::Value& v) {
+        if (key == "name") {
+          std::string_view name;
+          if (v.get_string().get(name)) return true;
+          out.name = std::string(name);
+          have_name = true;
+        } else if (key == "arguments" || key == "parameters") {
+          simdjson::ondemand::json_type t;
+          if (v.type().get(t)) return true;
+          if (t == simdjson::ondemand::json_type::object) {
+            simdjson::ondemand::object a;
+            std::string_view raw;
+            if (v.get_object().get(a) || a.raw_json().get(raw)) return true;
+            out.arguments_json = std::string(trim(raw));
+          } else if (t == simdjson::ondemand::json_type::string) {
+            std::string_view s;
+            if (v.get_string().get(s)) return true;
+            out.arguments_json = std::string(s);  // already JSON text (OpenAI style)
+          } else {
+            return true;
+          }
+        }
         return false;
-      }
-    } else {
-    }
-  }
-  return have_name && !out.name.empty();
+      },
+      [](simdjson::error_code) { return true; });
+  return !bad && have_name && !out.name.empty();
 }
 
 }  // namespace
@@ -125,8 +127,13 @@ bool parse_bare_json(std::string_view text, std::vector<ToolCall>& calls) {
 
 ToolParse parse_tool_calls(std::string_view text) {
   ToolCallStreamParser p;
-  ToolParse out = p.push(text);
-  ToolParse tail = p.finish();
+  return p.feed(text, /*last=*/true);
+}
+
+ToolParse ToolCallStreamParser::feed(std::string_view delta, bool last) {
+  ToolParse out = push(delta);
+  if (!last) return out;
+  ToolParse tail = finish();
   out.content += tail.content;
   for (auto& c : tail.calls) out.calls.push_back(std::move(c));
   return out;

@@ -35,6 +35,9 @@ class ToolCallStreamParser {
  public:
   ToolParse push(std::string_view delta);
   ToolParse finish();
+  // push(delta), and when `last` (the choice has ended) finish() too, merged: what a formatter
+  // calls for each delta of a streamed choice.
+  ToolParse feed(std::string_view delta, bool last);
 
  private:
   enum class State { start, text, in_call, bare_json };

@@ -6,32 +6,16 @@ namespace astrai::net {
 namespace od = simdjson::ondemand;
 
 MaybeError parse_client_frame(std::string_view text, ClientFrame& out) {
-  od::parser parser;
-  simdjson::padded_string padded(text);
-  od::document doc;
-  od::object obj;
-  if (auto ec = parser.iterate(padded).get(doc)) return json_syntax_error(ec);
-  if (doc.get_object().get(obj))
-    return ApiError{400, "a frame must be a JSON object", "", "invalid_request_error", ""};
-  for (auto f : obj) {
-    std::string_view k;
-    JsonValue v;
-    if (auto ec = f.unescaped_key().get(k)) return json_syntax_error(ec);
-    if (auto ec = f.value().get(v)) return json_syntax_error(ec);
-    if (k == "type") {
-      if (auto e = read_string(v, "type", out.type)) return e;
-    } else if (k == "id") {
-      od::json_type t;
-      if (v.type().get(t)) return bad_field("id", "is not valid JSON");
-      if (t == od::json_type::string) {
-        if (auto e = read_string(v, "id", out.id)) return e;
-      } else if (t == od::json_type::number) {
-        if (auto e = read_raw(v, "id", out.id)) return e;
-      } else {
-        return bad_field("id", "must be a string or a number");
-      }
-    }
-  }
+  auto err = for_each_body_field(text, "a frame", [&](std::string_view k, JsonValue& v) -> MaybeError {
+    if (k == "type") return read_string(v, "type", out.type);
+    if (k != "id") return std::nullopt;
+    od::json_type t;
+    if (v.type().get(t)) return bad_field("id", "is not valid JSON");
+    if (t == od::json_type::string) return read_string(v, "id", out.id);
+    if (t == od::json_type::number) return read_raw(v, "id", out.id);
+    return bad_field("id", "must be a string or a number");
+  });
+  if (err) return err;
   if (out.type != "generate" && out.type != "cancel")
     return bad_field("type", "must be 'generate' or 'cancel'");
   if (out.id.empty()) return bad_field("id", "is required");
@@ -61,8 +45,8 @@ class WsFormatter final : public ResponseFormatter {
   std::string on_deltas(const std::vector<ChoiceDelta>& deltas, const Generation&) override {
     std::string out;
     for (const auto& d : deltas) {
-      if (!d.finish.empty()) {
-        finish_ = d.finish;
+      if (d.finish != FinishReason::none) {
+        finish_ = finish_reason_name(d.finish);
         if (!d.text.empty()) frame(out, d.text, -1);
         continue;
       }

@@ -1,6 +1,7 @@
 // /v1/ws: one WebSocket per connection, several generations multiplexed on it (see
-// websocket_frames.h for the frames). One reader loop, one writer loop, one coroutine per generation,
-// all on the connection's strand. Asio header: include from connection.cpp only.
+// websocket_frames.h for the frames). One coroutine owns the socket and the running generations: a
+// reader and a writer (which also pumps the generations) joined with `&&`, on the connection's
+// strand. Asio header: include from connection.cpp only.
 #pragma once
 
 #include <boost/asio/awaitable.hpp>

@@ -4,16 +4,17 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cfloat>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <memory>
 #include <sstream>
 #include <unordered_set>
 
+#include "src/core/json_fields.h"
 #include "src/core/json_writer.h"
-#include "src/engine/stop_strings.h"
+#include "src/engine/generation.h"
 #include "src/tokenizer/chat_template.h"
 
 namespace astrai {
@@ -21,41 +22,34 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct Choice {
-  std::unique_ptr<IncrementalDetokenizer> detok;
-  StopMatcher stop;
+// What one choice of a line produced.
+struct LineChoice {
   std::string text;
-  int tokens = 0;
-  bool done = false;
-  FinishReason finish = FinishReason::none;
+  FinishReason finish = FinishReason::none;  // stop or length
 };
 
-struct Job {
+// One input line: its request, then its generation, then its output line.
+struct LineJob {
   int line_no = 0;
   std::string id_json;
   std::string error;  // set: the output is an error line
-  Request req;
-  std::vector<std::string> stops;
-  Stream stream;
-  std::vector<Choice> choices;
-  bool cancel_sent = false;
+  GenerationSpec spec;
+  std::unique_ptr<Generation> gen;
+  std::vector<LineChoice> choices;
+  int prompt_tokens = 0, completion_tokens = 0;
 };
 
-std::string error_line(const Job& j) {
+std::string error_line(const LineJob& j) {
   JsonWriter w;
   w.begin_object().key("id").raw(j.id_json).key("error").value(j.error).end_object();
   return w.take();
 }
 
-std::string result_line(const Job& j) {
+std::string result_line(const LineJob& j) {
   JsonWriter w;
   w.begin_object().key("id").raw(j.id_json);
   bool any_length = false;
-  int completion = 0;
-  for (const auto& c : j.choices) {
-    any_length |= c.finish == FinishReason::length;
-    completion += c.tokens;
-  }
+  for (const auto& c : j.choices) any_length |= c.finish == FinishReason::length;
   if (j.choices.size() == 1) {
     w.key("text").value(j.choices[0].text);
   } else {
@@ -71,122 +65,158 @@ std::string result_line(const Job& j) {
   }
   w.key("usage").begin_object();
   w.key("prompt_tokens")
-      .value(int64_t(j.req.prompt.size()))
+      .value(int64_t(j.prompt_tokens))
       .key("completion_tokens")
-      .value(int64_t(completion));
+      .value(int64_t(j.completion_tokens));
   w.end_object().end_object();
   return w.take();
 }
 
-// Reads a number field; false with `err` set when present but not a number.
-bool get_number(simdjson::dom::element v, const char* name, double& out, std::string& err) {
-  if (!v.is_number()) {
-    err = std::string("'") + name + "' must be a number";
-    return false;
-  }
-  if (v.is_double()) {
-    out = double(v);
-  } else if (v.is_int64()) {
-    out = double(int64_t(v));
-  } else {
-    out = double(uint64_t(v));
-  }
-  return true;
+std::string field_message(const json::FieldError& e) {
+  return "'" + e.field + "': " + e.message;
 }
 
-bool get_int(simdjson::dom::element v, const char* name, int64_t lo, int64_t hi, int64_t& out,
-             std::string& err) {
-  if (!v.is_int64()) {
-    err = std::string("'") + name + "' must be an integer";
-    return false;
-  }
-  out = int64_t(v);
-  if (out < lo || out > hi) {
-    err = std::string("'") + name + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
-    return false;
-  }
-  return true;
+// JSON text with insignificant whitespace removed, so ids compare equal however they were written.
+std::string minified(std::string_view json_text) {
+  std::string out(json_text.size(), '\0');
+  size_t len = 0;
+  if (simdjson::minify(json_text.data(), json_text.size(), out.data(), len)) return std::string(json_text);
+  out.resize(len);
+  return out;
 }
 
-// Fills job.req / job.stops from one parsed line; returns an error message ("" when fine).
-std::string build_job(simdjson::dom::object obj, const Tokenizer& tok, const OfflineOptions& o, Job& job) {
-  Request& r = job.req;
-  r.max_tokens = o.max_tokens;
-  r.sampling = o.sampling;
-  r.stop_ids = o.stop_ids;
-  r.ignore_eos = o.ignore_eos;
-  std::string err;
-  bool have_prompt = false;
-  for (auto field : obj) {
-    const std::string_view key = field.key;
-    simdjson::dom::element v = field.value;
-    if (key == "id") continue;
+// The offline dialect's integers are JSON integers as written (5, not 5.0).
+json::MaybeFieldError read_integer(json::Value& v, const std::string& field, int64_t lo, int64_t hi,
+                                   int64_t& out) {
+  const std::string_view tok = v.raw_json_token();
+  if (tok.find_first_of(".eE") != std::string_view::npos)
+    return json::FieldError{field, "must be an integer"};
+  return json::read_int(v, field, lo, hi, out);
+}
+
+// A string or a list of strings; empty ones are ignored, null is none.
+json::MaybeFieldError read_stops(json::Value& v, std::vector<std::string>& out) {
+  const json::FieldError bad{"stop", "must be a string or a list of strings"};
+  simdjson::ondemand::json_type t;
+  if (v.type().get(t)) return bad;
+  if (t == simdjson::ondemand::json_type::null) return std::nullopt;
+  std::string s;
+  if (t == simdjson::ondemand::json_type::string) {
+    if (json::read_string(v, "stop", s)) return bad;
+    if (!s.empty()) out.push_back(std::move(s));
+    return std::nullopt;
+  }
+  simdjson::ondemand::array arr;
+  if (t != simdjson::ondemand::json_type::array || v.get_array().get(arr)) return bad;
+  for (auto el : arr) {
+    json::Value ev;
+    if (el.get(ev) || json::read_string(ev, "stop", s)) return bad;
+    if (!s.empty()) out.push_back(std::move(s));
+  }
+  return std::nullopt;
+}
+
+// A line's fields before tokenization, which waits until the id is known not to be done already.
+struct LineFields {
+  std::string id_json;  // minified; empty: not given
+  std::optional<std::string> prompt, messages_json;
+  std::string error;  // the line's first problem
+};
+
+// Reads one JSONL line into spec (sampling, limits, stop strings) and `f` (id, prompt / messages).
+// The offline dialect's own rules: integers as written (5, not 5.0), max_tokens up to 2^24, top_k -1
+// meaning off, a non-negative seed, any number of stop strings (empty ones ignored). The ranges every
+// dialect shares are checked afterwards by validate_sampling. After a bad field the rest of the line
+// is still read for its id, which the error line echoes.
+void read_line(simdjson::dom::parser& dom, simdjson::ondemand::parser& parser, const std::string& line,
+               GenerationSpec& spec, LineFields& f) {
+  auto& s = spec.sampling;
+  auto read_field = [&](std::string_view key, json::Value& v) -> json::MaybeFieldError {
+    int64_t i = 0;
+    double d = 0;
+    json::MaybeFieldError e;
     if (key == "prompt") {
-      std::string_view s;
-      if (v.get_string().get(s)) return "'prompt' must be a string";
-      r.prompt = tok.encode(s, true);
-      have_prompt = true;
+      std::string p;
+      if (!(e = json::read_string(v, "prompt", p))) f.prompt = std::move(p);
     } else if (key == "messages") {
-      if (!v.is_array()) return "'messages' must be an array of messages";
-      const ChatTemplate* tmpl = tok.chat_template();
-      if (!tmpl) {
-        Status why = tok.chat_template_status();
-        return "'messages' needs the model's chat template, but " +
-               (why.ok() ? std::string("the model has none (tokenizer_config.json chat_template)")
-                         : why.message());
-      }
-      ChatTemplateInput in;
-      in.messages_json = simdjson::minify(v);
-      in.add_generation_prompt = true;
-      in.bos_token = tok.special_tokens().bos_token;
-      in.eos_token = tok.special_tokens().eos_token;
-      auto text = tmpl->render(in);
-      if (!text.ok()) return "chat template: " + text.status().message();
-      r.prompt = tok.encode(text.value(), false);
-      have_prompt = true;
+      simdjson::ondemand::json_type t;
+      std::string raw;
+      if (v.type().get(t) || t != simdjson::ondemand::json_type::array || json::read_raw(v, "messages", raw))
+        return json::FieldError{"messages", "must be an array of messages"};
+      f.messages_json = std::move(raw);
     } else if (key == "max_tokens") {
-      int64_t x;
-      if (!get_int(v, "max_tokens", 1, 1 << 24, x, err)) return err;
-      r.max_tokens = int(x);
+      if (!(e = read_integer(v, "max_tokens", 1, 1 << 24, i))) spec.max_tokens = int(i);
     } else if (key == "temperature" || key == "top_p" || key == "min_p") {
-      double x;
-      if (!get_number(v, std::string(key).c_str(), x, err)) return err;
-      (key == "temperature" ? r.sampling.temperature
-       : key == "top_p"     ? r.sampling.top_p
-                            : r.sampling.min_p) = float(x);
+      if (!(e = json::read_number(v, std::string(key), -DBL_MAX, DBL_MAX, d)))
+        (key == "temperature" ? s.temperature : key == "top_p" ? s.top_p : s.min_p) = float(d);
     } else if (key == "top_k") {
-      int64_t x;
-      if (!get_int(v, "top_k", -1, 1 << 30, x, err)) return err;
-      r.sampling.top_k = x < 0 ? 0 : int(x);
+      if (!(e = read_integer(v, "top_k", -1, 1 << 30, i))) s.top_k = i < 0 ? 0 : int(i);
     } else if (key == "seed") {
-      if (v.is_uint64()) {
-        r.sampling.seed = uint64_t(v);
-      } else if (v.is_int64() && int64_t(v) >= 0) {
-        r.sampling.seed = uint64_t(int64_t(v));
-      } else {
-        return "'seed' must be a non-negative integer";
-      }
+      uint64_t seed = 0;
+      if (v.raw_json_token().find_first_of(".eE") != std::string_view::npos || v.get_uint64().get(seed))
+        return json::FieldError{"seed", "must be a non-negative integer"};
+      s.seed = seed;
     } else if (key == "n") {
-      int64_t x;
-      if (!get_int(v, "n", 1, 128, x, err)) return err;
-      r.n = int(x);
+      if (!(e = read_integer(v, "n", 1, kMaxChoices, i))) spec.n = int(i);
     } else if (key == "stop") {
-      std::string_view s;
-      if (!v.get_string().get(s)) {
-        job.stops.emplace_back(s);
-      } else if (v.is_array()) {
-        for (auto e : simdjson::dom::array(v)) {
-          if (e.get_string().get(s)) return "'stop' must be a string or a list of strings";
-          job.stops.emplace_back(s);
-        }
-      } else if (!v.is_null()) {
-        return "'stop' must be a string or a list of strings";
-      }
+      e = read_stops(v, spec.stop);
     }
+    return e;
+  };
+  auto on_field = [&](std::string_view key, json::Value& v) -> json::MaybeFieldError {
+    if (key == "id") {
+      std::string raw;
+      if (auto e = json::read_raw(v, "id", raw)) return e;
+      f.id_json = minified(raw);
+    } else if (f.error.empty()) {
+      if (auto e = read_field(key, v)) f.error = field_message(*e);
+    }
+    return std::nullopt;
+  };
+  // The DOM parser validates the whole line first (on-demand parsing would not look past the object).
+  simdjson::dom::element whole;
+  if (auto ec = dom.parse(line).get(whole)) {
+    f.error = std::string("invalid JSON (") + simdjson::error_message(ec) + ")";
+    return;
   }
-  if (!have_prompt) return "needs \"prompt\" (a string) or \"messages\" (a list)";
-  for (auto it = job.stops.begin(); it != job.stops.end();)
-    it = it->empty() ? job.stops.erase(it) : std::next(it);
+  const simdjson::padded_string padded(line);
+  simdjson::ondemand::document doc;
+  simdjson::ondemand::object obj;
+  auto invalid = [&](simdjson::error_code ec) -> json::MaybeFieldError {
+    return json::FieldError{"", std::string("invalid JSON (") + simdjson::error_message(ec) + ")"};
+  };
+  json::MaybeFieldError e;
+  if (auto ec = parser.iterate(padded).get(doc))
+    e = invalid(ec);
+  else if (doc.get_object().get(obj))
+    e = json::FieldError{"", "expected a JSON object"};
+  else
+    e = json::for_each_field(obj, on_field, invalid);
+  if (e) f.error = e->message;
+}
+
+// Tokenizes the prompt or renders the messages through the model's chat template.
+std::string tokenize_prompt(const Tokenizer& tok, const LineFields& f, std::vector<int32_t>& prompt) {
+  if (f.prompt) {
+    prompt = tok.encode(*f.prompt, true);
+    return {};
+  }
+  if (!f.messages_json) return "needs \"prompt\" (a string) or \"messages\" (a list)";
+  const ChatTemplate* tmpl = tok.chat_template();
+  if (!tmpl) {
+    Status why = tok.chat_template_status();
+    return "'messages' needs the model's chat template, but " +
+           (why.ok() ? std::string("the model has none (tokenizer_config.json chat_template)")
+                     : why.message());
+  }
+  ChatTemplateInput in;
+  in.messages_json = *f.messages_json;
+  in.add_generation_prompt = true;
+  in.bos_token = tok.special_tokens().bos_token;
+  in.eos_token = tok.special_tokens().eos_token;
+  auto text = tmpl->render(in);
+  if (!text.ok()) return "chat template: " + text.status().message();
+  prompt = tok.encode(text.value(), false);
   return {};
 }
 
@@ -219,15 +249,6 @@ Result<std::unordered_set<std::string>> existing_ids(const std::filesystem::path
   return ids;
 }
 
-// Appends newly detokenized text through the choice's stop-string matcher; a match ends the choice.
-void append_text(Choice& c, std::string_view piece) {
-  c.text += c.stop.push(piece);
-  if (c.stop.matched()) {
-    c.done = true;
-    c.finish = FinishReason::stop;
-  }
-}
-
 class Progress {
  public:
   Progress(bool on, int total) : on_(on), tty_(::isatty(2)), total_(total), start_(Clock::now()) {}
@@ -251,6 +272,19 @@ class Progress {
   Clock::time_point start_, last_{};
 };
 
+// Applies a line's deltas; an engine-side error or cancellation makes the line an error line.
+void apply_deltas(LineJob& j, const std::vector<ChoiceDelta>& deltas) {
+  for (const auto& d : deltas) {
+    LineChoice& c = j.choices[size_t(d.choice)];
+    c.text += d.text;
+    if (d.finish == FinishReason::none) continue;
+    c.finish = d.finish == FinishReason::length ? FinishReason::length : FinishReason::stop;
+    if (d.finish == FinishReason::error || d.finish == FinishReason::cancelled)
+      j.error = "line " + std::to_string(j.line_no) + ": " +
+                (d.error.empty() ? std::string("generation ") + finish_reason_name(d.finish) : d.error);
+  }
+}
+
 }  // namespace
 
 Result<OfflineSummary> run_offline_generate(Engine& engine, const Tokenizer& tok,
@@ -266,31 +300,33 @@ Result<OfflineSummary> run_offline_generate(Engine& engine, const Tokenizer& tok
   OfflineSummary sum;
 
   // Parse every line up front: errors become output lines in place.
-  std::vector<std::unique_ptr<Job>> jobs;
-  simdjson::dom::parser parser;
+  std::vector<std::unique_ptr<LineJob>> jobs;
+  simdjson::dom::parser dom;
+  simdjson::ondemand::parser parser;
   std::string line;
   for (int line_no = 1; std::getline(in, line); ++line_no) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     ++sum.lines;
-    auto job = std::make_unique<Job>();
+    auto job = std::make_unique<LineJob>();
     job->line_no = line_no;
-    job->id_json = std::to_string(line_no);
-    simdjson::dom::element doc;
-    simdjson::dom::object obj;
-    if (auto e = parser.parse(line).get(doc)) {
-      job->error = "line " + std::to_string(line_no) + ": invalid JSON (" + simdjson::error_message(e) + ")";
-    } else if (doc.get_object().get(obj)) {
-      job->error = "line " + std::to_string(line_no) + ": expected a JSON object";
-    } else {
-      simdjson::dom::element id;
-      if (!obj["id"].get(id)) job->id_json = simdjson::minify(id);
-      if (done_ids.count(job->id_json)) {
-        ++sum.skipped;
-        continue;
-      }
-      const std::string err = build_job(obj, tok, o, *job);
-      if (!err.empty()) job->error = "line " + std::to_string(line_no) + ": " + err;
+    GenerationSpec& spec = job->spec;
+    spec.max_tokens = o.max_tokens;
+    spec.sampling = o.sampling;
+    spec.stop_ids = o.stop_ids;
+    spec.ignore_eos = o.ignore_eos;
+    LineFields f;
+    read_line(dom, parser, line, spec, f);
+    job->id_json = f.id_json.empty() ? std::to_string(line_no) : f.id_json;
+    if (done_ids.count(job->id_json)) {
+      ++sum.skipped;
+      continue;
     }
+    std::string err = f.error;
+    if (err.empty()) err = tokenize_prompt(tok, f, spec.prompt);
+    if (err.empty())
+      if (auto pe = validate_sampling(spec.sampling, spec.max_tokens, spec.n, 0))
+        err = std::string("'") + request_field_name(pe->field) + "': " + pe->message;
+    if (!err.empty()) job->error = "line " + std::to_string(line_no) + ": " + err;
     jobs.push_back(std::move(job));
   }
 
@@ -300,6 +336,10 @@ Result<OfflineSummary> run_offline_generate(Engine& engine, const Tokenizer& tok
 
   // The engine wakes us through the requests' notify hook.
   auto wake = std::make_shared<std::atomic<uint32_t>>(0);
+  const auto notify = [wake] {
+    wake->fetch_add(1, std::memory_order_release);
+    wake->notify_one();
+  };
   std::vector<std::string> results(jobs.size());
   std::vector<bool> ready(jobs.size(), false);
   size_t next_write = 0, next_submit = 0;
@@ -308,83 +348,56 @@ Result<OfflineSummary> run_offline_generate(Engine& engine, const Tokenizer& tok
   int finished = 0;
 
   auto finish_job = [&](size_t i) {
-    Job& j = *jobs[i];
+    LineJob& j = *jobs[i];
+    if (j.gen) {
+      j.prompt_tokens = j.gen->prompt_tokens();
+      j.completion_tokens = j.gen->completion_tokens();
+      j.gen.reset();
+    }
     if (!j.error.empty()) {
       results[i] = error_line(j);
       ++sum.errors;
     } else {
       results[i] = result_line(j);
       ++sum.completed;
-      sum.prompt_tokens += j.req.prompt.size();
-      for (const auto& c : j.choices) sum.completion_tokens += uint64_t(c.tokens);
+      sum.prompt_tokens += uint64_t(j.prompt_tokens);
+      sum.completion_tokens += uint64_t(j.completion_tokens);
     }
     ready[i] = true;
     ++finished;
   };
 
+  std::vector<ChoiceDelta> deltas;
   while (next_write < jobs.size()) {
     // Submit what the engine's queue takes.
     while (next_submit < jobs.size()) {
-      Job& j = *jobs[next_submit];
+      LineJob& j = *jobs[next_submit];
       if (!j.error.empty()) {
         finish_job(next_submit++);
         continue;
       }
-      Request r = j.req;
-      r.notify = [wake] {
-        wake->fetch_add(1, std::memory_order_release);
-        wake->notify_one();
-      };
-      auto s = engine.submit(std::move(r));
-      if (!s.ok() && s.status().code() == ErrorCode::resource_exhausted && !active.empty()) break;
-      if (!s.ok()) {
-        j.error = "line " + std::to_string(j.line_no) + ": " + s.status().message();
+      auto g = Generation::start(engine, tok, j.spec, notify);
+      if (!g.ok() && g.status().code() == ErrorCode::resource_exhausted && !active.empty()) break;
+      if (!g.ok()) {
+        j.error = "line " + std::to_string(j.line_no) + ": " + g.status().message();
         finish_job(next_submit++);
         continue;
       }
-      j.stream = s.value();
-      j.choices.resize(size_t(j.req.n));
-      for (auto& c : j.choices) {
-        c.detok = std::make_unique<IncrementalDetokenizer>(tok, true);
-        c.stop = StopMatcher(j.stops);
-      }
+      j.gen = std::move(g).value();
+      j.spec = {};
+      j.choices.resize(size_t(j.gen->n()));
       active.push_back(next_submit++);
     }
 
     const uint32_t seen = wake->load(std::memory_order_acquire);
     bool any = false;
     for (size_t k = 0; k < active.size();) {
-      Job& j = *jobs[active[k]];
-      TokenEvent ev;
-      while (j.stream.poll(ev)) {
-        any = true;
-        if (ev.choice < 0 || ev.choice >= int(j.choices.size())) continue;
-        Choice& c = j.choices[size_t(ev.choice)];
-        if (c.done) continue;
-        if (ev.token >= 0) {
-          ++c.tokens;
-          append_text(c, c.detok->push(ev.token));
-        }
-        if (!c.done && ev.finish != FinishReason::none) {
-          append_text(c, c.detok->finish());
-          if (!c.stop.matched()) {
-            c.text += c.stop.finish();
-            c.finish = ev.finish == FinishReason::length ? FinishReason::length : FinishReason::stop;
-          }
-          c.done = true;
-          if (ev.finish == FinishReason::error || ev.finish == FinishReason::cancelled)
-            j.error =
-                "line " + std::to_string(j.line_no) + ": " +
-                (ev.error.empty() ? std::string("generation ") + finish_reason_name(ev.finish) : ev.error);
-        }
-      }
-      bool all_done = true;
-      for (const auto& c : j.choices) all_done &= c.done;
-      if (all_done && !j.stream.done() && !j.cancel_sent) {
-        engine.cancel(j.stream.id());  // stop strings ended every choice: stop computing
-        j.cancel_sent = true;
-      }
-      if (j.stream.done()) {
+      LineJob& j = *jobs[active[k]];
+      deltas.clear();
+      const bool done = j.gen->pump(deltas);
+      any |= !deltas.empty();
+      apply_deltas(j, deltas);
+      if (done) {
         finish_job(active[k]);
         active[k] = active.back();
         active.pop_back();

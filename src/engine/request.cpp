@@ -1,5 +1,7 @@
 #include "src/engine/request.h"
 
+#include <cmath>
+#include <cstdio>
 #include <utility>
 
 #include "src/engine/request_state.h"
@@ -17,6 +19,66 @@ const char* finish_reason_name(FinishReason r) {
   return "none";
 }
 
+// ---- validation -----------------------------------------------------------------------------------
+
+const char* request_field_name(RequestField f) {
+  switch (f) {
+    case RequestField::max_tokens: return "max_tokens";
+    case RequestField::n: return "n";
+    case RequestField::temperature: return "temperature";
+    case RequestField::top_p: return "top_p";
+    case RequestField::top_k: return "top_k";
+    case RequestField::min_p: return "min_p";
+    case RequestField::frequency_penalty: return "frequency_penalty";
+    case RequestField::presence_penalty: return "presence_penalty";
+    case RequestField::repetition_penalty: return "repetition_penalty";
+    case RequestField::top_logprobs: return "top_logprobs";
+    case RequestField::logit_bias: return "logit_bias";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string num(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", x);
+  return buf;
+}
+
+ParamError fail(RequestField f, std::string message) {
+  return ParamError{f, std::move(message)};
+}
+
+}  // namespace
+
+std::optional<ParamError> validate_sampling(const SamplingParams& s, int max_tokens, int n, int vocab_size) {
+  using F = RequestField;
+  if (max_tokens < 1) return fail(F::max_tokens, "must be at least 1, got " + std::to_string(max_tokens));
+  if (n < 1 || n > kMaxChoices)
+    return fail(F::n, "must be in [1, " + std::to_string(kMaxChoices) + "], got " + std::to_string(n));
+  // Written as !(in range) so that NaN fails too.
+  if (!(s.temperature >= 0) || !std::isfinite(s.temperature))
+    return fail(F::temperature, "must be >= 0, got " + num(s.temperature));
+  if (!(s.top_p > 0 && s.top_p <= 1)) return fail(F::top_p, "must be in (0, 1], got " + num(s.top_p));
+  if (s.top_k < 0) return fail(F::top_k, "must be >= 0 (0: off), got " + std::to_string(s.top_k));
+  if (!(s.min_p >= 0 && s.min_p <= 1)) return fail(F::min_p, "must be in [0, 1], got " + num(s.min_p));
+  if (!std::isfinite(s.frequency_penalty)) return fail(F::frequency_penalty, "must be finite");
+  if (!std::isfinite(s.presence_penalty)) return fail(F::presence_penalty, "must be finite");
+  if (!(s.repetition_penalty > 0) || !std::isfinite(s.repetition_penalty))
+    return fail(F::repetition_penalty, "must be > 0, got " + num(s.repetition_penalty));
+  if (s.top_logprobs < 0 || s.top_logprobs > kMaxTopLogprobs)
+    return fail(F::top_logprobs, "must be in [0, " + std::to_string(kMaxTopLogprobs) + "], got " +
+                                     std::to_string(s.top_logprobs));
+  for (const auto& [token, bias] : s.logit_bias) {
+    if (token < 0 || (vocab_size > 0 && token >= vocab_size))
+      return fail(F::logit_bias, "token " + std::to_string(token) + " is outside the vocabulary");
+    if (!std::isfinite(bias)) return fail(F::logit_bias, "values must be finite");
+  }
+  return std::nullopt;
+}
+
+// ---- RequestState / Stream ------------------------------------------------------------------------
 
 bool RequestState::flush() {
   bool moved = false;

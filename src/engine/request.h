@@ -43,6 +43,43 @@ struct Request {
   std::function<void()> notify;
 };
 
+// ---- One request schema ------------------------------------------------------------------------
+// Every API dialect (OpenAI, Anthropic, WebSocket, offline JSONL) reads its own field names and its
+// own documented ranges, then maps onto Request and checks it here; the step loop checks the same
+// way, so a request a dialect accepts is one the engine runs. The ranges below are the engine's:
+// what the sampler and the scheduler can execute.
+
+// The fields validate_sampling checks, by their canonical (Request) names.
+enum class RequestField : uint8_t {
+  max_tokens,
+  n,
+  temperature,
+  top_p,
+  top_k,
+  min_p,
+  frequency_penalty,
+  presence_penalty,
+  repetition_penalty,
+  top_logprobs,
+  logit_bias,
+};
+const char* request_field_name(RequestField f);  // "max_tokens", "top_p", ...
+
+inline constexpr int kMaxChoices = 128;     // Request::n
+inline constexpr int kMaxTopLogprobs = 20;  // SamplingParams::top_logprobs
+
+struct ParamError {
+  RequestField field;
+  std::string message;  // what is wrong, without the field's name: "must be in (0, 1], got 1.5"
+};
+
+// max_tokens >= 1; n in [1, kMaxChoices]; temperature finite and >= 0; top_p in (0, 1]; top_k >= 0
+// (0: off); min_p in [0, 1]; repetition_penalty finite and > 0; frequency / presence penalty finite;
+// top_logprobs in [0, kMaxTopLogprobs]; logit_bias values finite and, when vocab_size > 0, tokens in
+// [0, vocab_size) (a dialect that does not know the vocabulary passes 0; the engine checks again).
+// Returns the first field that fails.
+std::optional<ParamError> validate_sampling(const SamplingParams& s, int max_tokens, int n, int vocab_size);
+
 struct TopLogprob {
   int32_t token;
   float logprob;

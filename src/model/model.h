@@ -46,7 +46,7 @@ struct ForwardBatch {
 };
 
 struct LoadOptions {
-  // Keep weights in their file dtype where the backend can use it; cpu converts to f32.
+  // Log what was loaded (architecture, layers, weight bytes, backend, seconds) at info level.
   bool verbose = false;
 };
 

@@ -210,3 +210,66 @@ TEST_CASE("serve.yaml keys are read, checked, and each has a flag", "[unit]") {
   CHECK(load_serve_yaml(dir / "unknown.yaml", c).message().find("colour") != std::string::npos);
   CHECK(flag_name("max_concurrent") == "--max-concurrent");
 }
+
+TEST_CASE("each dialect keeps its documented ranges, then the engine's ranges name the client's field",
+          "[unit]") {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "x"}])";
+  // Dialect rules: OpenAI temperature 0..2 and n 1..16, Anthropic temperature 0..1.
+  ChatRequest a;
+  REQUIRE_FALSE(parse_chat_request("{" + msgs + R"(, "temperature": 1.5, "n": 16})", a));
+  CHECK_FALSE(validate_common(a.common));
+  ChatRequest b;
+  auto e = parse_chat_request("{" + msgs + R"(, "n": 17})", b);
+  REQUIRE(e);
+  CHECK(e->message == "'n': must be between 1 and 16, got 17");
+  MessagesRequest m;
+  e = parse_messages_request("{" + msgs + R"(, "max_tokens": 4, "temperature": 1.5})", m, true);
+  REQUIRE(e);
+  CHECK(e->message == "'temperature': must be between 0 and 1, got 1.5");
+
+  // top_p 0 passes both dialects' ranges but no engine can sample from an empty nucleus.
+  ChatRequest c;
+  REQUIRE_FALSE(parse_chat_request("{" + msgs + R"(, "top_p": 0})", c));
+  e = validate_common(c.common);
+  REQUIRE(e);
+  CHECK(e->status == 400);
+  CHECK(e->param == "top_p");
+  CHECK(e->message == "'top_p': must be in (0, 1], got 0");
+  MessagesRequest d;
+  REQUIRE_FALSE(parse_messages_request("{" + msgs + R"(, "max_tokens": 4, "top_p": 0})", d, true));
+  e = validate_common(d.common);
+  REQUIRE(e);
+  CHECK(e->param == "top_p");
+  // count_tokens reads the same body but runs nothing: the engine's ranges do not apply there.
+  MessagesRequest ct;
+  CHECK_FALSE(parse_messages_request("{" + msgs + R"(, "top_p": 0})", ct, false));
+}
+
+TEST_CASE("canonical fields are named as the client sent them", "[unit]") {
+  ChatRequest r;
+  REQUIRE_FALSE(parse_chat_request(
+      R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 5})", r));
+  CHECK(r.common.max_tokens_key == "max_completion_tokens");
+  r.common.max_tokens = -1;  // past what any parser lets through, to reach the engine's check
+  auto e = validate_common(r.common);
+  REQUIRE(e);
+  CHECK(e->param == "max_completion_tokens");
+  CommonParams plain;
+  plain.max_tokens = -1;
+  e = validate_common(plain);
+  REQUIRE(e);
+  CHECK(e->param == "max_tokens");
+
+  CompletionRequest cr;
+  REQUIRE_FALSE(parse_completion_request(R"({"prompt": "x", "logprobs": 20})", cr));
+  CHECK(cr.common.sampling.top_logprobs == 20);
+  CHECK_FALSE(validate_common(cr.common));
+  cr.common.sampling.top_logprobs = 21;
+  e = validate_common(cr.common);
+  REQUIRE(e);
+  CHECK(e->param == "logprobs");  // the completions API's name for it
+
+  // No max_tokens (0) means the rest of the context window, which is always valid.
+  CommonParams none;
+  CHECK_FALSE(validate_common(none));
+}

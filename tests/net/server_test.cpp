@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <catch2/catch.hpp>
 #include <random>
 #include <regex>
@@ -355,6 +356,52 @@ TEST_CASE("a client that disconnects mid-stream gets its request cancelled", "[i
   }
   CHECK(now.first > cancelled_before);
   CHECK(now.second == 0);
+}
+
+TEST_CASE("queue-full 503s leave server.active_generations balanced (issue 12)", "[integration]") {
+  ServerProcess s({"--max-batch-size", "1", "--max-queue", "1", "--access-log", "false"});
+  auto server_stats = [&] {
+    simdjson::dom::parser p;
+    auto e = p.parse(http(s.port(), "GET", "/stats").body);
+    return std::array<int64_t, 3>{int64_t(e["requests"]["running"]), int64_t(e["requests"]["waiting"]),
+                                  int64_t(e["server"]["active_generations"])};
+  };
+  const std::string long_req =
+      R"({"messages":[{"role":"user","content":"x"}],"max_tokens":4000,"ignore_eos":true,"stream":true})";
+  // Polls /stats until {running, waiting} is `want` (bounded: 30 s).
+  auto wait_for = [&](int64_t running, int64_t waiting) {
+    std::array<int64_t, 3> now{};
+    for (int i = 0; i < 600; ++i) {
+      now = server_stats();
+      if (now[0] == running && now[1] == waiting) break;
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+    return now;
+  };
+  // One request runs (a batch holds one sequence; 4000 tokens take seconds) ...
+  const int a = connect_to(s.port());
+  send_all(a, post_request("/v1/chat/completions", long_req));
+  REQUIRE(read_until(a, "data: ").find("200 OK") != std::string::npos);
+  std::array<int64_t, 3> now = wait_for(1, 0);
+  REQUIRE(now[0] == 1);
+  // ... one waits in the engine's queue ...
+  const int b = connect_to(s.port());
+  send_all(b, post_request("/v1/chat/completions", long_req));
+  now = wait_for(1, 1);
+  REQUIRE(now[1] == 1);
+  // ... so these find the queue full.
+  for (int i = 0; i < 3; ++i) CHECK(http(s.port(), "POST", "/v1/chat/completions", kChat).status == 503);
+  CHECK(server_stats()[2] == 2);
+  ::close(a);
+  ::close(b);
+  now = wait_for(0, 0);
+  for (int i = 0; i < 600 && now[2] != 0; ++i) {  // the connections notice a step later
+    std::this_thread::sleep_for(milliseconds(50));
+    now = server_stats();
+  }
+  CHECK(now[0] == 0);
+  CHECK(now[1] == 0);
+  CHECK(now[2] == 0);  // was -3 before: each 503 decremented a count it never incremented
 }
 
 TEST_CASE("serve.yaml settings apply and flags override them", "[integration]") {

@@ -1,6 +1,6 @@
 // /v1/ws with the `ws` package: three generations multiplexed on one socket, one of them cancelled;
 // a garbage text frame gets an error frame and the socket keeps working.
-import { require, assert, base, run, sampled, greedyChat, randomWord } from './lib.mjs';
+import { require, assert, base, run, sampled, greedyChat, randomWord, getJson } from './lib.mjs';
 
 const WebSocket = require('ws');
 const wsUrl = base.replace('http://', 'ws://') + '/v1/ws';
@@ -71,6 +71,25 @@ await run([
     const f = await doneP;
     assert.equal(f.id, '1');
     ws.close();
+  }],
+  ['closing the socket mid-generation cancels it and leaves no active generation', async () => {
+    const before = (await getJson('/stats')).json.server.client_disconnects;
+    const ws = await open();
+    await new Promise((resolve) => {
+      ws.on('message', (d) => { if (JSON.parse(d.toString()).type === 'token') resolve(); });
+      ws.send(JSON.stringify({ type: 'generate', id: 'long', messages: [{ role: 'user', content: 'go' }],
+        max_tokens: 3000, ignore_eos: true, ...sampled }));
+    });
+    ws.terminate();  // no close handshake: the server finds out from the socket
+    let s;
+    for (let i = 0; i < 200; i++) {
+      s = (await getJson('/stats')).json;
+      if (s.requests.running === 0 && s.server.active_generations === 0) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.equal(s.requests.running, 0, JSON.stringify(s.requests));
+    assert.equal(s.server.active_generations, 0, JSON.stringify(s.server));
+    assert.equal(s.server.client_disconnects, before + 1, JSON.stringify(s.server));
   }],
   ['a binary frame closes the socket with 1003', async () => {
     const ws = await open();

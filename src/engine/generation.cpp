@@ -1,18 +1,28 @@
-#include "net/generation.h"
+#include "src/engine/generation.h"
 
 #include <algorithm>
 
-#include "net/server_metrics.h"
+#include "src/engine/engine.h"
 
-namespace astrai::net {
+namespace astrai {
 
-using Clock = std::chrono::steady_clock;
+EnginePort engine_port(Engine& engine) {
+  return EnginePort{[&engine](Request r) { return engine.submit(std::move(r)); },
+                    [&engine](RequestId id) { engine.cancel(id); },
+                    engine.model_config().max_position_embeddings};
+}
 
 Result<std::unique_ptr<Generation>> Generation::start(Engine& engine, const Tokenizer& tok,
                                                       GenerationSpec spec, std::function<void()> notify,
-                                                      ServerMetrics* metrics) {
+                                                      GenerationObserver* observer) {
+  return start(engine_port(engine), tok, std::move(spec), std::move(notify), observer);
+}
+
+Result<std::unique_ptr<Generation>> Generation::start(EnginePort engine, const Tokenizer& tok,
+                                                      GenerationSpec spec, std::function<void()> notify,
+                                                      GenerationObserver* observer) {
   if (spec.prompt.empty()) return invalid_argument("the prompt is empty");
-  const int64_t ctx = engine.model_config().max_position_embeddings;
+  const int64_t ctx = engine.context_window;
   const int64_t room = ctx - int64_t(spec.prompt.size());
   if (room < 1)
     return invalid_argument("the prompt has " + std::to_string(spec.prompt.size()) +
@@ -23,32 +33,32 @@ Result<std::unique_ptr<Generation>> Generation::start(Engine& engine, const Toke
   // Ask for no more than the context window can hold (a client's max_tokens is an upper bound).
   req.max_tokens = int(spec.max_tokens > 0 ? std::min<int64_t>(spec.max_tokens, room) : room);
   req.n = spec.n;
+  req.stop_ids = std::move(spec.stop_ids);
   req.ignore_eos = spec.ignore_eos;
   req.notify = std::move(notify);
+  const int prompt_tokens = int(req.prompt.size());
 
-  std::unique_ptr<Generation> g(new Generation(engine, tok));
-  g->prompt_tokens_ = int(req.prompt.size());
-  g->metrics_ = metrics;
+  auto stream = engine.submit(std::move(req));
+  // Nothing was submitted: nothing to cancel and nothing to report.
+  if (!stream.ok()) return stream.status();
+
+  std::unique_ptr<Generation> g(new Generation(std::move(engine)));
+  g->stream_ = std::move(stream).value();
+  g->prompt_tokens_ = prompt_tokens;
   g->start_ = Clock::now();
   g->choices_.resize(size_t(std::max(1, spec.n)));
   for (auto& c : g->choices_) {
     c.detok = std::make_unique<IncrementalDetokenizer>(tok, /*skip_special_tokens=*/true);
     c.stop = StopMatcher(spec.stop);
   }
-  auto stream = engine.submit(std::move(req));
-  if (!stream.ok()) return stream.status();
-  g->stream_ = std::move(stream).value();
-  if (metrics) metrics->active_generations.fetch_add(1, std::memory_order_relaxed);
+  g->observer_ = observer;
+  if (observer) observer->on_start();
   return g;
 }
 
 Generation::~Generation() {
   if (!finished() || (!stream_.done() && !cancelled_)) cancel();
-  if (metrics_) {
-    metrics_->active_generations.fetch_sub(1, std::memory_order_relaxed);
-    if (finished_count_ == int(choices_.size()))
-      metrics_->e2e.observe(std::chrono::duration<double>(Clock::now() - start_).count());
-  }
+  if (observer_) observer_->on_end(finished(), std::chrono::duration<double>(Clock::now() - start_).count());
 }
 
 void Generation::cancel() {
@@ -63,8 +73,8 @@ int Generation::completion_tokens() const {
   return t;
 }
 
-void Generation::finish_choice(int c, std::string reason, std::vector<ChoiceDelta>& out, std::string error) {
-  Choice& ch = choices_[size_t(c)];
+void Generation::finish_choice(int c, FinishReason reason, std::vector<ChoiceDelta>& out, std::string error) {
+  ChoiceText& ch = choices_[size_t(c)];
   ChoiceDelta d;
   d.choice = c;
   if (!ch.stop.matched()) {
@@ -73,10 +83,10 @@ void Generation::finish_choice(int c, std::string reason, std::vector<ChoiceDelt
     if (!ch.stop.matched()) d.text += ch.stop.finish();
   }
   if (ch.stop.matched()) {
-    reason = "stop";
+    reason = FinishReason::stop;
     d.stop_string = ch.stop.matched_string();
   }
-  d.finish = std::move(reason);
+  d.finish = reason;
   d.error = std::move(error);
   out.push_back(std::move(d));
   ch.done = true;
@@ -89,17 +99,14 @@ bool Generation::pump(std::vector<ChoiceDelta>& out) {
   TokenEvent ev;
   while (!finished() && stream_.poll(ev)) {
     if (ev.choice < 0 || ev.choice >= int(choices_.size())) continue;
-    Choice& ch = choices_[size_t(ev.choice)];
+    ChoiceText& ch = choices_[size_t(ev.choice)];
     if (ch.done) continue;
     if (ev.token >= 0) {
       const auto now = Clock::now();
-      if (metrics_) {
-        if (!first_token_seen_)
-          metrics_->ttft.observe(std::chrono::duration<double>(now - start_).count());
-        else
-          metrics_->itl.observe(std::chrono::duration<double>(now - last_token_).count());
-        metrics_->streamed_tokens.fetch_add(1, std::memory_order_relaxed);
-      }
+      if (observer_)
+        observer_->on_token(
+            !first_token_seen_,
+            std::chrono::duration<double>(now - (first_token_seen_ ? last_token_ : start_)).count());
       first_token_seen_ = true;
       last_token_ = now;
       ++ch.tokens;
@@ -110,14 +117,13 @@ bool Generation::pump(std::vector<ChoiceDelta>& out) {
       const bool stopped = ch.stop.matched();
       out.push_back(std::move(d));
       if (stopped) {
-        finish_choice(ev.choice, "stop", out);
+        finish_choice(ev.choice, FinishReason::stop, out);
         continue;
       }
     }
-    if (ev.finish != FinishReason::none)
-      finish_choice(ev.choice, finish_reason_name(ev.finish), out, ev.error);
+    if (ev.finish != FinishReason::none) finish_choice(ev.choice, ev.finish, out, ev.error);
   }
   return finished();
 }
 
-}  // namespace astrai::net
+}  // namespace astrai
