@@ -7,7 +7,7 @@
 #include <random>
 #include <thread>
 
-#include "engine_fixture.h"
+#include "step_loop_fixture.h"
 #include "tools/test_util.h"
 
 using namespace astrai;
@@ -37,7 +37,7 @@ void run_stress(int total, int threads, bool prefix_cache, uint64_t seed) {
   o.max_prefill_tokens = 24;
   o.prefix_cache = prefix_cache;
   o.stream_capacity = 8;
-  auto fe = make_fake_engine(o, {vocab, 4096, {}});
+  auto fl = make_fake_loop(o, {vocab, 4096, {}});
   std::vector<std::vector<int32_t>> prefixes(4);
   std::mt19937_64 prng(seed);
   for (auto& p : prefixes)
@@ -69,7 +69,7 @@ void run_stress(int total, int threads, bool prefix_cache, uint64_t seed) {
         r.n = l->n;
         r.ignore_eos = true;
         r.sampling.temperature = 0;
-        auto s = fe.engine->submit(r);
+        auto s = fl.loop->submit(r);
         if (!s.ok()) {
           fail("submit: " + s.status().message());
           ++submitted;
@@ -100,7 +100,7 @@ void run_stress(int total, int threads, bool prefix_cache, uint64_t seed) {
           }
         }
         if (!l.cancel_sent && l.cancel_after >= 0 && l.events >= l.cancel_after) {
-          fe.engine->cancel(l.stream.id());
+          fl.loop->cancel(l.stream.id());
           l.cancel_sent = true;
         }
         if (l.stream.done()) {
@@ -124,15 +124,15 @@ void run_stress(int total, int threads, bool prefix_cache, uint64_t seed) {
   INFO("first failure: " << first_failure);
   CHECK(failures.load() == 0);
   CHECK(completed.load() == total);
-  REQUIRE(fe.engine->check_invariants().ok());
-  const auto st = fe.engine->stats();
+  REQUIRE(fl.loop->check_invariants().ok());
+  const auto st = fl.loop->stats();
   CHECK(st.finished + st.cancelled == uint64_t(total));
   CHECK(st.preemptions > 0);
   CHECK(st.kv_pages_used == st.prefix_cached_pages);
   CHECK(st.running == 0);
   CHECK(st.waiting == 0);
-  fe.engine->shutdown();
-  REQUIRE(fe.engine->check_invariants().ok());
+  fl.loop->shutdown();
+  REQUIRE(fl.loop->check_invariants().ok());
 }
 
 }  // namespace
