@@ -101,27 +101,42 @@ TEST_CASE("a pool too small for the batch forces preemption and outputs stay exa
     INFO("prefix cache " << cache);
     EngineOptions o;
     o.page_size = 4;
-    o.max_pages = 30;  // one request needs up to 12 pages; 16 of them at once cannot fit
+    o.max_pages = 30;
     o.prefix_cache = cache;
     o.max_prefill_tokens = 16;
     auto fl = make_fake_loop(o, {vocab, 4096, {}});
+    // 16 requests of 5-14 prompt tokens and 25-34 output tokens; their first tokens differ, so no
+    // two share a cached page.
     std::vector<Spec> specs;
     for (int i = 0; i < 16; ++i) {
       Spec s;
-      for (int j = 0, n = 5 + int(rng() % 10); j < n; ++j) s.prompt.push_back(int32_t(rng() % vocab));
+      s.prompt.push_back(int32_t(i));
+      for (int j = 1, n = 5 + int(rng() % 10); j < n; ++j) s.prompt.push_back(int32_t(rng() % vocab));
       s.max_tokens = 25 + int(rng() % 10);
       specs.push_back(s);
     }
+    // The loop waits until all 16 are queued, so every run plans the same steps, and they must
+    // preempt. Suppose they did not. No request finishes before step 25 (its first token comes at
+    // step >= 1, and it needs 24 more), so no page is freed, and no cached page is evictable (each
+    // is locked by the running sequence that computed it). Step 1 prefills request 0 (<= 14 of the
+    // 16 budget tokens) and admits request 1 with the rest. Each later step finishes at most one
+    // carried-over prompt (<= 13 tokens left), so budget is left and it admits the next request
+    // (pages permitting: by step 4 the first four hold <= 4 * 5 pages, leaving >= 10). So request
+    // k <= 4 has its prompt computed by step k + 1 and decodes a token per step after it: by step
+    // 24 it holds >= ceil((5 + 23 - k) / 4) pages, 7 + 7 + 7 + 7 + 6 = 34 in all, but the pool
+    // has 30.
+    fl.loop->pause();
     std::vector<Stream> streams;
     for (auto& s : specs) streams.push_back(fl.loop->submit(greedy(s)).value());
+    fl.loop->resume();
     for (size_t i = 0; i < specs.size(); ++i) {
       auto out = collect(streams[i]);
       CHECK(out.tokens[0] == fake_greedy(specs[i].prompt, vocab, specs[i].max_tokens, {}));
       CHECK(out.finish[0] == FinishReason::length);
     }
+    REQUIRE(fl.loop->check_invariants().ok());
     auto st = fl.loop->stats();
     CHECK(st.preemptions > 0);
-    REQUIRE(fl.loop->check_invariants().ok());
     CHECK(st.kv_pages_used == st.prefix_cached_pages);
   }
 }
@@ -388,15 +403,23 @@ TEST_CASE("a slow consumer loses no events and notify fires at most once per ste
   r.sampling.temperature = 0;
   r.notify = [&] { ++notified; };
   auto s = fl.loop->submit(r).value();
-  // Do not read until the engine has finished the request: its events wait in the overflow.
-  for (int i = 0; i < 2000 && fl.loop->stats().finished == 0; ++i)
+  // Do not read until the loop has finished the request: its events wait in the overflow.
+  for (int i = 0; i < 5000 && fl.loop->stats().finished == 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  REQUIRE(fl.loop->stats().finished == 1);
+  // A check is a command: once it returns, the loop has delivered (and notified) the last step.
+  REQUIRE(fl.loop->check_invariants().ok());
+  // Every step pushed events (3 choices, one token each; the prefill step forked them) and
+  // notified once; retrying the full ring moved nothing and notified nothing.
+  const int steps = int(fl.loop->stats().steps);
+  CHECK(notified.load() == steps);
   auto out = collect(s, 3);
   const auto expect = fake_greedy(r.prompt, 50, 40, {});
   for (int c = 0; c < 3; ++c) CHECK(out.tokens[size_t(c)] == expect);
-  CHECK(notified.load() >= 1);
-  // 3 choices x 40 tokens = 120 events over ~41 steps, plus redelivery retries.
-  CHECK(notified.load() < out.events);
+  // Reading made room; each retry that then moved events notified once more. All but the first 2
+  // events (the ring's capacity) waited in the overflow, so that is at most one per event.
+  CHECK(notified.load() > steps);
+  CHECK(notified.load() - steps <= out.events - 2);
 }
 
 TEST_CASE("stats report tokens, latencies and pages", "[integration][threads]") {
