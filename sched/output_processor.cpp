@@ -8,14 +8,8 @@
 #include "src/engine/request_state.h"
 
 namespace astrai {
-namespace {
 
-using Clock = std::chrono::steady_clock;
-double ms_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
-}  // namespace
+using Clock = Metrics::Clock;
 
 OutputProcessor::OutputProcessor(Scheduler& scheduler, Metrics& metrics, TaskMap& tasks,
                                  std::atomic<int>& waiting_count, int max_model_len,

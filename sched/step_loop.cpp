@@ -16,10 +16,7 @@
 namespace astrai {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double ms_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
+using Clock = Metrics::Clock;
 
 std::unordered_set<int32_t> model_stop_ids(const ModelConfig& cfg, const EngineOptions& o) {
   std::unordered_set<int32_t> ids(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end());
