@@ -103,34 +103,18 @@ BatchResult run_batch(Model& model, int B, int prompt_len, int steps, uint64_t s
   std::vector<std::vector<int32_t>> seqs(static_cast<size_t>(B));
   for (auto& s : seqs)
     for (int i = 0; i < prompt_len; ++i) s.push_back(tok(rng));
-  auto pages_of = [&](int s) {
-    std::vector<int32_t> p(static_cast<size_t>(pages_per_seq));
-    for (int i = 0; i < pages_per_seq; ++i) p[size_t(i)] = s * pages_per_seq + i;
-    return p;
-  };
+  std::vector<std::vector<int32_t>> pages(static_cast<size_t>(B));  // sequence s: its own pages, in order
+  for (int s = 0; s < B; ++s)
+    for (int i = 0; i < pages_per_seq; ++i) pages[size_t(s)].push_back(s * pages_per_seq + i);
+  ForwardBatchBuilder batch(page_size);
   // Adds tokens [p0, p1) of sequence s to the batch.
-  auto add = [&](ForwardBatch& b, int s, int p0, int p1) {
-    const auto pages = pages_of(s);
-    for (int p = p0; p < p1; ++p) {
-      b.tokens.push_back(seqs[size_t(s)][size_t(p)]);
-      b.positions.push_back(p);
-      b.slots.push_back(pages[size_t(p / page_size)] * page_size + p % page_size);
-    }
-    b.logit_rows.push_back(int32_t(b.tokens.size()) - 1);
-    b.q_start.push_back(int32_t(b.tokens.size()));
-    b.kv_len.push_back(p1);
-    b.page_table.insert(b.page_table.end(), pages.begin(), pages.end());
-  };
-  auto fresh = [&] {
-    ForwardBatch b;
-    b.q_start.push_back(0);
-    b.max_pages = pages_per_seq;
-    return b;
+  auto add = [&](int s, int p0, int p1) {
+    batch.add_sequence(seqs[size_t(s)], p0, p1 - p0, pages[size_t(s)], LogitRows::last);
   };
   std::vector<float> logits;
   // Greedy next token of each sequence from the step's logits (one row per sequence).
-  auto step = [&](const ForwardBatch& b, const std::vector<int>& which) {
-    Tensor lt = model.forward(b, kv).value();
+  auto step = [&](const std::vector<int>& which) {
+    Tensor lt = model.forward(batch.finish(), kv).value();
     logits.resize(size_t(lt.numel()));
     model.backend().synchronize();
     model.backend().download(logits.data(), lt);
@@ -145,15 +129,15 @@ BatchResult run_batch(Model& model, int B, int prompt_len, int steps, uint64_t s
   const int budget = 512;
   auto t0 = Clock::now();
   for (int s = 0; s < B;) {  // prefill: whole prompts, packed up to the token budget
-    ForwardBatch b = fresh();
+    batch.clear();
     std::vector<int> which;
     int used = 0;
     while (s < B && (used == 0 || used + prompt_len <= budget)) {
-      add(b, s, 0, prompt_len);
+      add(s, 0, prompt_len);
       which.push_back(s++);
       used += prompt_len;
     }
-    step(b, which);
+    step(which);
   }
   res.prefill_s = seconds_since(t0);
   res.prefill_tokens = int64_t(B) * prompt_len;
@@ -161,9 +145,9 @@ BatchResult run_batch(Model& model, int B, int prompt_len, int steps, uint64_t s
   for (int s = 0; s < B; ++s) all[size_t(s)] = s;
   t0 = Clock::now();
   for (int i = 0; i < steps; ++i) {
-    ForwardBatch b = fresh();
-    for (int s = 0; s < B; ++s) add(b, s, prompt_len + i, prompt_len + i + 1);
-    step(b, all);
+    batch.clear();
+    for (int s = 0; s < B; ++s) add(s, prompt_len + i, prompt_len + i + 1);
+    step(all);
   }
   res.decode_s = seconds_since(t0);
   res.decode_tokens = int64_t(B) * steps;

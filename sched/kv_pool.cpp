@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cassert>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 namespace astrai {
 
@@ -72,20 +70,6 @@ Result<int> kv_pool_pages(const KvPoolSizing& s) {
   }
   if (pages > INT32_MAX / 2) pages = INT32_MAX / 2;
   return int(pages);
-}
-
-int64_t available_host_memory() {
-  std::ifstream f("/proc/meminfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("MemAvailable:", 0) == 0) {
-      std::istringstream ss(line.substr(13));
-      int64_t kb = 0;
-      ss >> kb;
-      return kb * 1024;
-    }
-  }
-  return 0;
 }
 
 }  // namespace astrai

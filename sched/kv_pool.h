@@ -43,13 +43,10 @@ struct KvPoolSizing {
   int max_pages = 0;            // > 0: exactly this many
   int64_t budget_bytes = 0;     // > 0: this many bytes
   double memory_fraction = 0;   // else: this fraction of available memory
-  int64_t available_bytes = 0;  // available memory (MemAvailable on the CPU)
+  int64_t available_bytes = 0;  // Backend::memory_available()
   size_t bytes_per_page = 0;
   int64_t cap = 0;  // > 0: at most this many pages
 };
 Result<int> kv_pool_pages(const KvPoolSizing& s);
-
-// MemAvailable from /proc/meminfo in bytes (0 when unreadable).
-int64_t available_host_memory();
 
 }  // namespace astrai

@@ -31,6 +31,11 @@ class LatencyWindow {
 // Nearest-rank percentile (q in [0, 1]) of unsorted samples; 0 when empty.
 double percentile(std::vector<double> samples, double q);
 
+// Milliseconds from a to b (the unit of every latency Metrics records).
+inline double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
 class Metrics {
  public:
   using Clock = std::chrono::steady_clock;

@@ -20,7 +20,8 @@ namespace astrai {
 struct Task;
 
 struct Command {
-  enum class Kind { submit, cancel, check } kind = Kind::submit;
+  // pause / resume: hold the loop before its next step, and let it go (tests).
+  enum class Kind { submit, cancel, check, pause, resume } kind = Kind::submit;
   RequestId id = 0;
   std::unique_ptr<Task> task;    // submit
   std::promise<Status> checked;  // check: the invariant check's result

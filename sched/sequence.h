@@ -11,12 +11,14 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "sched/radix_cache.h"
-#include "src/engine/request_state.h"
 #include "sched/sampler.h"
 #include "src/engine/request.h"
+#include "src/engine/request_state.h"
 
 namespace astrai {
 
@@ -53,6 +55,12 @@ struct Task {
   bool got_first_token = false;
   bool touched = false;  // pushed events this step: notify once at the end of it
   std::chrono::steady_clock::time_point submitted, first_token;
+
+  // True the first time only: the request stops counting against max_queue (admitted or ended).
+  bool leave_queue() { return std::exchange(counted_waiting, false); }
 };
+
+// The requests in flight, by id (the step loop's).
+using TaskMap = std::unordered_map<RequestId, std::unique_ptr<Task>>;
 
 }  // namespace astrai

@@ -1,6 +1,14 @@
 // The engine behind Engine: one step-loop thread that owns the model, the KV cache, the pool, the
 // prefix cache and the scheduler. Other threads only push commands (submit, cancel) into its
 // lock-free queue and read their requests' event rings.
+//
+// Each turn of the loop (run()) is five parts, one file each, in the order of SGLang's event loop:
+//   receive         step_loop.cpp         commands: new requests into the scheduler, cancels
+//   schedule        scheduler.cpp         the step's plan: chunks of running and admitted sequences
+//   build batch     batch_builder.cpp     the plan as forward inputs (ForwardBatch) and draws to make
+//   run             step_runner.cpp       the forward on the backend, the draws from its logits
+//   process output  output_processor.cpp  tokens, forks, finishes, events delivered to the rings
+// The first three run on the host only; a device backend replaces nothing but the runner's insides.
 #pragma once
 
 #include <atomic>
@@ -9,17 +17,19 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
+#include "sched/batch_builder.h"
 #include "sched/kv_pool.h"
 #include "sched/metrics.h"
+#include "sched/output_processor.h"
 #include "sched/radix_cache.h"
 #include "sched/request_queue.h"
 #include "sched/sampler.h"
 #include "sched/scheduler.h"
 #include "sched/sequence.h"
+#include "sched/step_runner.h"
+#include "src/core/status.h"
 #include "src/engine/request.h"
 #include "src/model/model.h"
 
@@ -27,76 +37,50 @@ namespace astrai {
 
 class StepLoop {
  public:
+  // Starts the thread. make_step_loop() validates the options and sizes the cache first.
   StepLoop(std::unique_ptr<Backend> backend, std::unique_ptr<Model> model, const EngineOptions& o,
-                 int max_model_len, int num_pages, KvCache kv)
-      : backend_(std::move(backend)),
-        model_(std::move(model)),
-        opts_(o),
-        max_model_len_(max_model_len),
-        vocab_(int(model_->config().vocab_size)),
-        kv_(std::move(kv)),
-        pool_(num_pages),
-        cache_(o.prefix_cache ? std::make_unique<RadixCache>(pool_, o.page_size) : nullptr),
-        scheduler_(SchedulerConfig{o.page_size, o.max_prefill_tokens, o.max_batch_size,
-                                   std::max(1, num_pages / 100)},
-                   pool_, cache_.get(), metrics_) {
-    for (int32_t t : model_->config().eos_token_ids) model_stop_.insert(t);
-    for (int32_t t : o.stop_ids) model_stop_.insert(t);
-    metrics_.set_gauges(0, 0, uint64_t(num_pages), 0, 0, o.page_size);
-    thread_ = std::thread([this] { run(); });
-  }
-
+           int max_model_len, int num_pages, KvCache kv);
   ~StepLoop() { shutdown(); }
 
+  // Thread-safe. Fails fast: invalid_argument (bad prompt or params), resource_exhausted (queue full).
   Result<Stream> submit(Request r);
-  void cancel(RequestId id) {
-    auto c = std::make_unique<Command>();
-    c->kind = Command::Kind::cancel;
-    c->id = id;
-    queue_.push(std::move(c));
-  }
+  void cancel(RequestId id);  // thread-safe; frees pages at the next step
   EngineStats stats() const { return metrics_.snapshot(); }
-  const ModelConfig& model_config() const { return model_->config(); }
+  const ModelConfig& model_config() const { return runner_.model().config(); }
+  // Finishes every request still in flight as cancelled, refuses new ones, joins the thread.
   void shutdown();
+  // Pool / cache consistency, checked on the loop's thread (tests).
   Status check_invariants();
+
+  // Tests: pause() holds the loop before its next step until resume(), so that a scenario can
+  // queue all its requests first and the first step sees every one of them, whatever the thread
+  // timing. Commands are still taken while paused (submits queue up, cancels and checks run). Both
+  // travel the command queue, in order with the submits around them.
+  void pause() { push(Command::Kind::pause); }
+  void resume() { push(Command::Kind::resume); }
 
  private:
   Status validate(const Request& r) const;
+  void push(Command::Kind kind, RequestId id = 0);
   void run();
   void drain_commands();
+  void apply_cancels();
   void step();
-  void sample_chunk(const Chunk& c, const float* row);
-  void fork(Task& t, Sequence& s0, const float* row);
-  void handle_token(Sequence& s, const SampleResult& r);
-  void finish_seq(Sequence& s, FinishReason reason, TokenEvent ev = {}, const std::string& error = {});
-  void cancel_task(Task& t);
-  void emit(Task& t, TokenEvent ev);
-  void deliver();
-  void close_all();
-  bool is_stop(const Task& t, int32_t token) const;
-  void update_gauges() {
-    metrics_.set_gauges(scheduler_.num_running(), scheduler_.num_waiting(), uint64_t(pool_.num_pages()),
-                        uint64_t(pool_.num_used()), cache_ ? uint64_t(cache_->cached_pages()) : 0,
-                        opts_.page_size);
-  }
+  void note_admitted(const StepPlan& plan, std::chrono::steady_clock::time_point now);
+  void update_gauges();
   int pages_for(int tokens) const { return (tokens + opts_.page_size - 1) / opts_.page_size; }
 
-  using Clock = std::chrono::steady_clock;
-
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Model> model_;
   const EngineOptions opts_;
   const int max_model_len_;
   const int vocab_;
-  KvCache kv_;
+  StepRunner runner_;
   KvPool pool_;
   Metrics metrics_;
   std::unique_ptr<RadixCache> cache_;
   Scheduler scheduler_;
+  BatchBuilder batch_builder_;
   CommandQueue queue_;
-  std::unordered_set<int32_t> model_stop_;
 
-  std::thread thread_;
   std::atomic<uint64_t> next_id_{1};
   std::atomic<int> waiting_count_{0};
   std::atomic<int> active_submits_{0};
@@ -106,17 +90,17 @@ class StepLoop {
   bool joined_ = false;
 
   // Step-loop thread only.
-  std::unordered_map<RequestId, std::unique_ptr<Task>> tasks_;
-  std::vector<Task*> touched_;         // tasks with events pushed this step
-  std::unordered_set<Task*> backlog_;  // tasks whose ring was full: retry every step
-  std::vector<RequestId> completed_;   // tasks to drop once their events are delivered
+  TaskMap tasks_;
+  OutputProcessor output_;
   std::vector<RequestId> to_cancel_;
-  ForwardBatch batch_;
-  std::vector<float> host_logits_, scratch_;
+  std::vector<SampleResult> draws_;
+  bool paused_ = false;
+
+  std::thread thread_;  // last: starts once everything above exists
 };
 
 // Validates the options, sizes and allocates the KV cache, starts the thread.
-Result<std::unique_ptr<StepLoop>> make_step_loop(std::unique_ptr<Backend> backend, std::unique_ptr<Model> model,
-                                                 const EngineOptions& options);
+Result<std::unique_ptr<StepLoop>> make_step_loop(std::unique_ptr<Backend> backend,
+                                                 std::unique_ptr<Model> model, const EngineOptions& options);
 
 }  // namespace astrai

@@ -8,9 +8,9 @@
 // if any line failed. Without an "id" the output's id is the line number.
 //
 // Lines are scored several at a time: each sequence gets its own pages of one paged KV cache
-// (a simple local allocator) and is fed in prefill chunks of at most --chunk tokens, several
-// sequences per forward up to --batch-tokens; a chunk's logits give the log-probabilities of the
-// tokens that follow each of its positions.
+// (from sched's KvPool) and is fed in prefill chunks of at most --chunk tokens, several sequences
+// per forward up to --batch-tokens; a chunk's logits give the log-probabilities of the tokens that
+// follow each of its positions.
 #include <simdjson.h>
 #include <unistd.h>
 
@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "sched/kv_pool.h"
 #include "src/backend/backend.h"
 #include "src/cli/commands.h"
 #include "src/core/json_writer.h"
@@ -185,8 +186,7 @@ void run(const ScoreOptions& o) {
   const int64_t cache_tokens = std::max<int64_t>(longest, 4 * o.batch_tokens);
   const int num_pages = int((cache_tokens + page_size - 1) / page_size);
   KvCache kv = model->allocate_kv(num_pages, page_size);
-  std::vector<int32_t> free_pages;
-  for (int p = num_pages - 1; p >= 0; --p) free_pages.push_back(p);
+  KvPool pool(num_pages);
 
   // The logits of a step are [rows, vocab] f32 on the host too: cap the rows at ~256 MB.
   const int64_t max_rows =
@@ -199,6 +199,7 @@ void run(const ScoreOptions& o) {
   bool any_error = false;
   std::vector<size_t> active;
   std::vector<float> logits;
+  ForwardBatchBuilder batch(page_size);
 
   auto write_ready = [&] {
     while (next_write < items.size() && items[next_write].done) {
@@ -224,19 +225,16 @@ void run(const ScoreOptions& o) {
         ++next_admit;
         continue;
       }
-      const size_t need = (it.tokens.size() + page_size - 1) / page_size;
-      if (need > free_pages.size()) break;
-      it.pages.assign(free_pages.end() - long(need), free_pages.end());
-      free_pages.erase(free_pages.end() - long(need), free_pages.end());
+      const int need = int((it.tokens.size() + page_size - 1) / page_size);
+      if (need > pool.num_free()) break;
+      for (int p = 0; p < need; ++p) it.pages.push_back(*pool.alloc());
       it.logprobs.reserve(it.tokens.size() - 1);
       active.push_back(next_admit++);
     }
     if (active.empty()) break;
 
     // One step: the next chunk of each active sequence, in order, within the token budget.
-    ForwardBatch b;
-    b.q_start.push_back(0);
-    for (size_t i : active) b.max_pages = std::max(b.max_pages, int(items[i].pages.size()));
+    batch.clear();
     struct Span {
       size_t item;
       int64_t p0, p1;
@@ -249,21 +247,11 @@ void run(const ScoreOptions& o) {
       Item& it = items[i];
       const int64_t n = int64_t(it.tokens.size());
       const int64_t p0 = it.fed, p1 = std::min({n, p0 + o.chunk, p0 + budget});
-      spans.push_back({i, p0, p1, b.logit_rows.size()});
-      for (int64_t p = p0; p < p1; ++p) {
-        const int32_t row = int32_t(b.tokens.size());
-        b.tokens.push_back(it.tokens[size_t(p)]);
-        b.positions.push_back(int32_t(p));
-        b.slots.push_back(it.pages[size_t(p / page_size)] * page_size + int32_t(p % page_size));
-        if (p + 1 < n) b.logit_rows.push_back(row);  // predicts token p + 1
-      }
-      b.q_start.push_back(int32_t(b.tokens.size()));
-      b.kv_len.push_back(int32_t(p1));
-      std::vector<int32_t> row = it.pages;
-      row.resize(size_t(b.max_pages), 0);
-      b.page_table.insert(b.page_table.end(), row.begin(), row.end());
+      spans.push_back({i, p0, p1, size_t(batch.num_logit_rows())});
+      batch.add_sequence(it.tokens, int(p0), int(p1 - p0), it.pages, LogitRows::scored);
       budget -= p1 - p0;
     }
+    const ForwardBatch& b = batch.finish();
     Tensor lt = model->forward(b, kv).value();
     logits.resize(size_t(lt.numel()));
     backend->synchronize();
@@ -286,7 +274,7 @@ void run(const ScoreOptions& o) {
       tokens_scored += sp.p1 - sp.p0;
       if (it.fed == n) {
         it.done = true;
-        free_pages.insert(free_pages.end(), it.pages.begin(), it.pages.end());
+        for (int32_t p : it.pages) pool.release(p);
         it.pages.clear();
       }
     }

@@ -11,6 +11,7 @@
 #include "src/core/status.h"
 #include "src/core/tensor.h"
 #include "src/model/config.h"
+#include "src/model/forward_batch.h"
 
 namespace astrai {
 
@@ -28,21 +29,6 @@ struct KvCache {
   std::vector<Buffer> k, v;  // one per layer
   Tensor k_layer(int layer) const;
   Tensor v_layer(int layer) const;
-};
-
-// One step's packed batch, host side. Sequence s owns query rows [q_start[s], q_start[s+1]).
-struct ForwardBatch {
-  std::vector<int32_t> tokens;      // [T]
-  std::vector<int32_t> positions;   // [T]
-  std::vector<int32_t> slots;       // [T] KV slot for each token's K/V (page * page_size + offset)
-  std::vector<int32_t> q_start;     // [S+1]
-  std::vector<int32_t> kv_len;      // [S] tokens in cache for s after this step
-  std::vector<int32_t> page_table;  // [S * max_pages], row s = physical pages of s (unused: 0)
-  int max_pages = 0;
-  std::vector<int32_t> logit_rows;  // rows of the batch whose logits are wanted (e.g. each last row)
-
-  int num_tokens() const { return int(tokens.size()); }
-  int num_seqs() const { return q_start.empty() ? 0 : int(q_start.size()) - 1; }
 };
 
 struct LoadOptions {

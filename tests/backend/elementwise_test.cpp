@@ -1,6 +1,8 @@
 // embedding, swiglu, add, gather_rows and convert against float64 / scalar references, on every
 // backend.
 #include <catch2/catch.hpp>
+#include <unistd.h>
+
 #include <cmath>
 
 #include "backend/op_test_util.h"
@@ -102,8 +104,21 @@ void convert_rounds_and_widens(Backend& be) {
   }
 }
 
+void memory_available_is_positive_and_bounded(Backend& be) {
+  const int64_t avail = be.memory_available();
+  CHECK(avail > 0);
+  if (be.device() == Device::cpu) CHECK(avail <= int64_t(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE));
+  // What is free shrinks by about what we take (the KV cache is sized from it).
+  const size_t take = size_t(256) << 20;
+  Buffer b = be.alloc(take);
+  const int64_t after = be.memory_available();
+  if (be.device() != Device::cpu) CHECK(after <= avail - int64_t(take) / 2);
+}
+
 }  // namespace
 
+ASTRAI_BACKEND_TEST("memory_available reports free memory the KV cache can be sized from",
+                    memory_available_is_positive_and_bounded)
 ASTRAI_BACKEND_TEST("embedding copies the table row of each id", embedding_copies_rows)
 ASTRAI_BACKEND_TEST("swiglu on the two halves of a fused gate_up buffer is silu(gate) * up",
                     swiglu_on_fused_halves)

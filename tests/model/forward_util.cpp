@@ -113,23 +113,10 @@ std::vector<SeqPages> random_pages(const std::vector<int64_t>& lengths, int page
 }
 
 ForwardBatch make_batch(const std::vector<Chunk>& chunks) {
-  ForwardBatch b;
-  b.q_start.push_back(0);
-  for (const Chunk& c : chunks) b.max_pages = std::max(b.max_pages, int(c.pages->pages.size()));
-  for (const Chunk& c : chunks) {
-    for (int64_t p = c.p0; p < c.p1; ++p) {
-      b.logit_rows.push_back(int32_t(b.tokens.size()));
-      b.tokens.push_back((*c.ids)[size_t(p)]);
-      b.positions.push_back(int32_t(p));
-      b.slots.push_back(c.pages->slot(p));
-    }
-    b.q_start.push_back(int32_t(b.tokens.size()));
-    b.kv_len.push_back(int32_t(c.p1));
-    std::vector<int32_t> row = c.pages->pages;
-    row.resize(size_t(b.max_pages), 0);
-    b.page_table.insert(b.page_table.end(), row.begin(), row.end());
-  }
-  return b;
+  ForwardBatchBuilder b(chunks.empty() ? 16 : chunks[0].pages->page_size);
+  for (const Chunk& c : chunks)
+    b.add_sequence(*c.ids, int(c.p0), int(c.p1 - c.p0), c.pages->pages, LogitRows::all);
+  return b.finish();
 }
 
 std::vector<float> run_forward(Model& model, const ForwardBatch& batch, KvCache& kv) {

@@ -92,5 +92,4 @@ TEST_CASE("kv pool sizing follows the exact count, the byte budget or the memory
   auto r = kv_pool_pages(s);
   REQUIRE_FALSE(r.ok());
   CHECK(r.status().code() == ErrorCode::resource_exhausted);
-  CHECK(available_host_memory() > 0);
 }

@@ -1,13 +1,14 @@
 // 10,000 randomized requests from several threads, 30% cancelled mid-stream, a KV pool small enough
-// to force preemption: every request that was not cancelled finishes with exactly its tokens, and
-// afterwards every page is free or held by the prefix cache.
+// to force preemption (and five long requests that make sure it does): every request that was not
+// cancelled finishes with exactly its tokens, and afterwards every page is free or held by the
+// prefix cache.
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <mutex>
 #include <random>
 #include <thread>
 
-#include "engine_fixture.h"
+#include "step_loop_fixture.h"
 #include "tools/test_util.h"
 
 using namespace astrai;
@@ -37,7 +38,7 @@ void run_stress(int total, int threads, bool prefix_cache, uint64_t seed) {
   o.max_prefill_tokens = 24;
   o.prefix_cache = prefix_cache;
   o.stream_capacity = 8;
-  auto fe = make_fake_engine(o, {vocab, 4096, {}});
+  auto fl = make_fake_loop(o, {vocab, 4096, {}});
   std::vector<std::vector<int32_t>> prefixes(4);
   std::mt19937_64 prng(seed);
   for (auto& p : prefixes)
@@ -69,7 +70,7 @@ void run_stress(int total, int threads, bool prefix_cache, uint64_t seed) {
         r.n = l->n;
         r.ignore_eos = true;
         r.sampling.temperature = 0;
-        auto s = fe.engine->submit(r);
+        auto s = fl.loop->submit(r);
         if (!s.ok()) {
           fail("submit: " + s.status().message());
           ++submitted;
@@ -100,7 +101,7 @@ void run_stress(int total, int threads, bool prefix_cache, uint64_t seed) {
           }
         }
         if (!l.cancel_sent && l.cancel_after >= 0 && l.events >= l.cancel_after) {
-          fe.engine->cancel(l.stream.id());
+          fl.loop->cancel(l.stream.id());
           l.cancel_sent = true;
         }
         if (l.stream.done()) {
@@ -118,21 +119,48 @@ void run_stress(int total, int threads, bool prefix_cache, uint64_t seed) {
       std::this_thread::yield();
     }
   };
+  // Five anchor requests queued before the first step make the run preempt whatever the threads
+  // do. Their prompts (8 tokens, distinct first tokens: no shared pages) are first in line, so
+  // step 1 computes anchors 0-2 (24 budget tokens) and step 2 anchors 3-4. None finishes before
+  // step 40 (40 tokens each), so without preemption each holds >= ceil((8 + 37) / 4) = 12 pages
+  // of its own by step 39: 60 pages, but the pool has 48.
+  const int anchors = 5, anchor_tokens = 40;
+  std::vector<std::vector<int32_t>> anchor_prompts;
+  std::vector<Stream> anchor_streams;
+  fl.loop->pause();
+  for (int a = 0; a < anchors; ++a) {
+    Request r;
+    r.prompt.push_back(int32_t(a));
+    for (int i = 1; i < 8; ++i) r.prompt.push_back(int32_t(prng() % vocab));
+    r.max_tokens = anchor_tokens;
+    r.ignore_eos = true;
+    r.sampling.temperature = 0;
+    anchor_prompts.push_back(r.prompt);
+    anchor_streams.push_back(fl.loop->submit(r).value());
+  }
+  fl.loop->resume();
+
   std::vector<std::thread> ts;
   for (int w = 0; w < threads; ++w) ts.emplace_back(worker, w);
+  for (int a = 0; a < anchors; ++a) {
+    INFO("anchor " << a);
+    const auto out = collect(anchor_streams[size_t(a)]);
+    CHECK(out.tokens[0] == fake_greedy(anchor_prompts[size_t(a)], vocab, anchor_tokens, {}));
+    CHECK(out.finish[0] == FinishReason::length);
+  }
   for (auto& t : ts) t.join();
   INFO("first failure: " << first_failure);
   CHECK(failures.load() == 0);
   CHECK(completed.load() == total);
-  REQUIRE(fe.engine->check_invariants().ok());
-  const auto st = fe.engine->stats();
-  CHECK(st.finished + st.cancelled == uint64_t(total));
+  REQUIRE(fl.loop->check_invariants().ok());
+  const auto st = fl.loop->stats();
+  CHECK(st.finished + st.cancelled == uint64_t(total + anchors));
   CHECK(st.preemptions > 0);
   CHECK(st.kv_pages_used == st.prefix_cached_pages);
   CHECK(st.running == 0);
   CHECK(st.waiting == 0);
-  fe.engine->shutdown();
-  REQUIRE(fe.engine->check_invariants().ok());
+  fl.loop->shutdown();
+  REQUIRE(fl.loop->check_invariants().ok());
 }
 
 }  // namespace

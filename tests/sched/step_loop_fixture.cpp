@@ -1,9 +1,10 @@
-#include "engine_fixture.h"
+#include "step_loop_fixture.h"
 
 #include <catch2/catch.hpp>
 
 #include "sched/sampler.h"
 #include "src/core/status.h"
+#include "tools/model_dirs.h"
 
 namespace astrai::test {
 
@@ -29,14 +30,19 @@ Outcome collect(Stream& s, int n) {
   return o;
 }
 
-FakeEngine make_fake_engine(const EngineOptions& o, const FakeModelOptions& fo) {
+FakeLoop make_fake_loop(const EngineOptions& o, const FakeModelOptions& fo) {
   auto model = std::make_unique<FakeModel>(fo);
-  FakeEngine fe;
-  fe.model = model.get();
-  auto e = Engine::create(nullptr, std::move(model), o);
-  REQUIRE(e.ok());
-  fe.engine = std::move(e).value();
-  return fe;
+  FakeLoop fl;
+  fl.model = model.get();
+  auto l = make_step_loop(nullptr, std::move(model), o);
+  REQUIRE(l.ok());
+  fl.loop = std::move(l).value();
+  return fl;
+}
+
+std::unique_ptr<StepLoop> make_loop(const std::filesystem::path& dir, const EngineOptions& o) {
+  auto lm = load_model(dir);
+  return make_step_loop(std::move(lm.backend), std::move(lm.model), o).value();
 }
 
 std::vector<int32_t> fake_sampled(const std::vector<int32_t>& prompt, int vocab, const SamplingParams& p,

@@ -6,8 +6,8 @@
 #include <random>
 #include <sstream>
 
-#include "model_dirs.h"
 #include "src/tokenizer/tokenizer.h"
+#include "tools/model_dirs.h"
 #include "tools/test_util.h"
 
 using namespace astrai;

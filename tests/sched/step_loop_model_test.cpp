@@ -2,8 +2,8 @@
 #include <catch2/catch.hpp>
 #include <random>
 
-#include "engine_fixture.h"
-#include "model_dirs.h"
+#include "step_loop_fixture.h"
+#include "tools/model_dirs.h"
 #include "tools/test_util.h"
 
 using namespace astrai;
@@ -58,18 +58,18 @@ void check_greedy_matrix(const std::string& which, const std::vector<Cfg>& cfgs,
     o.max_pages = 512;
     o.prefix_cache = cfg.cache;
     o.max_prefill_tokens = cfg.budget;
-    auto engine = make_engine(dir, o);
+    auto loop = make_loop(dir, o);
     // Alone.
-    CHECK(collect(engine->submit(greedy_request(prompts[0], max_tokens)).value()).tokens[0] == expect[0]);
+    CHECK(collect(loop->submit(greedy_request(prompts[0], max_tokens)).value()).tokens[0] == expect[0]);
     // Batched with the 31 others.
     std::vector<Stream> streams;
-    for (auto& p : prompts) streams.push_back(engine->submit(greedy_request(p, max_tokens)).value());
+    for (auto& p : prompts) streams.push_back(loop->submit(greedy_request(p, max_tokens)).value());
     for (size_t i = 0; i < prompts.size(); ++i) {
       INFO("request " << i);
       CHECK(collect(streams[i]).tokens[0] == expect[i]);
     }
-    REQUIRE(engine->check_invariants().ok());
-    if (cfg.cache) CHECK(engine->stats().prefix_hit_rate > 0);
+    REQUIRE(loop->check_invariants().ok());
+    if (cfg.cache) CHECK(loop->stats().prefix_hit_rate > 0);
   }
 }
 
@@ -101,7 +101,7 @@ TEST_CASE("seeded sampling on the real model is the same alone and batched", "[i
   o.page_size = 16;
   o.max_pages = 512;
   o.max_prefill_tokens = 32;
-  auto engine = make_engine(dir, o);
+  auto loop = make_loop(dir, o);
   auto req = [&](const std::vector<int32_t>& p, uint64_t s) {
     Request r;
     r.prompt = p;
@@ -114,15 +114,15 @@ TEST_CASE("seeded sampling on the real model is the same alone and batched", "[i
     return r;
   };
   const uint64_t s0 = rng();
-  auto alone = collect(engine->submit(req(prompts[0], s0)).value(), 2);
+  auto alone = collect(loop->submit(req(prompts[0], s0)).value(), 2);
   std::vector<Stream> streams;
   for (size_t i = 0; i < prompts.size(); ++i)
-    streams.push_back(engine->submit(req(prompts[i], i ? rng() : s0)).value());
+    streams.push_back(loop->submit(req(prompts[i], i ? rng() : s0)).value());
   auto batched = collect(streams[0], 2);
   for (size_t i = 1; i < streams.size(); ++i) collect(streams[i], 2);
   CHECK(batched.tokens == alone.tokens);
   CHECK(alone.tokens[0] != alone.tokens[1]);  // the choices draw differently
   // A different seed gives a different text (12 draws at temperature 1.5 over 320 tokens).
-  auto other = collect(engine->submit(req(prompts[0], s0 + 1)).value(), 2);
+  auto other = collect(loop->submit(req(prompts[0], s0 + 1)).value(), 2);
   CHECK(other.tokens != alone.tokens);
 }

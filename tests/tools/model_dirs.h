@@ -1,5 +1,6 @@
-// Model directories for engine tests: the `tiny` preset and a Qwen3-style tiny config (qk-norm,
-// head_dim != hidden / heads), written once per test process with random (seeded) weights.
+// Model directories for the sched and engine tests: the `tiny` preset and a Qwen3-style tiny config
+// (qk-norm, head_dim != hidden / heads), written once per test process with random (seeded)
+// weights; and the reference greedy decode they are checked against.
 #pragma once
 
 #include <filesystem>
@@ -7,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "src/engine/engine.h"
+#include "src/backend/backend.h"
 #include "src/model/model.h"
 
 namespace astrai::test {
@@ -19,9 +20,8 @@ struct LoadedModel {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Model> model;
 };
+// On the CPU backend with one thread.
 LoadedModel load_model(const std::filesystem::path& dir);
-
-std::unique_ptr<Engine> make_engine(const std::filesystem::path& dir, const EngineOptions& o);
 
 // Greedy decode by full forwards: at every step the whole sequence is forwarded into a fresh KV
 // cache and the next token is the argmax of the last row (no KV-cache reuse at all).

@@ -1,8 +1,9 @@
-#include "model_dirs.h"
+#include "tools/model_dirs.h"
 
 #include <catch2/catch.hpp>
 #include <map>
 #include <mutex>
+#include <numeric>
 
 #include "src/backend/backend.h"
 #include "src/model/config.h"
@@ -52,11 +53,6 @@ LoadedModel load_model(const std::filesystem::path& dir) {
   return lm;
 }
 
-std::unique_ptr<Engine> make_engine(const std::filesystem::path& dir, const EngineOptions& o) {
-  auto lm = load_model(dir);
-  return Engine::create(std::move(lm.backend), std::move(lm.model), o).value();
-}
-
 std::vector<int32_t> full_forward_greedy(Model& model, std::vector<int32_t> tokens, int max_tokens,
                                          const std::vector<int32_t>& stop_ids) {
   std::vector<int32_t> out;
@@ -66,18 +62,11 @@ std::vector<int32_t> full_forward_greedy(Model& model, std::vector<int32_t> toke
     const int L = int(tokens.size());
     const int pages = (L + ps - 1) / ps;
     KvCache kv = model.allocate_kv(pages, ps);
-    ForwardBatch b;
-    b.tokens = tokens;
-    for (int i = 0; i < L; ++i) {
-      b.positions.push_back(i);
-      b.slots.push_back(i);
-    }
-    b.q_start = {0, L};
-    b.kv_len = {L};
-    b.max_pages = pages;
-    for (int p = 0; p < pages; ++p) b.page_table.push_back(p);
-    b.logit_rows = {L - 1};
-    Tensor logits = model.forward(b, kv).value();
+    std::vector<int32_t> page_ids(static_cast<size_t>(pages));
+    std::iota(page_ids.begin(), page_ids.end(), 0);
+    ForwardBatchBuilder b(ps);
+    b.add_sequence(tokens, 0, L, page_ids, LogitRows::last);
+    Tensor logits = model.forward(b.finish(), kv).value();
     std::vector<float> host(static_cast<size_t>(V));
     if (logits.device == Device::cpu) {
       std::copy(logits.ptr<float>(), logits.ptr<float>() + V, host.begin());

@@ -1,11 +1,13 @@
-// Helpers for engine tests: engines over the fake model, collecting a stream's events.
+// Helpers for step-loop tests: loops over the fake model or a model directory, collecting a
+// stream's events.
 #pragma once
 
+#include <filesystem>
 #include <memory>
 #include <vector>
 
 #include "fake_model.h"
-#include "src/engine/engine.h"
+#include "sched/step_loop.h"
 
 namespace astrai::test {
 
@@ -23,11 +25,14 @@ inline Outcome collect(Stream&& s, int n = 1) {
   return collect(s, n);
 }
 
-struct FakeEngine {
-  std::unique_ptr<Engine> engine;
-  FakeModel* model = nullptr;  // owned by the engine
+struct FakeLoop {
+  std::unique_ptr<StepLoop> loop;
+  FakeModel* model = nullptr;  // owned by the loop
 };
-FakeEngine make_fake_engine(const EngineOptions& o, const FakeModelOptions& fo = {});
+FakeLoop make_fake_loop(const EngineOptions& o, const FakeModelOptions& fo = {});
+
+// A step loop over a model directory (tools/model_dirs.h) on the CPU.
+std::unique_ptr<StepLoop> make_loop(const std::filesystem::path& dir, const EngineOptions& o);
 
 // A sampled (temperature > 0) continuation under FakeModel's logits with the engine's sampler and
 // the request's seed: the reference for seeded sampling.

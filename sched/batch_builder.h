@@ -1,0 +1,46 @@
+// Build batch: one step's plan (sched/scheduler.h) becomes the forward's inputs and the list of
+// draws to make from its logits. Host-side planning only: nothing here touches the model or the
+// device, so a device backend can take the ForwardBatch as it is (flat int32 arrays, rebuilt into
+// the same vectors every step) and copy it into pinned buffers.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "sched/sampler.h"
+#include "sched/scheduler.h"
+#include "src/engine/request.h"
+#include "src/model/forward_batch.h"
+
+namespace astrai {
+
+// One logits row and the draws to make from it. A request's first token is drawn for all n of its
+// choices from the same row (choices 1..n-1 fork from choice 0 there, sharing its prompt); every
+// other row is drawn once.
+struct SampleRow {
+  const SamplingParams* params = nullptr;
+  const PenaltyState* penalties = nullptr;  // the sequence's (null: the request uses no penalties)
+  uint64_t seed = 0;
+  // Draws for choices [choice, choice + num_choices), each at token index `index` (the tokens the
+  // choice generated so far: 0 for a first token).
+  int choice = 0;
+  int num_choices = 1;
+  int index = 0;
+};
+
+class BatchBuilder {
+ public:
+  explicit BatchBuilder(int page_size) : forward_(page_size) {}
+
+  // Packs the plan's chunks in plan order (chunk i is sequence i of the batch) and lists one
+  // SampleRow per chunk that wants logits, in the same order as the batch's logit rows.
+  const ForwardBatch& build(const StepPlan& plan);
+  std::span<const SampleRow> samples() const { return samples_; }
+
+ private:
+  ForwardBatchBuilder forward_;
+  std::vector<SampleRow> samples_;
+};
+
+}  // namespace astrai

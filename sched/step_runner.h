@@ -1,0 +1,43 @@
+// Run: one step's forward on the backend, then the draws from its logits on the host. The runner
+// owns the backend, the model and its KV cache; it knows nothing of requests, sequences or pages
+// beyond what the ForwardBatch and the SampleRows say (sched/batch_builder.h).
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "sched/batch_builder.h"
+#include "sched/sampler.h"
+#include "src/backend/backend.h"
+#include "src/core/status.h"
+#include "src/core/tensor.h"
+#include "src/model/model.h"
+
+namespace astrai {
+
+class StepRunner {
+ public:
+  StepRunner(std::unique_ptr<Backend> backend, std::unique_ptr<Model> model, KvCache kv);
+
+  const Model& model() const { return *model_; }
+
+  // Stores the batch's K/V in the cache and computes the logits of its logit rows. A forward that
+  // fails (or throws) is an error with the reason; the logits are then unusable.
+  Status forward(const ForwardBatch& batch);
+
+  // The draws of every row from the last forward's logits (row r is logit row r), rows in order
+  // and each row's choices in order: draws holds sum(num_choices) results afterwards.
+  void sample(std::span<const SampleRow> rows, std::vector<SampleResult>& draws);
+
+ private:
+  std::unique_ptr<Backend> backend_;  // before model_: the model uses it
+  std::unique_ptr<Model> model_;
+  KvCache kv_;
+  const int vocab_;
+  Tensor logits_;                   // the last forward's [R, vocab], on the backend's device
+  std::vector<float> host_logits_;  // its copy on the host when the device is not the CPU
+  std::vector<float> scratch_;      // the sampler's
+};
+
+}  // namespace astrai
