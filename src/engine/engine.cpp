@@ -15,11 +15,23 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Backend> backend,
 Engine::Engine(std::unique_ptr<StepLoop> loop) : loop_(std::move(loop)) {}
 Engine::~Engine() = default;  // ~StepLoop shuts down
 
-Result<Stream> Engine::submit(Request request) { return loop_->submit(std::move(request)); }
-void Engine::cancel(RequestId id) { loop_->cancel(id); }
-EngineStats Engine::stats() const { return loop_->stats(); }
-const ModelConfig& Engine::model_config() const { return loop_->model_config(); }
-void Engine::shutdown() { loop_->shutdown(); }
-Status Engine::check_invariants() { return loop_->check_invariants(); }
+Result<Stream> Engine::submit(Request request) {
+  return loop_->submit(std::move(request));
+}
+void Engine::cancel(RequestId id) {
+  loop_->cancel(id);
+}
+EngineStats Engine::stats() const {
+  return loop_->stats();
+}
+const ModelConfig& Engine::model_config() const {
+  return loop_->model_config();
+}
+void Engine::shutdown() {
+  loop_->shutdown();
+}
+Status Engine::check_invariants() {
+  return loop_->check_invariants();
+}
 
 }  // namespace astrai

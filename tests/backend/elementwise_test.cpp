@@ -1,8 +1,8 @@
 // embedding, swiglu, add, gather_rows and convert against float64 / scalar references, on every
 // backend.
-#include <catch2/catch.hpp>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cmath>
 
 #include "backend/op_test_util.h"
