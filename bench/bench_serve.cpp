@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
@@ -185,7 +186,7 @@ asio::awaitable<void> client(int port, const std::string& request, int count, Cl
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, size_t(p / 100.0 * double(v.size() - 1) + 0.5));
+  const size_t i = std::min(v.size() - 1, size_t(std::lround(p / 100.0 * double(v.size() - 1))));
   return v[i];
 }
 

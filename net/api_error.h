@@ -15,7 +15,7 @@ struct ApiError {
   std::string code;                            // OpenAI code, e.g. "model_not_found"
 };
 
-inline ApiError bad_field(std::string param, std::string message) {
+inline ApiError bad_field(const std::string& param, const std::string& message) {
   return ApiError{400, "'" + param + "': " + message, param, "invalid_request_error", ""};
 }
 

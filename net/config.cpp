@@ -83,7 +83,7 @@ std::function<Status(ServeConfig&, const std::string&)> dbl_key(double ServeConf
 }
 
 std::function<Status(ServeConfig&, const std::string&)> str_key(std::string ServeConfig::*field,
-                                                                std::set<std::string> allowed,
+                                                                const std::set<std::string>& allowed,
                                                                 const char* name) {
   return [=](ServeConfig& c, const std::string& v) {
     if (!allowed.empty() && !allowed.count(v)) {

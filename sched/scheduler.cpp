@@ -123,6 +123,7 @@ StepPlan Scheduler::plan() {
 
   // 1. Running sequences, oldest first. Victims of preemption come from the back, i.e. always
   //    after the current index, so nothing already planned is ever preempted.
+  // NOLINTNEXTLINE(modernize-loop-convert): preemption shrinks running_ while this loop runs
   for (size_t i = 0; i < running_.size(); ++i) {
     Sequence* s = running_[i];
     const int len = chunk_len(s);

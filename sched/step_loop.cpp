@@ -276,7 +276,7 @@ Result<std::unique_ptr<StepLoop>> make_step_loop(std::unique_ptr<Backend> backen
   }
   spdlog::debug("engine: {} KV pages of {} tokens ({} bytes each), context {}", pages, o.page_size,
                 sz.bytes_per_page, max_len);
-  return std::unique_ptr<StepLoop>(
+  return std::unique_ptr<StepLoop>(  // NOLINT(modernize-make-unique): the constructor is private
       new StepLoop(std::move(backend), std::move(model), o, max_len, pages, std::move(kv)));
 }
 

@@ -100,8 +100,8 @@ json::MaybeFieldError read_stops(json::Value& v, std::vector<std::string>& out) 
   simdjson::ondemand::json_type t;
   if (v.type().get(t)) return bad;
   if (t == simdjson::ondemand::json_type::null) return std::nullopt;
-  std::string s;
   if (t == simdjson::ondemand::json_type::string) {
+    std::string s;
     if (json::read_string(v, "stop", s)) return bad;
     if (!s.empty()) out.push_back(std::move(s));
     return std::nullopt;
@@ -110,6 +110,7 @@ json::MaybeFieldError read_stops(json::Value& v, std::vector<std::string>& out) 
   if (t != simdjson::ondemand::json_type::array || v.get_array().get(arr)) return bad;
   for (auto el : arr) {
     json::Value ev;
+    std::string s;
     if (el.get(ev) || json::read_string(ev, "stop", s)) return bad;
     if (!s.empty()) out.push_back(std::move(s));
   }
