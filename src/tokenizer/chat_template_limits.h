@@ -11,7 +11,7 @@ namespace astrai {
 
 struct ChatTemplateLimits {
   // Parsing.
-  size_t max_source_bytes = size_t(256) << 10;  // template text
+  size_t max_source_bytes = size_t(128) << 10;  // template text (real ones are 0.3-20 KB)
   int max_nesting = 256;  // nested blocks, brackets and operator chains (`a ~ b ~ ...` counts each `~`)
   // Rendering.
   uint64_t max_steps = 5'000'000;             // statements, expressions, loop iterations and elements touched

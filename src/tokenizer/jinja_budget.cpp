@@ -45,7 +45,7 @@ void Budget::check_room_for(size_t n) const {
 }
 
 void Budget::keep_namespace(std::shared_ptr<ObjectData> ns) {
-  add_memory(256);  // kept to the end of the render: counted once, never given back
+  add_memory(512);  // kept to the end of the render: counted once, never given back
   namespaces_.push_back(std::move(ns));
 }
 
