@@ -19,6 +19,9 @@ struct ChatTemplateLimits {
   size_t max_memory_bytes = size_t(32) << 20;  // strings, lists and dicts the render holds at once
   int max_value_depth = 512;  // nesting of lists/dicts, in the input messages and built at run time
   int max_call_depth = 1500;  // nested expression evaluation, macro calls included
+  // Stack the interpreter's recursion may use, measured (frame sizes differ between builds: ASan's
+  // are several times larger). A render needs this plus about 1 MiB (value walks, the caller).
+  size_t max_stack_bytes = size_t(1) << 20;
 };
 
 }  // namespace astrai

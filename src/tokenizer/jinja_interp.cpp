@@ -234,6 +234,7 @@ class Interpreter {
   explicit Interpreter(const ChatTemplateLimits& limits) : limits_(limits) {}
 
   std::string run(const Body& body, ScopePtr root) {
+    stack_base_ = static_cast<const char*>(__builtin_frame_address(0));
     std::string out;
     exec(body, out, root);
     return out;
@@ -421,20 +422,28 @@ class Interpreter {
     return apply_filter(e.name, operand, a);
   }
 
-  // Bounds C++ recursion: macros calling macros inside deep expressions.
+  // Bounds C++ recursion: macros calling macros inside deep expressions. Counting frames is not
+  // enough on its own (a frame's size depends on the build), so the stack used is measured too.
   struct EvalDepth {
-    EvalDepth(int& d, int limit) : d_(d) {
-      if (++d_ > limit) {
-        --d_;
-        throw RenderError("RecursionError", "expression nested too deeply");
-      }
+    EvalDepth(Interpreter& in) : d_(in.eval_depth_) {
+      const auto* here = static_cast<const char*>(__builtin_frame_address(0));
+      if (++d_ > in.limits_.max_call_depth)
+        fail("expression nested too deeply (max_call_depth = " + std::to_string(in.limits_.max_call_depth) +
+             ")");
+      if (in.stack_base_ > here && size_t(in.stack_base_ - here) > in.limits_.max_stack_bytes)
+        fail("expression nested too deeply (max_stack_bytes = " + std::to_string(in.limits_.max_stack_bytes) +
+             ")");
     }
     ~EvalDepth() { --d_; }
+    [[noreturn]] void fail(const std::string& what) {
+      --d_;
+      throw LimitError(what);
+    }
     int& d_;
   };
 
   Value eval(const Expr& e, const ScopePtr& scope) {
-    EvalDepth guard(eval_depth_, limits_.max_call_depth);
+    EvalDepth guard(*this);
     charge_steps(1);
     switch (e.type) {
       case ExprType::constant: return e.value;
@@ -524,8 +533,9 @@ class Interpreter {
   }
 
   const ChatTemplateLimits& limits_;
-  int depth_ = 0;       // macro calls in progress
-  int eval_depth_ = 0;  // nested eval() frames
+  const char* stack_base_ = nullptr;  // run()'s frame: the stack grows down from here
+  int depth_ = 0;                     // macro calls in progress
+  int eval_depth_ = 0;                // nested eval() frames
 };
 
 // jinja2's default globals.

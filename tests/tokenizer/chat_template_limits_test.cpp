@@ -200,3 +200,16 @@ TEST_CASE("a long conversation renders well inside the default budget", "[unit]"
   REQUIRE(r.ok());
   CHECK(r->size() > 5000 * 200);
 }
+
+TEST_CASE("recursion is bounded by the stack it uses, not only by counting frames", "[unit]") {
+  // Ten list levels around each recursive macro call: within max_call_depth, but under ASan (whose
+  // frames are several times larger) it overflowed the stack before the count was reached.
+  const std::string deep = "{% macro f(n) %}{{ [[[[[[[[[[f(n+1)]]]]]]]]]] }}{% endmacro %}{{ f(0) }}";
+  require_limit(render(deep), "expression nested too deeply");
+  ChatTemplateLimits small;
+  small.max_stack_bytes = 64 << 10;
+  require_limit(render(deep, small), "max_stack_bytes = 65536");
+  small.max_call_depth = 100;
+  small.max_stack_bytes = size_t(1) << 20;
+  require_limit(render(deep, small), "max_call_depth = 100");
+}
