@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "src/core/utf8.h"
+#include "src/tokenizer/tokenizer.h"
 #include "src/tokenizer/unicode_text.h"
 
 namespace astrai::tok {
@@ -87,11 +88,19 @@ Result<std::unique_ptr<BpeModel>> BpeModel::parse(const JsonEl& model, bool byte
   size_t max_id = 0, count = 0;
   for (auto [key, value] : as_object(*vocab)) {
     int64_t id;
-    if (value.get_int64().get(id) != simdjson::SUCCESS || id < 0 || id > (1 << 30))
+    if (value.get_int64().get(id) != simdjson::SUCCESS || id < 0)
       return corrupt("tokenizer.json: model.vocab entry '" + std::string(key) + "' has no valid id");
+    if (id > kMaxTokenId)
+      return corrupt("tokenizer.json: model.vocab: '" + std::string(key) + "' has id " + std::to_string(id) +
+                     ", beyond the largest supported token id " + std::to_string(kMaxTokenId));
     max_id = std::max(max_id, size_t(id));
     ++count;
   }
+  // Real vocabularies number their tokens 0..n-1 (added tokens may fill a few gaps); a sparse one
+  // would make the per-id tables below mostly empty.
+  if (count && max_id >= 2 * count + 1024)
+    return corrupt("tokenizer.json: model.vocab: ids reach " + std::to_string(max_id) + " with only " +
+                   std::to_string(count) + " entries");
   m->model_text_.assign(count ? max_id + 1 : 0, std::string());
   if (byte_level) m->original_.assign(m->model_text_.size(), std::string());
   std::string raw;

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "src/core/status.h"
+#include "src/tokenizer/chat_template_limits.h"
 
 namespace astrai {
 
@@ -21,11 +22,15 @@ struct ChatTemplateInput {
 
 class ChatTemplate {
  public:
-  // Parses the template; an unsupported construct is an error naming it and its position.
-  static Result<std::unique_ptr<ChatTemplate>> parse(std::string_view source);
+  // Parses the template; an unsupported construct is an error naming it and its position. `limits`
+  // bound the parse and every render of this template (see chat_template_limits.h).
+  static Result<std::unique_ptr<ChatTemplate>> parse(std::string_view source,
+                                                     const ChatTemplateLimits& limits = {});
   virtual ~ChatTemplate() = default;
-  // Renders; a raise_exception() in the template becomes an error with the template's message.
+  // Renders; a raise_exception() in the template becomes an error with the template's message, a
+  // template over its limits a resource_exhausted error naming the limit.
   virtual Result<std::string> render(const ChatTemplateInput& input) const = 0;
+  virtual const ChatTemplateLimits& limits() const = 0;
 };
 
 }  // namespace astrai

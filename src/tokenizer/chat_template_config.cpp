@@ -102,8 +102,8 @@ Result<LoadedChatTemplate> read_config(std::string_view config_json, const std::
   return out;
 }
 
-Status parse_into(LoadedChatTemplate& out, const std::string& where) {
-  auto t = ChatTemplate::parse(out.source);
+Status parse_into(LoadedChatTemplate& out, const std::string& where, const ChatTemplateLimits& limits) {
+  auto t = ChatTemplate::parse(out.source, limits);
   if (!t.ok()) return Status(t.status().code(), where + ": " + t.status().message());
   out.tmpl = std::move(t).value();
   return Status::ok_status();
@@ -111,16 +111,17 @@ Status parse_into(LoadedChatTemplate& out, const std::string& where) {
 
 }  // namespace
 
-Result<LoadedChatTemplate> chat_template_from_config(std::string_view config_json, const std::string& where) {
+Result<LoadedChatTemplate> chat_template_from_config(std::string_view config_json, const std::string& where,
+                                                     const ChatTemplateLimits& limits) {
   auto r = read_config(config_json, where);
   if (!r.ok()) return r.status();
   LoadedChatTemplate out = std::move(r).value();
   if (out.source.empty()) return not_found(where + ": no chat_template");
-  ASTRAI_RETURN_IF_ERROR(parse_into(out, where));
+  ASTRAI_RETURN_IF_ERROR(parse_into(out, where, limits));
   return out;
 }
 
-Result<LoadedChatTemplate> load_chat_template(const fs::path& dir) {
+Result<LoadedChatTemplate> load_chat_template(const fs::path& dir, const ChatTemplateLimits& limits) {
   const fs::path cfg_path = dir / "tokenizer_config.json", jinja_path = dir / "chat_template.jinja";
   std::optional<std::string> cfg = read_text(cfg_path);
   std::optional<std::string> jinja = read_text(jinja_path);  // transformers prefers this file
@@ -133,11 +134,11 @@ Result<LoadedChatTemplate> load_chat_template(const fs::path& dir) {
   }
   if (jinja) {
     out.source = std::move(*jinja);
-    ASTRAI_RETURN_IF_ERROR(parse_into(out, jinja_path.string()));
+    ASTRAI_RETURN_IF_ERROR(parse_into(out, jinja_path.string(), limits));
     return out;
   }
   if (out.source.empty()) return not_found(cfg_path.string() + ": no chat_template");
-  ASTRAI_RETURN_IF_ERROR(parse_into(out, cfg_path.string()));
+  ASTRAI_RETURN_IF_ERROR(parse_into(out, cfg_path.string(), limits));
   return out;
 }
 

@@ -19,8 +19,11 @@ struct LoadedChatTemplate {
   std::unique_ptr<ChatTemplate> tmpl;  // parsed
 };
 
-Result<LoadedChatTemplate> load_chat_template(const std::filesystem::path& dir);
+// `limits` bound the parse and every render of the template.
+Result<LoadedChatTemplate> load_chat_template(const std::filesystem::path& dir,
+                                              const ChatTemplateLimits& limits = {});
 // From the text of a tokenizer_config.json; `where` names it in error messages.
-Result<LoadedChatTemplate> chat_template_from_config(std::string_view config_json, const std::string& where);
+Result<LoadedChatTemplate> chat_template_from_config(std::string_view config_json, const std::string& where,
+                                                     const ChatTemplateLimits& limits = {});
 
 }  // namespace astrai

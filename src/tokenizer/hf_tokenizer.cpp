@@ -48,8 +48,10 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::create(std::string_view tokeni
       AddedToken a;
       const int64_t id = int_or(item, "id", -1);
       a.content = str_or(item, "content", "");
-      if (id < 0 || id > (1 << 30) || a.content.empty())
-        return corrupt("tokenizer.json: an added token has no id or content");
+      if (id < 0 || a.content.empty()) return corrupt("tokenizer.json: an added token has no id or content");
+      if (id > kMaxTokenId)
+        return corrupt("tokenizer.json: added_tokens: '" + a.content + "' has id " + std::to_string(id) +
+                       ", beyond the largest supported token id " + std::to_string(kMaxTokenId));
       a.id = int32_t(id);
       a.special = bool_or(item, "special", false);
       a.lstrip = bool_or(item, "lstrip", false);
@@ -80,6 +82,10 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::create(std::string_view tokeni
   t->raw_matcher_.build(raw, raw_pat);
   t->normalized_matcher_.build(norm, norm_pat);
 
+  for (int32_t id : t->post_.special_ids())
+    if (id < 0 || id >= t->vocab_size_)
+      return corrupt("tokenizer.json: post_processor: special token id " + std::to_string(id) +
+                     " is outside the vocabulary (" + std::to_string(t->vocab_size_) + " tokens)");
   ASTRAI_RETURN_IF_ERROR(t->load_config(tokenizer_config_json, generation_config_json));
   return t;
 }
@@ -98,13 +104,20 @@ std::optional<std::string> token_text(const JsonEl& cfg, std::string_view key) {
   return std::nullopt;
 }
 
-void add_ids(const JsonEl& v, std::vector<int32_t>& out) {
-  int64_t id;
-  if (v.get_int64().get(id) == simdjson::SUCCESS)
+Status add_ids(const JsonEl& v, std::vector<int32_t>& out) {
+  auto add = [&](int64_t id) {
+    if (id < 0 || id > kMaxTokenId)
+      return corrupt("generation_config.json: eos_token_id " + std::to_string(id) +
+                     " is not a valid token id");
     out.push_back(int32_t(id));
-  else if (v.is_array())
+    return Status::ok_status();
+  };
+  int64_t id;
+  if (v.get_int64().get(id) == simdjson::SUCCESS) return add(id);
+  if (v.is_array())
     for (JsonEl x : as_array(v))
-      if (x.get_int64().get(id) == simdjson::SUCCESS) out.push_back(int32_t(id));
+      if (x.get_int64().get(id) == simdjson::SUCCESS) ASTRAI_RETURN_IF_ERROR(add(id));
+  return Status::ok_status();
 }
 
 }  // namespace
@@ -170,7 +183,7 @@ Status HfTokenizer::load_config(std::string_view config_json, std::string_view g
     JsonEl gen;
     if (auto err = parser.parse(padded).get(gen); err != simdjson::SUCCESS || !gen.is_object())
       return corrupt("generation_config.json: not a valid JSON object");
-    if (auto e = member(gen, "eos_token_id")) add_ids(*e, sp.stop_ids);
+    if (auto e = member(gen, "eos_token_id")) ASTRAI_RETURN_IF_ERROR(add_ids(*e, sp.stop_ids));
   }
   std::vector<int32_t> unique;
   for (int32_t id : sp.stop_ids)

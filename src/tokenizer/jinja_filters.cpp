@@ -9,6 +9,7 @@
 #include <map>
 
 #include "src/core/utf8.h"
+#include "src/tokenizer/jinja_budget.h"
 #include "src/tokenizer/jinja_builtins.h"
 #include "src/tokenizer/jinja_json.h"
 #include "src/tokenizer/jinja_strings.h"
@@ -83,6 +84,7 @@ Value f_capitalize(const Value& v, CallArgs&) {
 Value f_center(const Value& v, CallArgs& a) {
   int64_t width = a.get(0, "width", Value::integer(80)).as_int();
   if (width > (int64_t(1) << 28)) throw RenderError("MemoryError", "center width too large");
+  if (width > 0) check_text_size(size_t(width));
   return str_v(py_center(to_str(v), width, " "));
 }
 
@@ -262,6 +264,7 @@ Value f_indent(const Value& v, CallArgs& a) {
       for (size_t i = 1; i < lines.size(); ++i) {
         if (i > 1) rv += "\n";
         rv += lines[i].empty() ? lines[i] : ind + lines[i];
+        check_text_size(rv.size());
       }
     }
   }
@@ -287,6 +290,7 @@ Value f_join(const Value& v, CallArgs& a) {
     if (!first) out += sep;
     first = false;
     out += to_str(attribute.is_none() ? x : attr_path(x, attribute));
+    check_text_size(out.size());
   }
   return str_v(out);
 }
@@ -654,6 +658,10 @@ bool has_filter(std::string_view name) {
 Value apply_filter(const std::string& name, const Value& v, CallArgs& args) {
   auto it = filters().find(name);
   if (it == filters().end()) throw RenderError("TemplateRuntimeError", "No filter named '" + name + "'.");
+  // String filters scan their operand (and string arguments) once or a few times.
+  if (v.is_string()) charge_scan(v.str().size());
+  for (const Value& x : args.args)
+    if (x.is_string()) charge_scan(x.str().size());
   return it->second(v, args);
 }
 

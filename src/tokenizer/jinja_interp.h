@@ -6,13 +6,16 @@
 
 #include <string>
 
+#include "src/tokenizer/chat_template_limits.h"
 #include "src/tokenizer/jinja_ast.h"
 #include "src/tokenizer/jinja_value.h"
 
 namespace astrai::jinja {
 
 // Renders `body` with `vars` (name -> value) on top of jinja2's globals (range, namespace, dict,
-// joiner, cycler). Throws RenderError.
-std::string render(const Body& body, const DictData& vars);
+// joiner, cycler). Throws RenderError (LimitError past `limits`). Counting against the budget is
+// the caller's business: it runs this inside a BudgetScope (jinja_budget.h), which also covers
+// building `vars`; limits here bound what the interpreter's own recursion and output may reach.
+std::string render(const Body& body, const DictData& vars, const ChatTemplateLimits& limits);
 
 }  // namespace astrai::jinja

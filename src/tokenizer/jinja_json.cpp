@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "src/tokenizer/jinja_budget.h"
+
 namespace astrai::jinja {
 namespace {
 
@@ -84,6 +86,9 @@ std::string key_text(const Value& k) {
 }
 
 void dump(std::string& out, const Value& v, const JsonDumpOptions& o, int depth) {
+  WalkDepth guard;
+  charge_steps(1);
+  check_text_size(out.size());
   auto newline = [&](int d) {
     out += '\n';
     for (int i = 0; i < d; ++i) out += *o.indent;
@@ -146,7 +151,11 @@ Result<Value> value_from_json(std::string_view json) {
   simdjson::padded_string padded(json);
   if (auto err = parser.parse(padded).get(el); err != simdjson::SUCCESS)
     return invalid_argument(std::string("invalid JSON: ") + simdjson::error_message(err));
-  return from_element(el);
+  try {
+    return from_element(el);
+  } catch (const LimitError& e) {  // too deep for templates, or over the render's budget
+    return resource_exhausted(e.what());
+  }
 }
 
 std::string json_dumps(const Value& v, const JsonDumpOptions& opts) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "src/core/utf8.h"
+#include "src/tokenizer/jinja_budget.h"
 #include "src/tokenizer/jinja_builtins.h"
 #include "src/tokenizer/jinja_strings.h"
 
@@ -48,6 +49,7 @@ std::optional<int64_t> opt_int(const Value& v) {
 int64_t pad_width(const Value& v) {
   int64_t w = need_int(v, "width");
   if (w > (int64_t(1) << 28)) throw RenderError("MemoryError", "padding width too large");
+  if (w > 0) check_text_size(size_t(w));
   return w;
 }
 
@@ -120,6 +122,7 @@ std::string str_format(const std::string& fmt, CallArgs& a) {
       if (!found) throw RenderError("KeyError", "'" + field + "'");
     }
     out += to_str(v);
+    check_text_size(out.size());
     i = close;
   }
   return out;
@@ -136,8 +139,12 @@ Value str_method(const Value& obj, const std::string& name) {
   if (std::find_if(std::begin(kMethods), std::end(kMethods), [&](const char* m) { return name == m; }) ==
       std::end(kMethods))
     return Value::undefined("'str object' has no attribute '" + name + "'");
-  const std::string s = obj.str();
-  return Value::callable("str." + name, [s, name](CallArgs& a) -> Value {
+  // The method holds the string value (shared, not copied): a bound method of a long string is cheap.
+  return Value::callable("str." + name, [obj, name](CallArgs& a) -> Value {
+    const std::string& s = obj.str();
+    charge_scan(s.size());  // every method reads or copies the string
+    for (const Value& x : a.args)
+      if (x.is_string()) charge_scan(x.str().size());
     auto arg = [&](size_t i, const char* kw) { return a.get(i, kw); };
     if (name == "startswith" || name == "endswith")
       return Value::boolean(
@@ -431,6 +438,7 @@ bool contains(const Value& container, const Value& item) {
     case Kind::string:
       if (!item.is_string())
         type_error("'in <string>' requires string as left operand, not " + type_name(item));
+      charge_scan(container.str().size());
       return container.str().find(item.str()) != std::string::npos;
     case Kind::list:
       for (const Value& x : container.items())
@@ -523,6 +531,7 @@ std::string percent_format(const std::string& fmt, const Value& args) {
       case 'c': out += to_str(v); break;
       default: throw RenderError("ValueError", std::string("unsupported format character '") + conv + "'");
     }
+    check_text_size(out.size());
   }
   // Python skips this check for mapping-like arguments (anything subscriptable but a tuple or str).
   const bool mapping_like =

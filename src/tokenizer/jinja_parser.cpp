@@ -32,7 +32,7 @@ std::string describe(const Token& t) {
 
 class Parser {
  public:
-  explicit Parser(std::vector<Token> toks) : t_(std::move(toks)) {}
+  Parser(std::vector<Token> toks, int max_nesting) : t_(std::move(toks)), max_nesting_(max_nesting) {}
 
   Body parse_all() {
     Body body = subparse({});
@@ -44,12 +44,29 @@ class Parser {
   // Bounds the recursion so that hostile nesting ("((((...", 10k nested ifs) is an error, not a
   // stack overflow. jinja2 itself stops at Python's recursion limit.
   struct DepthGuard {
-    explicit DepthGuard(Parser& p) : p_(p) {
-      if (++p_.depth_ > 200) p_.fail_at(p_.cur(), "nesting too deep");
-    }
+    explicit DepthGuard(Parser& p) : p_(p) { p_.deeper(); }
     ~DepthGuard() { --p_.depth_; }
     Parser& p_;
   };
+  // A left-associative chain (`a ~ b ~ c`, `x|f|g`, `a.b.c`, `f()()`) is built in a loop but is as
+  // deep as it is long: every link counts as one level of nesting, so that the tree stays shallow
+  // enough to evaluate and to destroy without running out of stack.
+  struct ChainGuard {
+    explicit ChainGuard(Parser& p) : p_(p) {}
+    void link() {
+      p_.deeper();
+      ++links_;
+    }
+    ~ChainGuard() { p_.depth_ -= links_; }
+    Parser& p_;
+    int links_ = 0;
+  };
+  void deeper() {
+    if (++depth_ > max_nesting_) {
+      --depth_;
+      fail_at(cur(), "nesting too deep");
+    }
+  }
 
   // ---- token helpers ---------------------------------------------------------------------------
   const Token& cur() const { return t_[i_]; }
@@ -359,7 +376,9 @@ class Parser {
 
   ExprPtr parse_condexpr() {
     ExprPtr e1 = parse_or();
+    ChainGuard chain(*this);
     while (is_name("if")) {
+      chain.link();
       auto c = make(ExprType::cond, next());
       c->a = parse_or();
       c->b = std::move(e1);
@@ -379,7 +398,9 @@ class Parser {
 
   ExprPtr parse_or() {
     ExprPtr l = parse_and();
+    ChainGuard chain(*this);
     while (is_name("or")) {
+      chain.link();
       const Token& at = next();
       l = binary("or", at, std::move(l), parse_and());
     }
@@ -387,7 +408,9 @@ class Parser {
   }
   ExprPtr parse_and() {
     ExprPtr l = parse_not();
+    ChainGuard chain(*this);
     while (is_name("and")) {
+      chain.link();
       const Token& at = next();
       l = binary("and", at, std::move(l), parse_not());
     }
@@ -395,6 +418,7 @@ class Parser {
   }
   ExprPtr parse_not() {
     if (is_name("not")) {
+      DepthGuard guard(*this);
       auto e = make(ExprType::unary, next());
       e->name = "not";
       e->a = parse_not();
@@ -432,7 +456,9 @@ class Parser {
   }
   ExprPtr parse_math1() {
     ExprPtr l = parse_concat();
+    ChainGuard chain(*this);
     while (is_op("+") || is_op("-")) {
+      chain.link();
       const Token& at = next();
       l = binary(at.value == "+" ? "+" : "-", at, std::move(l), parse_concat());
     }
@@ -440,7 +466,9 @@ class Parser {
   }
   ExprPtr parse_concat() {
     ExprPtr l = parse_math2();
+    ChainGuard chain(*this);
     while (is_op("~")) {
+      chain.link();
       const Token& at = next();
       l = binary("~", at, std::move(l), parse_math2());
     }
@@ -448,7 +476,9 @@ class Parser {
   }
   ExprPtr parse_math2() {
     ExprPtr l = parse_pow();
+    ChainGuard chain(*this);
     while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
+      chain.link();
       const Token& at = next();
       const char* op = at.value == "*" ? "*" : at.value == "/" ? "/" : at.value == "//" ? "//" : "%";
       l = binary(op, at, std::move(l), parse_pow());
@@ -457,7 +487,9 @@ class Parser {
   }
   ExprPtr parse_pow() {
     ExprPtr l = parse_unary(true);
+    ChainGuard chain(*this);
     while (is_op("**")) {
+      chain.link();
       const Token& at = next();
       l = binary("**", at, std::move(l), parse_unary(true));
     }
@@ -545,7 +577,9 @@ class Parser {
   }
 
   ExprPtr parse_postfix(ExprPtr node) {
+    ChainGuard chain(*this);
     while (true) {
+      if (is_op(".") || is_op("[") || is_op("(")) chain.link();
       if (is_op(".") || is_op("[")) {
         node = parse_subscript(std::move(node));
       } else if (is_op("(")) {
@@ -557,7 +591,9 @@ class Parser {
   }
 
   ExprPtr parse_filter_expr(ExprPtr node) {
+    ChainGuard chain(*this);
     while (true) {
+      if (is_op("|") || is_name("is") || is_op("(")) chain.link();
       if (is_op("|")) {
         node = parse_filter(std::move(node), false);
       } else if (is_name("is")) {
@@ -666,7 +702,9 @@ class Parser {
 
   // `|name(args)` repeated; `start_inline`: the first filter has no leading '|'.
   ExprPtr parse_filter(ExprPtr node, bool start_inline) {
+    ChainGuard chain(*this);
     while (is_op("|") || start_inline) {
+      chain.link();
       if (!start_inline) next();
       start_inline = false;
       const Token& t = expect(Tok::name, "a filter name");
@@ -711,15 +749,20 @@ class Parser {
   size_t i_ = 0;
   int loop_depth_ = 0;
   int depth_ = 0;
+  int max_nesting_;
 };
 
 }  // namespace
 
-Result<Body> parse_template(std::string_view source) {
+Result<Body> parse_template(std::string_view source, const ChatTemplateLimits& limits) {
+  if (source.size() > limits.max_source_bytes)
+    return resource_exhausted(
+        "chat template: " + std::to_string(source.size()) +
+        " bytes, over the limit (max_source_bytes = " + std::to_string(limits.max_source_bytes) + ")");
   auto toks = tokenize(source);
   if (!toks.ok()) return toks.status();
   try {
-    return Parser(std::move(toks).value()).parse_all();
+    return Parser(std::move(toks).value(), limits.max_nesting).parse_all();
   } catch (const ParseError& e) {
     return invalid_argument(e.message);
   }

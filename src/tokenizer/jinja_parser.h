@@ -7,10 +7,12 @@
 #include <string_view>
 
 #include "src/core/status.h"
+#include "src/tokenizer/chat_template_limits.h"
 #include "src/tokenizer/jinja_ast.h"
 
 namespace astrai::jinja {
 
-Result<Body> parse_template(std::string_view source);
+// Linear in the size of `source`; max_source_bytes and max_nesting of `limits` apply.
+Result<Body> parse_template(std::string_view source, const ChatTemplateLimits& limits = {});
 
 }  // namespace astrai::jinja

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "src/core/utf8.h"
+#include "src/tokenizer/jinja_budget.h"
 
 namespace astrai::jinja {
 
@@ -316,6 +317,7 @@ std::string py_replace(std::string_view s, std::string_view old, std::string_vie
         ++done;
       }
       if (i < u.size()) utf8_append(out, uint32_t(u[i]));
+      check_text_size(out.size());
     }
     return out;
   }
@@ -326,6 +328,7 @@ std::string py_replace(std::string_view s, std::string_view old, std::string_vie
     if (f == std::string_view::npos) break;
     out.append(s.substr(pos, f - pos));
     out.append(repl);
+    check_text_size(out.size());
     pos = f + old.size();
     ++done;
   }

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <map>
 
+#include "src/tokenizer/jinja_budget.h"
 #include "src/tokenizer/jinja_builtins.h"
 #include "src/tokenizer/jinja_strings.h"
 
@@ -183,6 +184,9 @@ bool has_test(std::string_view name) {
 bool apply_test(const std::string& name, const Value& v, CallArgs& args) {
   auto it = tests().find(name);
   if (it == tests().end()) throw RenderError("TemplateRuntimeError", "No test named '" + name + "'.");
+  if (v.is_string()) charge_scan(v.str().size());
+  for (const Value& x : args.args)
+    if (x.is_string()) charge_scan(x.str().size());
   return it->second(v, args);
 }
 

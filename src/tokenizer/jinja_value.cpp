@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "src/core/utf8.h"
+#include "src/tokenizer/jinja_budget.h"
 #include "src/tokenizer/jinja_strings.h"
 
 namespace astrai::jinja {
@@ -47,31 +48,68 @@ Value Value::floating(double f) {
   v.f_ = f;
   return v;
 }
+namespace {
+
+// Heap payloads built during a render count against its memory budget while they live.
+template <typename T>
+std::shared_ptr<T> counted(T&& payload, size_t bytes) {
+  Budget* b = current_budget();
+  if (!b) return std::make_shared<T>(std::move(payload));
+  b->add_memory(bytes);
+  return std::shared_ptr<T>(new T(std::move(payload)), [meter = b->meter(), bytes](T* p) {
+    meter->live -= bytes;
+    delete p;
+  });
+}
+
+uint32_t checked_depth(uint32_t depth) {
+  if (depth > uint32_t(max_value_depth()))
+    throw LimitError("value nested too deeply (max_value_depth = " + std::to_string(max_value_depth()) + ")");
+  return depth;
+}
+
+std::shared_ptr<const ListData> make_list(ListData d) {
+  uint32_t deepest = 0;
+  for (const Value& x : d.items) deepest = std::max(deepest, x.depth());
+  d.depth = checked_depth(deepest + 1);
+  if (Budget* b = current_budget()) b->steps(d.items.size());
+  const size_t bytes = sizeof(ListData) + d.items.size() * sizeof(Value);
+  return counted(std::move(d), bytes);
+}
+
+}  // namespace
+
 Value Value::string(std::string s) {
   Value v;
   v.kind_ = Kind::string;
-  v.s_ = std::make_shared<const std::string>(std::move(s));
+  if (Budget* b = current_budget()) {
+    b->string_bytes(s.size());
+    const size_t bytes = sizeof(std::string) + s.size();
+    v.s_ = counted(std::move(s), bytes);
+  } else {
+    v.s_ = std::make_shared<const std::string>(std::move(s));
+  }
   return v;
 }
 Value Value::list(std::vector<Value> items, SeqKind seq) {
   Value v;
   v.kind_ = Kind::list;
-  auto d = std::make_shared<ListData>();
-  d->items = std::move(items);
-  d->seq = seq;
-  v.list_ = std::move(d);
+  ListData d;
+  d.items = std::move(items);
+  d.seq = seq;
+  v.list_ = make_list(std::move(d));
   return v;
 }
 Value Value::range(int64_t start, int64_t stop, int64_t step, std::vector<Value> items) {
   Value v;
   v.kind_ = Kind::list;
-  auto d = std::make_shared<ListData>();
-  d->items = std::move(items);
-  d->seq = SeqKind::range;
-  d->range_start = start;
-  d->range_stop = stop;
-  d->range_step = step;
-  v.list_ = std::move(d);
+  ListData d;
+  d.items = std::move(items);
+  d.seq = SeqKind::range;
+  d.range_start = start;
+  d.range_stop = stop;
+  d.range_step = step;
+  v.list_ = make_list(std::move(d));
   return v;
 }
 Value Value::dict(std::shared_ptr<DictData> d) {
@@ -109,6 +147,15 @@ Value Value::call(CallArgs& args) const {
   return (*fn_)(args);
 }
 
+uint32_t Value::depth() const {
+  switch (kind_) {
+    case Kind::list: return list_->depth;
+    case Kind::dict: return dict_->depth;
+    case Kind::object: return obj_->depth;
+    default: return 0;
+  }
+}
+
 const void* Value::identity() const {
   switch (kind_) {
     case Kind::list: return list_.get();
@@ -133,12 +180,33 @@ const Value* DictData::find(std::string_view key) const {
   return nullptr;
 }
 void DictData::set(const Value& key, Value v) {
+  charge_steps(items.size());  // the scan below
   for (auto& kv : items)
     if (equals(kv.first, key)) {
+      depth = std::max(depth, checked_depth(v.depth() + 1));
       kv.second = std::move(v);
       return;
     }
-  items.emplace_back(key, std::move(v));
+  append(key, std::move(v));
+}
+void DictData::append(Value key, Value v) {
+  depth = std::max(depth, checked_depth(std::max(key.depth(), v.depth()) + 1));
+  if (Budget* b = current_budget()) {
+    b->add_memory(2 * sizeof(Value));
+    if (!meter_) meter_ = b->meter();
+    if (meter_ == b->meter()) charged_ += 2 * sizeof(Value);
+  }
+  items.emplace_back(std::move(key), std::move(v));
+}
+DictData::DictData(const DictData& other) : items(other.items), depth(other.depth) {
+  if (Budget* b = current_budget()) {
+    charged_ = items.size() * 2 * sizeof(Value);
+    b->add_memory(charged_);
+    meter_ = b->meter();
+  }
+}
+DictData::~DictData() {
+  if (meter_) meter_->live -= charged_;
 }
 
 Value CallArgs::get(size_t i, std::string_view name, Value dflt) const {
@@ -171,6 +239,7 @@ bool truthy(const Value& v) {
 }
 
 bool equals(const Value& a, const Value& b) {
+  charge_steps(1);
   if (a.is_number() && b.is_number()) {
     if (a.kind() != Kind::floating && b.kind() != Kind::floating) return a.as_int() == b.as_int();
     return a.as_double() == b.as_double();
@@ -183,6 +252,7 @@ bool equals(const Value& a, const Value& b) {
     case Kind::list: {
       if (a.seq_kind() != b.seq_kind()) return false;
       if (a.seq_kind() == SeqKind::generator) return a.identity() == b.identity();
+      WalkDepth guard;
       const auto &x = a.items(), &y = b.items();
       if (x.size() != y.size()) return false;
       for (size_t i = 0; i < x.size(); ++i)
@@ -192,6 +262,7 @@ bool equals(const Value& a, const Value& b) {
     case Kind::dict: {
       const auto &x = a.dict_data(), &y = b.dict_data();
       if (x.items.size() != y.items.size()) return false;
+      WalkDepth guard;
       for (const auto& kv : x.items) {
         const Value* o = y.find(kv.first);
         if (!o || !equals(kv.second, *o)) return false;
@@ -230,6 +301,7 @@ std::string object_type_repr(const Value& v) {
 }
 
 bool less_than(const Value& a, const Value& b) {
+  charge_steps(1);
   if (a.is_undefined()) undefined_error(a);
   if (b.is_undefined()) undefined_error(b);
   if (a.is_number() && b.is_number()) {
@@ -239,6 +311,7 @@ bool less_than(const Value& a, const Value& b) {
   if (a.is_string() && b.is_string()) return a.str() < b.str();  // UTF-8 byte order == code point order
   if (a.is_list() && b.is_list() && a.seq_kind() == b.seq_kind() &&
       (a.seq_kind() == SeqKind::list || a.seq_kind() == SeqKind::tuple)) {
+    WalkDepth guard;
     const auto &x = a.items(), &y = b.items();
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
       if (equals(x[i], y[i])) continue;
@@ -316,6 +389,9 @@ void repr_string(std::string& out, std::string_view s) {
 
 namespace {
 void repr_into(std::string& out, const Value& v) {
+  WalkDepth guard;
+  charge_steps(1);
+  check_text_size(out.size());
   switch (v.kind()) {
     case Kind::string: repr_string(out, v.str()); return;
     case Kind::list: {
@@ -411,6 +487,8 @@ std::vector<Value> iterate(const Value& v) {
   switch (v.kind()) {
     case Kind::undefined: return {};
     case Kind::string: {
+      charge_steps(v.str().size());  // one element per code point: at most one per byte
+      check_room_for(v.str().size() * (sizeof(Value) + sizeof(std::string)));
       std::vector<Value> out;
       for (char32_t c : to_u32(v.str())) {
         std::string s;
@@ -419,8 +497,9 @@ std::vector<Value> iterate(const Value& v) {
       }
       return out;
     }
-    case Kind::list: return v.items();
+    case Kind::list: charge_steps(v.items().size()); return v.items();
     case Kind::dict: {
+      charge_steps(v.dict_data().items.size());
       std::vector<Value> out;
       for (const auto& kv : v.dict_data().items) out.push_back(kv.first);
       return out;

@@ -92,6 +92,8 @@ class Value {
 
   // Identity of the heap payload (for `is sameas`).
   const void* identity() const;
+  // Nesting of lists, dicts and objects: 0 for a scalar, 1 for a flat list (see jinja_budget.h).
+  uint32_t depth() const;
 
  private:
   Kind kind_ = Kind::undefined;
@@ -107,21 +109,38 @@ class Value {
 
 struct ListData {
   std::vector<Value> items;
+  uint32_t depth = 1;
   SeqKind seq = SeqKind::list;
   int64_t range_start = 0, range_stop = 0, range_step = 1;  // SeqKind::range only
 };
 
+struct MemoryMeter;
+
 struct DictData {
   std::vector<std::pair<Value, Value>> items;
+  uint32_t depth = 1;  // an upper bound: kept up to date by set() and append()
+
+  DictData() = default;
+  DictData(const DictData& other);  // a copy counts against the running render's memory anew
+  DictData& operator=(const DictData&) = delete;
+  ~DictData();
+
   const Value* find(const Value& key) const;
   const Value* find(std::string_view key) const;
   void set(const Value& key, Value v);
+  void append(Value key, Value v);  // for keys known to be new
+
+ private:
+  // The render budget's meter this dict's entries are counted on, given back when it goes.
+  std::shared_ptr<MemoryMeter> meter_;
+  size_t charged_ = 0;
 };
 
 struct ObjectData {
   std::string type_name;    // "Namespace", "LoopContext"
   bool assignable = false;  // `{% set ns.x = ... %}` is allowed on namespaces only
   DictData attrs;
+  uint32_t depth = 1;  // 1 for namespaces (see jinja_budget.h), else 1 + the deepest attribute
 };
 
 struct CallArgs {

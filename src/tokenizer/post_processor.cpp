@@ -17,6 +17,13 @@ void PostProcessor::apply(std::vector<int32_t>& ids, bool add_special_tokens) co
   }
 }
 
+std::vector<int32_t> PostProcessor::special_ids() const {
+  std::vector<int32_t> out;
+  for (const auto& step : steps_)
+    for (const Item& it : step) out.insert(out.end(), it.ids.begin(), it.ids.end());
+  return out;
+}
+
 std::vector<int32_t> PostProcessor::prefix_ids() const {
   std::vector<int32_t> marker{-1};
   apply(marker, true);
@@ -37,7 +44,8 @@ std::vector<int32_t> pair_ids(const JsonEl& json) {
     auto a = as_array(json);
     if (a.size() == 2) {
       int64_t id;
-      if (a.at(1).get_int64().get(id) == simdjson::SUCCESS) ids.push_back(int32_t(id));
+      if (a.at(1).get_int64().get(id) == simdjson::SUCCESS)
+        ids.push_back(id >= 0 && id <= INT32_MAX ? int32_t(id) : -1);
     }
   }
   return ids;
@@ -89,7 +97,7 @@ Result<PostProcessor> PostProcessor::parse(const JsonEl& json) {
           int64_t id;
           if (v.get_int64().get(id) != simdjson::SUCCESS)
             return corrupt("tokenizer.json: bad TemplateProcessing id");
-          it.ids.push_back(int32_t(id));
+          it.ids.push_back(id >= 0 && id <= INT32_MAX ? int32_t(id) : -1);
         }
         tmpl.push_back(std::move(it));
       } else {

@@ -16,6 +16,8 @@ class PostProcessor {
   void apply(std::vector<int32_t>& ids, bool add_special_tokens) const;
   // The ids put before the text (e.g. BOS) when special tokens are added.
   std::vector<int32_t> prefix_ids() const;
+  // Every special id the templates insert (-1 for one that does not fit an int32).
+  std::vector<int32_t> special_ids() const;
 
   static Result<PostProcessor> parse(const JsonEl& json);
 

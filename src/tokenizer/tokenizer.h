@@ -1,4 +1,4 @@
-// UTC deadline) <<< Tokenizer: Hugging Face tokenizer.json (BPE) + tokenizer_config.json, or the built-in
+// Tokenizer: Hugging Face tokenizer.json (BPE) + tokenizer_config.json, or the built-in
 // byte-level tokenizer used by presets. Encodes and decodes exactly as HF `tokenizers` does.
 #pragma once
 
@@ -16,6 +16,10 @@ namespace astrai {
 
 class ChatTemplate;
 
+// Token ids above this are refused when a tokenizer is loaded: 16 times the largest vocabulary in
+// use (Gemma 3: 262,144), and small enough that the per-id tables of a hostile file stay small.
+constexpr int32_t kMaxTokenId = (1 << 22) - 1;
+
 struct SpecialTokens {
   std::optional<int32_t> bos_id, eos_id, pad_id;
   std::string bos_token, eos_token, pad_token;
@@ -28,7 +32,9 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
 
   // Loads DIR/tokenizer.json, DIR/tokenizer_config.json (optional), DIR/generation_config.json
-  // (optional). An unsupported component is an error naming it.
+  // (optional). An unsupported component is an error naming it. When DIR/config.json gives the
+  // model's vocab_size, every id the tokenizer can produce or stop on must be below it
+  // (check_fits_vocab): that is where the tokenizer and the model meet, for every command.
   static Result<std::unique_ptr<Tokenizer>> load(const std::filesystem::path& dir);
   // Parses a tokenizer.json text (and optional tokenizer_config.json text).
   static Result<std::unique_ptr<Tokenizer>> from_json(std::string_view tokenizer_json,
@@ -64,6 +70,13 @@ class Tokenizer {
   // a template that fails to parse leaves the tokenizer usable and is reported when used.
   virtual Status chat_template_status() const { return Status::ok_status(); }
 };
+
+// Every id `tok` can produce (vocabulary, added tokens, post-processor specials: the tokenizer
+// checks those against its own vocabulary at load) and every stop id must index an embedding table
+// of `vocab_size` rows. The error names the file, the token and its id, and `vocab_where` (e.g.
+// "DIR/config.json vocab_size"). `tokenizer_dir`: the directory the tokenizer files came from.
+Status check_fits_vocab(const Tokenizer& tok, int64_t vocab_size, const std::string& tokenizer_dir,
+                        const std::string& vocab_where);
 
 // Text as HF tokenizers receives it: Python passes `str`, so bytes that are not valid UTF-8 become
 // U+FFFD on the way in (one per maximal invalid subpart, as Python's errors="replace" and

@@ -1,4 +1,7 @@
-// Tokenizer::load / from_json / builtin / load_or_preset.
+// Tokenizer::load / from_json / builtin / load_or_preset, and the check that a tokenizer fits the
+// model it is loaded with.
+#include <simdjson.h>
+
 #include <fstream>
 #include <sstream>
 
@@ -22,7 +25,40 @@ Status in_file(const Status& s, const std::filesystem::path& p) {
   return Status(s.code(), p.parent_path().string() + "/" + s.message());
 }
 
+// The model's vocab_size from DIR/config.json (top level, or text_config for multimodal
+// checkpoints). None when the file is absent or unreadable: the model loader reports that itself.
+std::optional<int64_t> model_vocab_size(const std::string& config_json) {
+  simdjson::dom::parser parser;
+  const simdjson::padded_string padded(config_json);
+  simdjson::dom::element doc;
+  if (parser.parse(padded).get(doc) != simdjson::SUCCESS) return std::nullopt;
+  int64_t v = 0;
+  if (doc["vocab_size"].get_int64().get(v) == simdjson::SUCCESS) return v;
+  if (doc["text_config"]["vocab_size"].get_int64().get(v) == simdjson::SUCCESS) return v;
+  return std::nullopt;
+}
+
 }  // namespace
+
+Status check_fits_vocab(const Tokenizer& tok, int64_t vocab_size, const std::string& tokenizer_dir,
+                        const std::string& vocab_where) {
+  const std::string limit =
+      " is outside the model's vocabulary (" + vocab_where + " = " + std::to_string(vocab_size) + ")";
+  if (tok.vocab_size() > vocab_size) {
+    // Name the highest id that has a token: that is the entry to fix.
+    int32_t id = tok.vocab_size() - 1;
+    while (id >= vocab_size && tok.id_to_token(id).empty()) --id;
+    if (id >= vocab_size)
+      return invalid_argument(tokenizer_dir + "/tokenizer.json: token '" + tok.id_to_token(id) + "' has id " +
+                              std::to_string(id) + ", which" + limit);
+  }
+  const SpecialTokens& sp = tok.special_tokens();
+  for (int32_t id : sp.stop_ids)
+    if (id < 0 || id >= vocab_size)
+      return invalid_argument(tokenizer_dir + "/generation_config.json: eos_token_id " + std::to_string(id) +
+                              limit);
+  return Status::ok_status();
+}
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::from_json(std::string_view tokenizer_json,
                                                         std::string_view tokenizer_config_json,
@@ -51,6 +87,13 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::filesystem::path& 
   }
   auto t = from_json(tokenizer_json, config, generation);
   if (!t.ok()) return in_file(t.status(), tj);
+  const auto model_config = dir / "config.json";
+  if (std::filesystem::exists(model_config)) {
+    ASTRAI_ASSIGN_OR_RETURN(std::string text, read_text(model_config));
+    if (auto vocab = model_vocab_size(text))
+      ASTRAI_RETURN_IF_ERROR(
+          check_fits_vocab(**t, *vocab, dir.string(), model_config.string() + " vocab_size"));
+  }
   return t;
 }
 

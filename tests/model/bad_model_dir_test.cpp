@@ -89,6 +89,42 @@ TEST_CASE("a missing tensor is an error naming the tensor", "[integration]") {
   REQUIRE_THAT(score_fails(dir.path()), Catch::Contains("model.layers.0.mlp.down_proj.weight"));
 }
 
+// The built-in tokenizer.json of a model dir with its first added token (id 256) given `id`.
+void set_added_token_id(const fs::path& dir, const std::string& id) {
+  std::string j = read_file(dir / "tokenizer.json");
+  const size_t at = j.find("\"id\":256,");
+  REQUIRE(at != std::string::npos);
+  write_file(dir / "tokenizer.json", j.replace(at, 9, "\"id\":" + id + ","));
+}
+
+TEST_CASE("an added token with id 1,000,000,000 is refused at load naming the token", "[integration]") {
+  // It used to be accepted: `score` then held a 1 GB table and exited 0.
+  TempDir dir("bad");
+  write_good(dir.path(), fresh_seed());
+  set_added_token_id(dir.path(), "1000000000");
+  const std::string err = score_fails(dir.path());
+  REQUIRE_THAT(err,
+               Catch::Contains("tokenizer.json") && Catch::Contains("'<|endoftext|>' has id 1000000000"));
+}
+
+TEST_CASE("a token id the model cannot embed is refused at load naming both files", "[integration]") {
+  TempDir dir("bad");
+  write_good(dir.path(), fresh_seed());
+  set_added_token_id(dir.path(), "320");  // the tiny preset's vocab_size is 320
+  const std::string err = score_fails(dir.path());
+  REQUIRE_THAT(err, Catch::Contains("tokenizer.json: token '<|endoftext|>' has id 320") &&
+                        Catch::Contains("config.json vocab_size = 320"));
+}
+
+TEST_CASE("an eos_token_id the model cannot embed is refused naming generation_config.json",
+          "[integration]") {
+  TempDir dir("bad");
+  write_good(dir.path(), fresh_seed());
+  write_file(dir / "generation_config.json", "{\"eos_token_id\": [258, 5000]}");
+  REQUIRE_THAT(score_fails(dir.path()),
+               Catch::Contains("generation_config.json: eos_token_id 5000 is outside"));
+}
+
 TEST_CASE("a --model that is neither a directory nor a preset is an error naming it", "[integration]") {
   TempDir dir("bad");
   REQUIRE_THAT(score_fails(dir / "no-such-model"), Catch::Contains("no-such-model"));

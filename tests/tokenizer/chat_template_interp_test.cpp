@@ -273,13 +273,11 @@ TEST_CASE("unsupported constructs fail at parse time naming the construct and po
 }
 
 TEST_CASE("runaway templates fail with an error instead of exhausting the machine", "[unit]") {
-  std::string chain = "{{ 1";
-  for (int i = 0; i < 20000; ++i) chain += " ~ 1";
-  chain += " }}";
+  // (A 20,000-term `1 ~ 1 ~ ...` chain is now refused by the parser: chat_template_limits_test.cpp.)
   for (const std::string& src : std::vector<std::string>{
            "{{ 'x' * 1000000000000 }}", "{{ [1, 2] * 1000000000000 }}", "{{ 'x'|center(1000000000000) }}",
            "{{ 'x'.zfill(1000000000000) }}", "{{ range(1000000000)|length }}", "{{ 2 ** 200 }}",
-           "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", chain}) {
+           "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"}) {
     INFO(src.substr(0, 80));
     auto t = astrai::ChatTemplate::parse(src);
     REQUIRE(t.ok());
