@@ -23,7 +23,7 @@ ApiError json_syntax_error(simdjson::error_code ec);
 // A core field error as the 400 the client sees ("'field': message", param = field).
 inline MaybeError field_error(json::MaybeFieldError e) {
   if (!e) return std::nullopt;
-  return bad_field(std::move(e->field), std::move(e->message));
+  return bad_field(e->field, e->message);
 }
 
 // Each field of a whole request body (or WebSocket frame) that must be one JSON object;

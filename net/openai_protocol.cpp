@@ -113,7 +113,7 @@ MaybeError validate_common(const CommonParams& c) {
   std::string name = request_field_name(e->field);
   if (e->field == RequestField::max_tokens) name = c.max_tokens_key;
   if (e->field == RequestField::top_logprobs) name = c.top_logprobs_key;
-  return bad_field(std::move(name), std::move(e->message));
+  return bad_field(name, e->message);
 }
 
 MaybeError parse_chat_messages(JsonValue& v, std::string& messages_json) {

@@ -39,7 +39,7 @@ bool byte_size(const std::vector<int64_t>& shape, size_t elem, uint64_t& out) {
   for (int64_t d : shape) {
     if (d < 0) return false;
     n *= uint64_t(d);
-    if (n > (unsigned __int128)(uint64_t(1) << 62)) return false;
+    if (n > (static_cast<unsigned __int128>(1) << 62)) return false;
   }
   out = uint64_t(n);
   return true;

@@ -45,7 +45,7 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> weight_shapes(const Mo
 }
 
 Result<WeightRefs> resolve_weights(const ModelConfig& c, const WeightStore& store) {
-  auto get = [&](const std::string& name, std::vector<int64_t> shape) -> Result<const SafeTensor*> {
+  auto get = [&](const std::string& name, const std::vector<int64_t>& shape) -> Result<const SafeTensor*> {
     ASTRAI_ASSIGN_OR_RETURN(const SafeTensor* t, store.get(name, shape));
     if (t->dtype != DType::f32 && t->dtype != DType::bf16 && t->dtype != DType::f16)
       return unsupported(std::filesystem::path(t->file).filename().string() + ": tensor '" + name +

@@ -90,7 +90,8 @@ class Fuse final : public Decoder {
   void decode_chain(std::vector<DecodePiece>& pieces) const override {
     DecodePiece all;
     for (const DecodePiece& p : pieces) all.bytes += p.bytes;
-    pieces.assign(1, std::move(all));
+    pieces.clear();
+    pieces.push_back(std::move(all));
   }
 };
 

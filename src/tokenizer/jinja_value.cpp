@@ -52,7 +52,7 @@ namespace {
 
 // Heap payloads built during a render count against its memory budget while they live.
 template <typename T>
-std::shared_ptr<T> counted(T&& payload, size_t bytes) {
+std::shared_ptr<T> counted(T payload, size_t bytes) {
   Budget* b = current_budget();
   if (!b) return std::make_shared<T>(std::move(payload));
   b->add_memory(bytes);

@@ -41,9 +41,8 @@ const std::string kDeepList =
 TEST_CASE("a value nested 50,000 deep is refused while it is built, whatever walks it", "[unit]") {
   // Each of these used to recurse once per level (printing, tojson, comparing, destroying the value)
   // and overflow the stack.
-  for (const std::string& tail :
-       {"{{ ns.x|tojson }}", "{{ ns.x }}", "{{ ns.x|string }}", "{{ ns.x == ns.x }}", "{{ [ns.x] < [ns.x] }}",
-        "{{ ns.x|unique|list }}", ""}) {
+  for (const std::string tail : {"{{ ns.x|tojson }}", "{{ ns.x }}", "{{ ns.x|string }}", "{{ ns.x == ns.x }}",
+                                 "{{ [ns.x] < [ns.x] }}", "{{ ns.x|unique|list }}", ""}) {
     INFO(tail);
     require_limit(render(kDeepList + tail), "max_value_depth = 512");
   }
@@ -77,7 +76,7 @@ TEST_CASE("messages nested deeper than the limit are an error, not a crash", "[u
 }
 
 TEST_CASE("a namespace that holds itself prints as an error, not endless recursion", "[unit]") {
-  for (const std::string& tail : {"{{ ns }}", "{{ ns|string }}", "{{ [ns]|tojson }}", "{{ ns == ns }}"}) {
+  for (const std::string tail : {"{{ ns }}", "{{ ns|string }}", "{{ [ns]|tojson }}", "{{ ns == ns }}"}) {
     INFO(tail);
     auto r = render("{% set ns = namespace(x=1) %}{% set ns.x = [ns] %}" + tail);
     if (tail == "{{ ns == ns }}") {
