@@ -105,24 +105,6 @@ void check_gpu_against_cpu(const ModelConfig& cfg) {
   }
 }
 
-ModelConfig qwen3_style() {
-  ModelConfig c;
-  c.architecture = "Qwen3ForCausalLM";
-  c.model_type = "qwen3";
-  c.vocab_size = 300;
-  c.hidden_size = 96;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 32;  // q_dim 128 != hidden 96
-  c.intermediate_size = 160;
-  c.qk_norm = true;
-  c.rope_theta = 1000000.0;
-  c.rms_norm_eps = 1e-6;
-  c.max_position_embeddings = 1024;
-  return c;
-}
-
 // head_dim 64, GQA 4:1, q/k/v biases (the bias epilogue), untied head.
 ModelConfig gqa4_bias() {
   ModelConfig c;
@@ -149,7 +131,7 @@ TEST_CASE("forward of the tiny preset on cuda matches the cpu backend within bf1
 }
 
 TEST_CASE("forward of a Qwen3-style model on cuda matches the cpu backend within bf16 tolerance", "[gpu]") {
-  check_gpu_against_cpu(qwen3_style());
+  check_gpu_against_cpu(qwen3_style_config());
 }
 
 TEST_CASE("forward with head_dim 64, GQA 4 and q/k/v biases on cuda matches the cpu backend", "[gpu]") {

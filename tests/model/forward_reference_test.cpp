@@ -88,24 +88,6 @@ void check_against_reference(const ModelConfig& cfg, DType file_dtype) {
   }
 }
 
-ModelConfig qwen3_style() {
-  ModelConfig c;
-  c.architecture = "Qwen3ForCausalLM";
-  c.model_type = "qwen3";
-  c.vocab_size = 300;
-  c.hidden_size = 96;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 32;  // q_dim 128 != hidden 96
-  c.intermediate_size = 160;
-  c.qk_norm = true;
-  c.rope_theta = 1000000.0;
-  c.rms_norm_eps = 1e-6;
-  c.max_position_embeddings = 1024;
-  return c;
-}
-
 ModelConfig qwen2_style() {
   ModelConfig c;
   c.architecture = "Qwen2ForCausalLM";
@@ -180,7 +162,7 @@ TEST_CASE("forward of the tiny preset matches the PyTorch reference (prefill, de
 
 TEST_CASE("forward of a Qwen3-style model (qk-norm, head_dim != hidden/heads) matches the reference",
           "[integration]") {
-  check_against_reference(qwen3_style(), DType::f32);
+  check_against_reference(qwen3_style_config(), DType::f32);
 }
 
 TEST_CASE("forward of a Qwen2-style model (q/k/v bias, GQA 4, tied) matches the reference", "[integration]") {

@@ -150,4 +150,22 @@ std::vector<int32_t> random_ids(std::mt19937_64& rng, int64_t n, int64_t vocab) 
   return ids;
 }
 
+ModelConfig qwen3_style_config() {
+  ModelConfig c;
+  c.architecture = "Qwen3ForCausalLM";
+  c.model_type = "qwen3";
+  c.vocab_size = 300;
+  c.hidden_size = 96;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 32;  // q_dim 128 != hidden 96
+  c.intermediate_size = 160;
+  c.qk_norm = true;
+  c.rope_theta = 1000000.0;
+  c.rms_norm_eps = 1e-6;
+  c.max_position_embeddings = 1024;
+  return c;
+}
+
 }  // namespace astrai::test

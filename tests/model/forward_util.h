@@ -60,4 +60,7 @@ double max_row_rel_error(const std::vector<float>& got, const std::vector<double
 
 std::vector<int32_t> random_ids(std::mt19937_64& rng, int64_t n, int64_t vocab);
 
+// A small Qwen3-style config (per-head q/k norm, head_dim * heads != hidden) for forward tests.
+ModelConfig qwen3_style_config();
+
 }  // namespace astrai::test
