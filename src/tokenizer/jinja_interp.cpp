@@ -64,6 +64,19 @@ double py_fmod(double a, double b) {
   return r;
 }
 
+// Python's float floor division (CPython's float_divmod): floor((a - fmod(a, b)) / b), so that
+// 7 // 0.1 == 69.0 (0.1 is slightly above 1/10), where floor(a / b) would round up to 70.
+double py_floordiv(double a, double b) {
+  if (b == 0) throw RenderError("ZeroDivisionError", "float floor division by zero");
+  double mod = std::fmod(a, b);
+  double div = (a - mod) / b;
+  if (mod != 0 && ((b < 0) != (mod < 0))) div -= 1.0;
+  if (div == 0) return std::copysign(0.0, a / b);
+  double floordiv = std::floor(div);
+  if (div - floordiv > 0.5) floordiv += 1.0;
+  return floordiv;
+}
+
 [[noreturn]] void bad_operands(const std::string& op, const Value& a, const Value& b) {
   type_error("unsupported operand type(s) for " + op + ": '" + type_name(a) + "' and '" + type_name(b) + "'");
 }
@@ -168,8 +181,7 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
   if (op == "//") {
     if (ints) return Value::integer(floor_div(a.as_int(), b.as_int()));
     if (!nums) bad_operands("//", a, b);
-    if (b.as_double() == 0) throw RenderError("ZeroDivisionError", "float floor division by zero");
-    return Value::floating(std::floor(a.as_double() / b.as_double()));
+    return Value::floating(py_floordiv(a.as_double(), b.as_double()));
   }
   if (op == "%") {
     if (a.is_string()) return Value::string(percent_format(a.str(), b));
