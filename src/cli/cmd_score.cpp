@@ -209,7 +209,8 @@ void run(const ScoreOptions& o) {
       std::fputc('\n', out);
       any_error |= !it.error.empty();
       ++n_done;
-      it = Item{};  // free its tokens and logprobs
+      it = Item{};     // free its tokens and logprobs
+      it.done = true;  // written: admission, which may not have reached it yet, must skip it
       ++next_write;
     }
     std::fflush(out);

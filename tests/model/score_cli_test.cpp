@@ -175,4 +175,26 @@ TEST_CASE("score exits 0 when every line scores and fails cleanly on a missing i
   REQUIRE_THAT(missing.err, Catch::Contains("nope.jsonl"));
 }
 
+TEST_CASE("score: error lines before any scored line are reported once and the run finishes",
+          "[integration]") {
+  // Issue 12: error lines at the front were written (and their slots reset) before admission reached
+  // them; admission then took them for unscored lines and died in vector::reserve.
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  TempDir dir("score");
+  write_random_model(dir.path(), preset_config("tiny").value(), seed, DType::f32, nullptr, true);
+  write_file(dir / "in.jsonl", "{\"ids\":[5]}\n{\"text\":\"\"}\n{\"text\":\"hello world\"}\n");
+  auto r = run_command(astrai_bin() + " score --model '" + dir.path().string() + "' --input '" +
+                       (dir / "in.jsonl").string() + "' --output '" + (dir / "out.jsonl").string() + "'");
+  INFO("stderr: " << r.err);
+  REQUIRE(r.exit_code == 1);  // some lines failed
+  REQUIRE(r.err.empty());     // and nothing internal reached the user
+  const std::string out = read_file(dir / "out.jsonl");
+  REQUIRE(std::count(out.begin(), out.end(), '\n') == 3);
+  REQUIRE_THAT(out, Catch::Contains("\"line 1: needs at least 2 tokens to score, got 1\""));
+  REQUIRE_THAT(out, Catch::Contains("\"line 2: needs at least 2 tokens to score, got 0\""));
+  REQUIRE_THAT(out, Catch::Contains("{\"id\":3,\"tokens\":["));
+  REQUIRE_THAT(out, Catch::Contains("\"logprobs\":["));
+}
+
 }  // namespace astrai::test
