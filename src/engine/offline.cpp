@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cfloat>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -25,6 +26,7 @@ using Clock = std::chrono::steady_clock;
 // What one choice of a line produced.
 struct LineChoice {
   std::string text;
+  std::vector<int32_t> token_ids;            // every token generated, the one that ended the choice included
   FinishReason finish = FinishReason::none;  // stop or length
 };
 
@@ -50,11 +52,21 @@ std::string result_line(const LineJob& j) {
   w.begin_object().key("id").raw(j.id_json);
   bool any_length = false;
   for (const auto& c : j.choices) any_length |= c.finish == FinishReason::length;
+  auto ids = [&w](const std::vector<int32_t>& v) {
+    w.begin_array();
+    for (int32_t t : v) w.value(int64_t(t));
+    w.end_array();
+  };
   if (j.choices.size() == 1) {
     w.key("text").value(j.choices[0].text);
+    w.key("token_ids");
+    ids(j.choices[0].token_ids);
   } else {
     w.key("texts").begin_array();
     for (const auto& c : j.choices) w.value(c.text);
+    w.end_array();
+    w.key("token_ids").begin_array();
+    for (const auto& c : j.choices) ids(c.token_ids);
     w.end_array();
   }
   w.key("finish_reason").value(any_length ? "length" : "stop");
@@ -117,10 +129,27 @@ json::MaybeFieldError read_stops(json::Value& v, std::vector<std::string>& out) 
   return std::nullopt;
 }
 
+// A non-empty list of token ids (JSON integers in [0, 2^31)); the engine checks them against the
+// model's vocabulary.
+json::MaybeFieldError read_prompt_ids(json::Value& v, std::vector<int32_t>& out) {
+  const json::FieldError bad{"prompt_ids", "must be a non-empty list of token ids (integers >= 0)"};
+  simdjson::ondemand::array arr;
+  if (v.get_array().get(arr)) return bad;
+  for (auto el : arr) {
+    json::Value ev;
+    int64_t id = 0;
+    if (el.get(ev) || read_integer(ev, "prompt_ids", 0, INT32_MAX, id)) return bad;
+    out.push_back(int32_t(id));
+  }
+  if (out.empty()) return bad;
+  return std::nullopt;
+}
+
 // A line's fields before tokenization, which waits until the id is known not to be done already.
 struct LineFields {
   std::string id_json;  // minified; empty: not given
   std::optional<std::string> prompt, messages_json;
+  std::optional<std::vector<int32_t>> prompt_ids;
   std::string error;  // the line's first problem
 };
 
@@ -145,6 +174,12 @@ void read_line(simdjson::dom::parser& dom, simdjson::ondemand::parser& parser, c
       if (v.type().get(t) || t != simdjson::ondemand::json_type::array || json::read_raw(v, "messages", raw))
         return json::FieldError{"messages", "must be an array of messages"};
       f.messages_json = std::move(raw);
+    } else if (key == "prompt_ids") {
+      e = read_prompt_ids(v, f.prompt_ids.emplace());
+    } else if (key == "ignore_eos") {
+      bool b = false;
+      if (v.get_bool().get(b)) return json::FieldError{"ignore_eos", "must be true or false"};
+      spec.ignore_eos = b;
     } else if (key == "max_tokens") {
       if (!(e = read_integer(v, "max_tokens", 1, 1 << 24, i))) spec.max_tokens = int(i);
     } else if (key == "temperature" || key == "top_p" || key == "min_p") {
@@ -198,11 +233,18 @@ void read_line(simdjson::dom::parser& dom, simdjson::ondemand::parser& parser, c
 
 // Tokenizes the prompt or renders the messages through the model's chat template.
 std::string tokenize_prompt(const Tokenizer& tok, const LineFields& f, std::vector<int32_t>& prompt) {
+  if (int(f.prompt.has_value()) + int(f.messages_json.has_value()) + int(f.prompt_ids.has_value()) > 1)
+    return "give one of \"prompt\", \"prompt_ids\" and \"messages\"";
+  if (f.prompt_ids) {
+    prompt = *f.prompt_ids;
+    return {};
+  }
   if (f.prompt) {
     prompt = tok.encode(*f.prompt, true);
     return {};
   }
-  if (!f.messages_json) return "needs \"prompt\" (a string) or \"messages\" (a list)";
+  if (!f.messages_json)
+    return "needs \"prompt\" (a string), \"prompt_ids\" (a list of token ids) or \"messages\" (a list)";
   const ChatTemplate* tmpl = tok.chat_template();
   if (!tmpl) {
     Status why = tok.chat_template_status();
@@ -278,6 +320,7 @@ void apply_deltas(LineJob& j, const std::vector<ChoiceDelta>& deltas) {
   for (const auto& d : deltas) {
     LineChoice& c = j.choices[size_t(d.choice)];
     c.text += d.text;
+    for (const TokenInfo& t : d.tokens) c.token_ids.push_back(t.id);
     if (d.finish == FinishReason::none) continue;
     c.finish = d.finish == FinishReason::length ? FinishReason::length : FinishReason::stop;
     if (d.finish == FinishReason::error || d.finish == FinishReason::cancelled)

@@ -129,6 +129,66 @@ TEST_CASE("generate echoes ids, reports bad lines and goes on, applies templates
   CHECK(std::string_view(d["error"]).find("line 8") != std::string_view::npos);
 }
 
+TEST_CASE("generate takes prompt_ids lines and writes the generated token_ids of every choice",
+          "[integration]") {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  const auto dir = model_dir("tiny");
+  auto ref = load_model(dir);
+  auto tok = Tokenizer::load(dir).value();
+  const int vocab = int(ref.model->config().vocab_size);
+  // Random ids, special ones included: no tokenizer in between.
+  std::vector<int32_t> ids;
+  for (int i = 0, n = 2 + int(rng() % 20); i < n; ++i) ids.push_back(int32_t(rng() % uint64_t(vocab)));
+  std::string list;
+  for (int32_t t : ids) list += (list.empty() ? "" : ",") + std::to_string(t);
+  const auto expect = full_forward_greedy(*ref.model, ids, 8);
+  TempDir t("gen");
+  std::string in;
+  in += "{\"id\": \"a\", \"prompt_ids\": [" + list +
+        "], \"max_tokens\": 8, \"temperature\": 0, "
+        "\"ignore_eos\": true}\n";
+  in += "{\"id\": \"b\", \"prompt_ids\": [" + list +
+        "], \"max_tokens\": 8, \"temperature\": 0, \"n\": 2, "
+        "\"ignore_eos\": true}\n";
+  in += "{\"id\": \"c\", \"prompt_ids\": [], \"max_tokens\": 8}\n";
+  in += "{\"id\": \"d\", \"prompt_ids\": [1, 2.5], \"max_tokens\": 8}\n";
+  in += "{\"id\": \"e\", \"prompt_ids\": [" + std::to_string(vocab) + "], \"max_tokens\": 8}\n";
+  in += "{\"id\": \"f\", \"prompt_ids\": [1], \"prompt\": \"x\", \"max_tokens\": 8}\n";
+  in += "{\"id\": \"g\", \"prompt\": \"abc\", \"max_tokens\": 5, \"temperature\": 0, \"ignore_eos\": true}\n";
+  write_file(t / "in.jsonl", in);
+  auto r = run_command(gen_cmd(dir, t, "--no-progress"));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  auto out = lines_of(read_file(t / "out.jsonl"));
+  REQUIRE(out.size() == 7);
+  simdjson::dom::parser p;
+  auto ids_of = [](simdjson::dom::array a) {
+    std::vector<int32_t> v;
+    for (auto x : a) v.push_back(int32_t(int64_t(x)));
+    return v;
+  };
+  simdjson::dom::element d = p.parse(out[0]);
+  INFO(out[0]);
+  CHECK(ids_of(d["token_ids"]) == expect);
+  CHECK(std::string_view(d["text"]) == tok->decode(expect, true));
+  CHECK(int64_t(d["usage"]["prompt_tokens"]) == int64_t(ids.size()));
+  d = p.parse(out[1]);
+  simdjson::dom::array per_choice = d["token_ids"];
+  REQUIRE(per_choice.size() == 2);
+  for (auto c : per_choice) CHECK(ids_of(c) == expect);
+  for (int i : {2, 3, 4, 5}) {
+    INFO(out[size_t(i)]);
+    d = p.parse(out[size_t(i)]);
+    CHECK(std::string_view(d["error"]).find("line " + std::to_string(i + 1)) != std::string_view::npos);
+  }
+  CHECK(std::string(p.parse(out[4])["error"]).find("vocabulary") != std::string::npos);
+  d = p.parse(out[6]);
+  const auto g = full_forward_greedy(*ref.model, tok->encode("abc", true), 5);
+  CHECK(ids_of(d["token_ids"]) == g);
+}
+
 TEST_CASE("generate --resume skips ids already written and appends the rest", "[integration]") {
   const auto dir = model_dir("tiny");
   TempDir t("gen");
