@@ -25,6 +25,10 @@ Buffer Buffer::host(size_t bytes) {
   if (bytes >= kMmapThreshold) {
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) throw std::bad_alloc();
+    // Transparent huge pages where the kernel offers them on request: loading a model touches every
+    // page of its weights once, and 2 MiB pages take 512x fewer faults than 4 KiB ones. Advice only:
+    // failure changes nothing.
+    ::madvise(p, bytes, MADV_HUGEPAGE);
     return Buffer(p, bytes, Device::cpu, [bytes](void* q) { ::munmap(q, bytes); });
   }
   const size_t rounded = (bytes + 63) / 64 * 64;

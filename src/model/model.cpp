@@ -56,42 +56,49 @@ Tensor col_view(const Tensor& buf, int64_t col, int64_t width) {
   return t;
 }
 
-// Converts a file tensor to the backend's dtype on the host in bounded chunks and uploads it into
-// dst (contiguous, same number of elements).
-Status upload_converted(Backend& be, Tensor dst, const SafeTensor& src) {
-  const int64_t n = src.numel();
-  if (dst.numel() != n)
-    return internal_error(src.file + ": tensor '" + src.name + "' does not fit its destination");
-  Tensor flat(dst.data, dst.dtype, {n}, dst.device);
-  if (src.dtype == dst.dtype) {
-    be.upload(flat, src.data);
+// Copies file tensors into backend tensors of the compute dtype. Equal dtypes upload as they are.
+// Otherwise the backend's own `convert` does the work: on the CPU it reads the mapped file directly
+// into the destination (in parallel, no staging copy); on a device the file's bytes go up in
+// bounded chunks through one device staging buffer (kept for the whole load) and are converted there.
+class WeightUploader {
+ public:
+  explicit WeightUploader(Backend& be) : be_(be) {}
+
+  // dst: contiguous, as many elements as src.
+  Status upload(Tensor dst, const SafeTensor& src) {
+    const int64_t n = src.numel();
+    if (dst.numel() != n)
+      return internal_error(src.file + ": tensor '" + src.name + "' does not fit its destination");
+    Tensor flat(dst.data, dst.dtype, {n}, dst.device);
+    if (src.dtype == dst.dtype) {
+      be_.upload(flat, src.data);
+      return {};
+    }
+    if (src.dtype != DType::f32 && src.dtype != DType::bf16 && src.dtype != DType::f16)
+      return unsupported(src.file + ": tensor '" + src.name + "' has dtype " +
+                         std::string(dtype_name(src.dtype)) + " (expected F32, BF16 or F16)");
+    const Tensor file(const_cast<void*>(src.data), src.dtype, {n}, Device::cpu);
+    if (dst.device == Device::cpu) {
+      be_.convert(file, flat);
+      return {};
+    }
+    constexpr int64_t kChunk = int64_t(16) << 20;  // elements per staging round trip
+    const int64_t chunk = std::min(n, kChunk);
+    const size_t need = size_t(chunk) * dtype_size(src.dtype);
+    if (staging_.size() < need) staging_ = be_.alloc(size_t(kChunk) * dtype_size(DType::f32));
+    for (int64_t b = 0; b < n; b += chunk) {
+      const int64_t e = std::min(n, b + chunk);
+      Tensor raw = staging_.as(src.dtype, {e - b});
+      be_.upload(raw, file.rows(b, e).data);
+      be_.convert(raw, flat.rows(b, e));
+    }
     return {};
   }
-  if (src.dtype != DType::f32 && src.dtype != DType::bf16 && src.dtype != DType::f16)
-    return unsupported(src.file + ": tensor '" + src.name + "' has dtype " +
-                       std::string(dtype_name(src.dtype)) + " (expected F32, BF16 or F16)");
-  constexpr int64_t kChunk = 1 << 20;
-  std::vector<char> staging(size_t(std::min(n, kChunk)) * dtype_size(dst.dtype));
-  for (int64_t b = 0; b < n; b += kChunk) {
-    const int64_t e = std::min(n, b + kChunk);
-    for (int64_t i = b; i < e; ++i) {
-      float v = 0.0f;
-      switch (src.dtype) {
-        case DType::f32: v = static_cast<const float*>(src.data)[i]; break;
-        case DType::bf16: v = bf16_to_f32(static_cast<const uint16_t*>(src.data)[i]); break;
-        default: v = f16_to_f32(static_cast<const uint16_t*>(src.data)[i]); break;
-      }
-      switch (dst.dtype) {
-        case DType::f32: reinterpret_cast<float*>(staging.data())[i - b] = v; break;
-        case DType::bf16: reinterpret_cast<uint16_t*>(staging.data())[i - b] = f32_to_bf16(v); break;
-        case DType::f16: reinterpret_cast<uint16_t*>(staging.data())[i - b] = f32_to_f16(v); break;
-        default: return internal_error("unsupported compute dtype");
-      }
-    }
-    be.upload(flat.rows(b, e), staging.data());
-  }
-  return {};
-}
+
+ private:
+  Backend& be_;
+  Buffer staging_;
+};
 
 class DecoderModel final : public Model {
  public:
@@ -100,6 +107,7 @@ class DecoderModel final : public Model {
   Status load(const WeightRefs& refs) {
     const DType dt = be_.compute_dtype();
     const int64_t H = cfg_.hidden_size, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), F = cfg_.intermediate_size;
+    WeightUploader uploader(be_);
     // Allocates a tensor on the backend and fills it from one or more file tensors stacked along dim 0.
     auto make = [&](std::initializer_list<int64_t> dims, std::initializer_list<const SafeTensor*> parts,
                     Tensor& out) -> Status {
@@ -117,8 +125,7 @@ class DecoderModel final : public Model {
       for (const SafeTensor* p : parts) {
         const int64_t rows = p->numel() / row_elems;
         Tensor flat(out.data, dt, {shape_only.numel()}, out.device);
-        ASTRAI_RETURN_IF_ERROR(
-            upload_converted(be_, flat.rows(row * row_elems, (row + rows) * row_elems), *p));
+        ASTRAI_RETURN_IF_ERROR(uploader.upload(flat.rows(row * row_elems, (row + rows) * row_elems), *p));
         row += rows;
       }
       return {};
