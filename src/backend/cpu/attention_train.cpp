@@ -18,21 +18,10 @@
 
 #include "src/backend/cpu/ops.h"
 #include "src/backend/cpu/rows.h"
+#include "src/backend/cpu/vec.h"
 
 namespace astrai::cpu {
 namespace {
-
-inline float dot(const float* a, const float* b, int64_t n) {
-  float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
-  return acc;
-}
-
-inline void axpy(float alpha, const float* x, float* y, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
-}
 
 struct AttnShape {
   int64_t N = 0, H = 0, KVH = 0, D = 0;
