@@ -131,12 +131,12 @@ std::vector<float> serving_logits(const std::filesystem::path& dir, const TrainB
   return run_forward(*model, make_batch(chunks), kv);
 }
 
-void logits_match_serving(const ModelConfig& cfg) {
+void logits_match_serving(const ModelConfig& cfg, DType file_dtype = DType::f32) {
   const uint64_t seed = fresh_seed();
-  INFO("seed " << seed << " architecture " << cfg.architecture);
+  INFO("seed " << seed << " architecture " << cfg.architecture << " file dtype " << dtype_name(file_dtype));
   std::mt19937_64 rng(seed);
   TempDir dir("trainfwd");
-  write_random_model(dir.path(), cfg, seed);
+  write_random_model(dir.path(), cfg, seed, file_dtype);
   std::vector<std::vector<int>> docs;
   const TrainBatch b =
       packed_batch(rng, 3, std::uniform_int_distribution<int>(20, 70)(rng), cfg.vocab_size, 3, &docs);
@@ -294,8 +294,8 @@ TEST_CASE("TrainModel logits equal the serving forward's (tiny preset, packed do
 TEST_CASE("TrainModel logits equal the serving forward's (Qwen3-style, untied)", "[unit]") {
   logits_match_serving(qwen3_config(false));
 }
-TEST_CASE("TrainModel logits equal the serving forward's (Qwen2-style, q/k/v bias)", "[unit]") {
-  logits_match_serving(qwen2_config());
+TEST_CASE("TrainModel logits equal the serving forward's (Qwen2-style, q/k/v bias, bf16 weights)", "[unit]") {
+  logits_match_serving(qwen2_config(), DType::bf16);
 }
 
 TEST_CASE("TrainModel gradients match PyTorch autograd (tiny preset)", "[unit]") {
