@@ -150,9 +150,17 @@ void logits_match_serving(const ModelConfig& cfg, DType file_dtype = DType::f32)
 
 // ---- gradients against PyTorch ------------------------------------------------------------------
 
-struct Reference {
-  double loss = 0;
-  std::vector<std::vector<double>> grads;  // per Param, in params() order
+// One gradient case: a random model, a batch, and TrainModel's loss and gradients on it.
+struct GradCase {
+  std::string label;
+  ModelConfig cfg;
+  uint64_t seed = 0;
+  float smoothing = 0, scale = 1;
+  int64_t chunk_rows = 0;
+  std::unique_ptr<TempDir> dir;
+  TrainBatch batch;
+  Loaded loaded;
+  float loss = 0;
 };
 
 std::string json_ints(const std::vector<int32_t>& v) {
@@ -161,42 +169,39 @@ std::string json_ints(const std::vector<int32_t>& v) {
   return s + "]";
 }
 
-Reference reference_grads(const std::filesystem::path& dir, std::vector<train::Param>& params,
-                          const TrainBatch& b, float smoothing, float scale) {
-  TempDir tmp("gradref");
-  std::string names = "[";
-  for (size_t i = 0; i < params.size(); ++i) names += (i ? ",\"" : "\"") + params[i].name + "\"";
-  names += "]";
+std::string json_float(float f) {
   char num[64];
-  std::string json = "{\"batch\":" + std::to_string(b.batch) + ",\"seq_len\":" + std::to_string(b.seq_len) +
-                     ",\"tokens\":" + json_ints(b.tokens) + ",\"targets\":" + json_ints(b.targets) +
-                     ",\"positions\":" + json_ints(b.positions) + ",\"doc_start\":" + json_ints(b.doc_start);
-  std::snprintf(num, sizeof num, "%.9g", double(smoothing));
-  json += ",\"label_smoothing\":" + std::string(num);
-  std::snprintf(num, sizeof num, "%.9g", double(scale));
-  json += ",\"scale\":" + std::string(num) + ",\"names\":" + names + "}";
-  write_file(tmp / "batch.json", json);
-  const CommandResult r = run_command(
-      python3() + " " + (source_dir() / "tests/train/grad_reference.py").string() + " '" + dir.string() +
-      "' '" + (tmp / "batch.json").string() + "' '" + (tmp / "grads.bin").string() + "'");
-  INFO(r.err);
-  REQUIRE(r.exit_code == 0);
-  Reference ref;
-  const auto pos = r.out.find("\"loss\":");
-  REQUIRE(pos != std::string::npos);
-  ref.loss = std::stod(r.out.substr(pos + 7));
-  const std::string raw = read_file(tmp / "grads.bin");
-  size_t off = 0;
-  for (const auto& p : params) {
-    const size_t n = size_t(p.value.numel());
-    REQUIRE(off + n * sizeof(double) <= raw.size());
-    std::vector<double> g(n);
-    std::memcpy(g.data(), raw.data() + off, n * sizeof(double));
-    off += n * sizeof(double);
-    ref.grads.push_back(std::move(g));
-  }
-  REQUIRE(off == raw.size());
-  return ref;
+  std::snprintf(num, sizeof num, "%.9g", double(f));
+  return num;
+}
+
+GradCase run_case(const std::string& label, const ModelConfig& cfg) {
+  GradCase c;
+  c.label = label;
+  c.cfg = cfg;
+  c.seed = fresh_seed();
+  std::mt19937_64 rng(c.seed);
+  c.smoothing = rng() % 2 ? 0.0f : std::uniform_real_distribution<float>(0.01f, 0.3f)(rng);
+  c.scale = std::uniform_real_distribution<float>(0.25f, 2.0f)(rng);
+  c.chunk_rows = std::uniform_int_distribution<int64_t>(7, 100)(rng);
+  c.dir = std::make_unique<TempDir>("traingrad");
+  write_random_model(c.dir->path(), cfg, c.seed);
+  c.batch = packed_batch(rng, 2, std::uniform_int_distribution<int>(24, 48)(rng), cfg.vocab_size, 3);
+  c.loaded = load(c.dir->path(), cfg);
+  c.loss = c.loaded.model->forward_backward(c.batch, c.scale, {c.smoothing, c.chunk_rows}).value();
+  return c;
+}
+
+// The batch file grad_reference.py reads.
+void write_batch_json(const GradCase& c, const std::filesystem::path& file) {
+  const TrainBatch& b = c.batch;
+  std::string names = "[";
+  for (const auto& p : c.loaded.model->params()) names += (names.size() > 1 ? ",\"" : "\"") + p.name + "\"";
+  write_file(file, "{\"batch\":" + std::to_string(b.batch) + ",\"seq_len\":" + std::to_string(b.seq_len) +
+                       ",\"tokens\":" + json_ints(b.tokens) + ",\"targets\":" + json_ints(b.targets) +
+                       ",\"positions\":" + json_ints(b.positions) + ",\"doc_start\":" +
+                       json_ints(b.doc_start) + ",\"label_smoothing\":" + json_float(c.smoothing) +
+                       ",\"scale\":" + json_float(c.scale) + ",\"names\":" + names + "]}");
 }
 
 std::vector<float> host(Backend& be, const Tensor& t) {
@@ -215,28 +220,25 @@ double rel_l2(const std::vector<float>& got, const std::vector<double>& want) {
   return std::sqrt(num / std::max(den, 1e-300));
 }
 
-void gradients_match_pytorch(const ModelConfig& cfg) {
-  const uint64_t seed = fresh_seed();
-  std::mt19937_64 rng(seed);
-  const float smoothing = rng() % 2 ? 0.0f : std::uniform_real_distribution<float>(0.01f, 0.3f)(rng);
-  const float scale = std::uniform_real_distribution<float>(0.25f, 2.0f)(rng);
-  const int64_t chunk_rows = std::uniform_int_distribution<int64_t>(7, 100)(rng);
-  INFO("seed " << seed << " architecture " << cfg.architecture << " tied " << cfg.tie_word_embeddings
-               << " label_smoothing " << smoothing << " scale " << scale << " chunk_rows " << chunk_rows);
-  TempDir dir("traingrad");
-  write_random_model(dir.path(), cfg, seed);
-  const TrainBatch b =
-      packed_batch(rng, 2, std::uniform_int_distribution<int>(24, 48)(rng), cfg.vocab_size, 3);
-  Loaded l = load(dir.path(), cfg);
-  auto& params = l.model->params();
-  const float loss = l.model->forward_backward(b, scale, {smoothing, chunk_rows}).value();
-  const Reference ref = reference_grads(dir.path(), params, b, smoothing, scale);
-  CHECK(std::abs(double(loss) - ref.loss) <= 1e-5 * std::abs(ref.loss));
-  REQUIRE(ref.grads.size() == params.size());
-  for (size_t i = 0; i < params.size(); ++i) {
-    INFO(params[i].name);
-    CHECK(rel_l2(host(*l.backend, params[i].grad), ref.grads[i]) <= 1e-4);
+// Checks a case against the reference's loss (one JSON line of grad_reference.py) and gradients.
+void check_case(const GradCase& c, const std::string& ref_line, const std::string& raw) {
+  INFO(c.label << ": seed " << c.seed << " label_smoothing " << c.smoothing << " scale " << c.scale
+               << " chunk_rows " << c.chunk_rows);
+  const auto pos = ref_line.find("\"loss\":");
+  REQUIRE(pos != std::string::npos);
+  const double ref_loss = std::stod(ref_line.substr(pos + 7));
+  CHECK(std::abs(double(c.loss) - ref_loss) <= 1e-5 * std::abs(ref_loss));
+  size_t off = 0;
+  for (const auto& p : c.loaded.model->params()) {
+    INFO(p.name);
+    const size_t n = size_t(p.value.numel());
+    REQUIRE(off + n * sizeof(double) <= raw.size());
+    std::vector<double> want(n);
+    std::memcpy(want.data(), raw.data() + off, n * sizeof(double));
+    off += n * sizeof(double);
+    CHECK(rel_l2(host(*c.loaded.backend, p.grad), want) <= 1e-4);
   }
+  CHECK(off == raw.size());
 }
 
 // The CPU backend's forward ops under another name, without the training ops: what a backend that
@@ -298,22 +300,40 @@ TEST_CASE("TrainModel logits equal the serving forward's (Qwen2-style, q/k/v bia
   logits_match_serving(qwen2_config(), DType::bf16);
 }
 
-TEST_CASE("TrainModel gradients match PyTorch autograd (tiny preset)", "[unit]") {
-  gradients_match_pytorch(tiny_config());
-}
-TEST_CASE("TrainModel gradients match PyTorch autograd (Qwen3-style, tied)", "[unit]") {
-  gradients_match_pytorch(qwen3_config(true));
-}
-TEST_CASE("TrainModel gradients match PyTorch autograd (Qwen3-style, untied)", "[unit]") {
-  gradients_match_pytorch(qwen3_config(false));
-}
-TEST_CASE("TrainModel gradients match PyTorch autograd (Qwen2-style, q/k/v bias)", "[unit]") {
-  gradients_match_pytorch(qwen2_config());
+// All cases in one Python run (importing torch costs seconds).
+TEST_CASE(
+    "TrainModel gradients match PyTorch autograd: tiny preset, Qwen3-style tied and untied, Qwen2-style",
+    "[unit]") {
+  std::vector<GradCase> cases;
+  cases.push_back(run_case("tiny preset", tiny_config()));
+  cases.push_back(run_case("Qwen3-style, tied", qwen3_config(true)));
+  cases.push_back(run_case("Qwen3-style, untied", qwen3_config(false)));
+  cases.push_back(run_case("Qwen2-style, q/k/v bias", qwen2_config()));
+  TempDir tmp("gradref");
+  std::string cmd = python3() + " " + (source_dir() / "tests/train/grad_reference.py").string();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string n = std::to_string(i);
+    write_batch_json(cases[i], tmp / ("batch" + n + ".json"));
+    cmd += " '" + cases[i].dir->path().string() + "' '" + (tmp / ("batch" + n + ".json")).string() + "' '" +
+           (tmp / ("grads" + n + ".bin")).string() + "'";
+  }
+  const CommandResult r = run_command(cmd);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  std::vector<std::string> lines;
+  for (size_t b = 0, e; b < r.out.size(); b = e + 1) {
+    e = r.out.find('\n', b);
+    if (e == std::string::npos) e = r.out.size();
+    if (e > b) lines.push_back(r.out.substr(b, e - b));
+  }
+  REQUIRE(lines.size() == cases.size());
+  for (size_t i = 0; i < cases.size(); ++i)
+    check_case(cases[i], lines[i], read_file(tmp / ("grads" + std::to_string(i) + ".bin")));
 }
 
 TEST_CASE(
-    "forward_backward adds into the gradients; zero_grad clears them; the loss does not depend on the "
-    "chunking",
+    "forward_backward adds into the gradients, bit-reproducibly; zero_grad clears them; chunking does not "
+    "matter",
     "[unit]") {
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
