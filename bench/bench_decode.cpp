@@ -1,9 +1,11 @@
 // astrai bench decode: decode throughput of Model::forward on one device.
 //   astrai bench decode --device cpu --preset tiny|qwen3-0.6b|... (or --model DIR)
-//                       [--batch 1,8,32] [--prompt-len 128] [--tokens 64]
+//                       [--batch 1,8,32] [--prompt-len 128] [--tokens 64] [--no-cuda-graphs]
 // For each batch size B: B random prompts prefilled (chunks of up to 512 tokens per step), then
 // --tokens decode steps of B sequences in lockstep (greedy next token), timed. Prints a table and
-// one JSON line.
+// one JSON line. As in the engine, the step buffers are reserved for B sequences of the whole
+// length up front and, on a GPU, decode steps replay a CUDA graph per batch bucket (captured before
+// the prefill; --no-cuda-graphs runs them eagerly).
 //
 // Bandwidth reference: at batch 1 a decode step reads every weight once, so it cannot beat
 // weight_bytes / memory bandwidth. We time a plain parallel read of all weight bytes (a sum over
@@ -35,6 +37,7 @@ struct DecodeBenchOptions {
   int prompt_len = 128;
   int tokens = 64;
   uint64_t seed = 0;
+  bool no_cuda_graphs = false;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -89,7 +92,7 @@ struct BatchResult {
   int64_t prefill_tokens = 0, decode_tokens = 0;
 };
 
-BatchResult run_batch(Model& model, int B, int prompt_len, int steps, uint64_t seed) {
+BatchResult run_batch(Model& model, int B, int prompt_len, int steps, uint64_t seed, bool graphs) {
   const ModelConfig& cfg = model.config();
   const int page_size = 16;
   const int total_len = prompt_len + steps;
@@ -97,7 +100,15 @@ BatchResult run_batch(Model& model, int B, int prompt_len, int steps, uint64_t s
     throw Error(invalid_argument("--prompt-len + --tokens exceeds the model's context of " +
                                  std::to_string(cfg.max_position_embeddings)));
   const int pages_per_seq = (total_len + page_size - 1) / page_size;
+  const int budget = 512;  // prefill tokens per step
+  StepLimits limits;
+  limits.max_seqs = B;
+  limits.max_tokens = std::max(budget, prompt_len);
+  limits.max_model_len = total_len;
+  limits.page_size = page_size;
+  check(model.reserve_steps(limits));
   KvCache kv = model.allocate_kv(B * pages_per_seq, page_size);
+  if (graphs) model.capture_decode_graphs(kv).value();
   std::mt19937_64 rng(seed + uint64_t(B));
   std::uniform_int_distribution<int32_t> tok(0, int32_t(cfg.vocab_size) - 1);
   std::vector<std::vector<int32_t>> seqs(static_cast<size_t>(B));
@@ -126,7 +137,6 @@ BatchResult run_batch(Model& model, int B, int prompt_len, int steps, uint64_t s
 
   BatchResult res;
   res.batch = B;
-  const int budget = 512;
   auto t0 = Clock::now();
   for (int s = 0; s < B;) {  // prefill: whole prompts, packed up to the token budget
     batch.clear();
@@ -185,11 +195,12 @@ void run(const DecodeBenchOptions& o) {
   if (read_s > 0)
     std::printf("weight read: %.1f ms (%.1f GB/s) = decode floor of %.1f ms/step at batch 1\n", read_s * 1e3,
                 gbps, read_s * 1e3);
-  std::printf("prompt %d tokens, %d decode steps\n\n", o.prompt_len, o.tokens);
+  std::printf("prompt %d tokens, %d decode steps, CUDA graphs %s\n\n", o.prompt_len, o.tokens,
+              !o.no_cuda_graphs && backend->supports_graphs() ? "on" : "off");
   std::printf("%6s %14s %14s %10s %9s\n", "batch", "prefill tok/s", "decode tok/s", "ms/step", "x floor");
   std::vector<BatchResult> results;
   for (int B : batches) {
-    BatchResult r = run_batch(*model, B, o.prompt_len, o.tokens, o.seed);
+    BatchResult r = run_batch(*model, B, o.prompt_len, o.tokens, o.seed, !o.no_cuda_graphs);
     const double ms = r.decode_s * 1e3 / o.tokens;
     // The floor is measured only on the CPU backend (a timed read of the f32 weights); elsewhere the
     // column says so rather than print 0 (on a GPU, measure the copy bandwidth:
@@ -217,6 +228,8 @@ void run(const DecodeBenchOptions& o) {
       .value(int64_t(o.prompt_len))
       .key("decode_steps")
       .value(int64_t(o.tokens))
+      .key("cuda_graphs")
+      .value(!o.no_cuda_graphs && backend->supports_graphs())
       .key("weight_bytes")
       .value(int64_t(wbytes))
       .key("weight_read_ms")
@@ -250,6 +263,7 @@ void register_bench_decode(CLI::App& app) {
   sub->add_option("--prompt-len", o->prompt_len, "Prompt tokens per sequence")->capture_default_str();
   sub->add_option("--tokens", o->tokens, "Decode steps to time")->capture_default_str();
   sub->add_option("--seed", o->seed, "Seed of the prompts and of a preset's weights")->capture_default_str();
+  sub->add_flag("--no-cuda-graphs", o->no_cuda_graphs, "Run decode steps eagerly (no CUDA graphs)");
   add_common_options(*sub, o->common);
   sub->callback([o] { run(*o); });
 }

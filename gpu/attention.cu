@@ -13,12 +13,15 @@
 //   m' = max(m, max_j s_j);  l = l e^(m - m') + sum_j e^(s_j - m');
 //   acc = acc e^(m - m') + sum_j e^(s_j - m') v_j;   out = acc / l
 // Split-KV: when the blocks are too few to fill the GPU (decode, few sequences, long contexts) the
-// keys are cut into `splits` ranges of `chunk` keys; each block writes its unnormalised (m, l, acc)
-// to scratch and a combine kernel merges the splits:
+// keys are cut into `splits` ranges; each block writes its unnormalised (m, l, acc) to scratch and
+// a combine kernel merges the splits that saw keys:
 //   out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M),  M = max_s m_s.
 // Lengths are read from device memory (q_start, kv_len, page_table); the host sizes the grid only,
-// from AttentionBatch::max_q_len and max_kv_len (the last split runs to the row's end whatever the
-// chunk). Any head_dim up to kMaxHeadDim (shared memory grows with it).
+// from AttentionBatch::max_q_len and max_kv_len, which may be capacities rather than this step's
+// lengths (a CUDA graph's grid is fixed at capture). A sequence's split length is its own kv_len /
+// splits rounded up to a key tile, so splits past its keys exit at once, and its result depends on
+// its own length and the grid only, never on the other sequences' lengths. Any head_dim up to
+// kMaxHeadDim (shared memory grows with it).
 #include <algorithm>
 #include <string>
 #include <type_traits>
@@ -61,7 +64,6 @@ struct AttnParams {
   int heads_per_tile;  // q heads of one KV head in a tile (decode: the GQA group shares K/V loads)
   int rows_per_tile;   // query rows in a tile: kTileRows / heads_per_tile
   int splits;          // KV ranges per (row, head); 1: write out directly
-  int64_t chunk;       // keys per split (the last runs to the row's end)
   float* part_acc;     // [rows * heads * splits, D]   (splits > 1)
   float* part_ml;      // [rows * heads * splits, 2]  m, l
 };
@@ -91,8 +93,11 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int n_rows = int(n_q) * hpt;              // valid tile rows: t < n_rows
   const int64_t pos0 = p.kv_len[s] - q_len + r0;  // position of the tile's first query row
   const int64_t n_keys = pos0 + n_q;              // the last row sees keys [0, pos0 + n_q)
-  const int64_t j0 = split * p.chunk;
-  const int64_t j1 = split + 1 == p.splits ? n_keys : min(n_keys, j0 + p.chunk);
+  const int64_t kv_len = p.kv_len[s];
+  const int64_t chunk =
+      p.splits == 1 ? kv_len : (kv_len + p.splits * kTileKeys - 1) / (p.splits * kTileKeys) * kTileKeys;
+  const int64_t j0 = split * chunk;
+  const int64_t j1 = min(n_keys, j0 + chunk);  // n_keys <= kv_len <= splits * chunk
   const int32_t* pages = p.page_table + int64_t(s) * p.max_pages;
 
   const int d32 = int(D);  // indices inside a tile fit in int: kTileKeys * D <= 16384
@@ -366,7 +371,6 @@ void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache
   const unsigned tiles = unsigned((max_q + p.rows_per_tile - 1) / p.rows_per_tile);
   p.splits = choose_splits(int64_t(tiles) * (H / p.heads_per_tile) * S, batch.max_kv_len);
   if (S * p.splits > 65535) p.splits = int(std::max<int64_t>(1, 65535 / S));
-  p.chunk = (int64_t(batch.max_kv_len) + p.splits - 1) / p.splits;
   p.part_acc = p.part_ml = nullptr;
   if (p.splits > 1) {
     float* part = static_cast<float*>(scratch.ensure(size_t(T * H * p.splits * (D + 2)) * sizeof(float)));
