@@ -37,6 +37,8 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kTileRows = 16, kTileKeys = 32, kRowsPerWarp = kTileRows / kWarps;
 constexpr int64_t kMaxHeadDim = 512;
+constexpr int64_t kMinKeysPerSplit = 32;  // one key tile
+constexpr int kMaxSplits = 64;
 
 template <typename T>
 __global__ void kv_store_kernel(Rows k, Rows v, const int32_t* __restrict__ slots, int64_t kvh, int64_t d,
@@ -99,6 +101,17 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int64_t j0 = split * chunk;
   const int64_t j1 = min(n_keys, j0 + chunk);  // n_keys <= kv_len <= splits * chunk
   const int32_t* pages = p.page_table + int64_t(s) * p.max_pages;
+  if (j0 >= j1) {  // a split past the tile's keys (most of a capacity-sized grid): the empty state
+    for (int r = warp; r < n_rows; r += kWarps) {
+      const int64_t part = ((q0 + r0 + r / hpt) * p.heads + h0 + r % hpt) * p.splits + split;
+      for (int64_t i = lane; i < D; i += 32) p.part_acc[part * D + i] = 0.0f;
+      if (lane == 0) {
+        p.part_ml[2 * part] = -INFINITY;
+        p.part_ml[2 * part + 1] = 0.0f;
+      }
+    }
+    return;
+  }
 
   const int d32 = int(D);  // indices inside a tile fit in int: kTileKeys * D <= 16384
   for (int e = threadIdx.x; e < kTileRows * d32; e += blockDim.x) {
@@ -207,26 +220,61 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// One block per (row, head): merges the splits' partial states.
+// One block per (row, head): merges the splits' partial states. Warp 0 finds M and each split's
+// weight w_s = e^(m_s - M) (0 for a split that saw no key, whose acc is 0); then thread t sums dim
+// t % D over the splits t / D, t / D + G, ... (G = blockDim / D groups), so each thread's loads
+// are independent and many are in flight, and the G partial sums meet in shared memory in a fixed
+// order (the bits do not depend on timing). A capacity-sized grid has many splits, most empty.
+constexpr int kCombineThreads = 256;
+
 template <typename T>
-__global__ void combine_splits_kernel(AttnParams p) {
-  const int64_t row = blockIdx.x * p.heads + blockIdx.y, D = p.head_dim;
-  const int64_t part0 = row * p.splits;
-  float M = -INFINITY, L = 0.0f;
-  for (int sp = 0; sp < p.splits; ++sp) M = fmaxf(M, p.part_ml[2 * (part0 + sp)]);
-  for (int sp = 0; sp < p.splits; ++sp) {
-    const float l = p.part_ml[2 * (part0 + sp) + 1];
-    if (l > 0.0f) L += l * expf(p.part_ml[2 * (part0 + sp)] - M);
-  }
-  const float inv = L > 0.0f ? 1.0f / L : __int_as_float(0x7fc00000);
-  T* o = p.out.row<T>(row);
-  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
-    float sum = 0.0f;
-    for (int sp = 0; sp < p.splits; ++sp) {
+__global__ void __launch_bounds__(kCombineThreads) combine_splits_kernel(AttnParams p) {
+  __shared__ float w_s[kMaxSplits];
+  __shared__ float part_s[kCombineThreads];
+  __shared__ float inv_s;
+  const int64_t row = blockIdx.x * p.heads + blockIdx.y;
+  const int D = int(p.head_dim), splits = p.splits;
+  const int64_t part0 = row * splits;
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    float M = -INFINITY;
+    for (int sp = lane; sp < splits; sp += 32) M = fmaxf(M, p.part_ml[2 * (part0 + sp)]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    float L = 0.0f;
+    for (int sp = lane; sp < splits; sp += 32) {
       const float l = p.part_ml[2 * (part0 + sp) + 1];
-      if (l > 0.0f) sum += p.part_acc[(part0 + sp) * D + i] * expf(p.part_ml[2 * (part0 + sp)] - M);
+      const float w = l > 0.0f ? expf(p.part_ml[2 * (part0 + sp)] - M) : 0.0f;
+      w_s[sp] = w;
+      L += l * w;
     }
-    o[i] = from_f32<T>(sum * inv);
+    L = warp_sum(L);
+    if (lane == 0) inv_s = L > 0.0f ? 1.0f / L : __int_as_float(0x7fc00000);
+  }
+  __syncthreads();
+  const float* acc = p.part_acc + part0 * D;
+  T* o = p.out.row<T>(row);
+  const int groups = int(blockDim.x) / D;
+  if (groups <= 1) {  // wide heads: each thread its dims, every split
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+      float sum = 0.0f;
+#pragma unroll 4
+      for (int sp = 0; sp < splits; ++sp) sum += w_s[sp] * acc[int64_t(sp) * D + i];
+      o[i] = from_f32<T>(sum * inv_s);
+    }
+    return;
+  }
+  const int g = threadIdx.x / D, i = threadIdx.x % D;
+  float sum = 0.0f;
+  if (g < groups)
+#pragma unroll 4
+    for (int sp = g; sp < splits; sp += groups) sum += w_s[sp] * acc[int64_t(sp) * D + i];
+  part_s[threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.x < D) {
+    float total = 0.0f;
+    for (int gg = 0; gg < groups; ++gg) total += part_s[gg * D + threadIdx.x];
+    o[threadIdx.x] = from_f32<T>(total * inv_s);
   }
 }
 
@@ -238,8 +286,6 @@ size_t smem_bytes(int64_t D) {
 
 // Splits per (tile, head): enough blocks for ~4 waves of one block per multiprocessor, with at
 // least kMinKeysPerSplit keys each; 1 when the tiles already fill the GPU (prefill).
-constexpr int64_t kMinKeysPerSplit = 32;  // one key tile
-constexpr int kMaxSplits = 64;
 
 int sm_count() {
   static const int n = [] {
@@ -276,7 +322,7 @@ void launch(cudaStream_t stream, const AttnParams& p, unsigned tiles, int64_t S,
   if (p.splits == 1) return;
   const int64_t T_rows = p.q.n_rows / p.heads;
   const dim3 grid2{unsigned(T_rows), unsigned(p.heads), 1};
-  combine_splits_kernel<T><<<grid2, p.head_dim >= 128 ? 128 : 64, 0, stream>>>(p);
+  combine_splits_kernel<T><<<grid2, kCombineThreads, 0, stream>>>(p);
   ASTRAI_CUDA_LAUNCH_CHECK(combine_splits_kernel);
 }
 

@@ -374,7 +374,7 @@ class DecoderModel final : public Model {
     const Tensor attn = ws_.attn(T);
     const Tensor attn2(attn.data, attn.dtype, {T, qd}, attn.device);
     const Tensor q = head_view(qkv, 0, nh, hd), k = head_view(qkv, qd, nkv, hd),
-                 v = head_view(qkv, qd + kvd, nkv, hd);
+                 v = head_view(qkv, qd + kvd, nkv, hd), qk = head_view(qkv, 0, nh + nkv, hd);
     const Tensor gate = col_view(gu, 0, F), up = col_view(gu, F, F);
 
     be_.embedding(embed_, ids, x);
@@ -386,8 +386,7 @@ class DecoderModel final : public Model {
         be_.rms_norm(q, w.q_norm, eps, q);
         be_.rms_norm(k, w.k_norm, eps, k);
       }
-      be_.rope(q, pos, cos_sin_);
-      be_.rope(k, pos, cos_sin_);
+      be_.rope(qk, pos, cos_sin_);  // q and k heads side by side in qkv: one launch
       be_.kv_store(k, v, slots, kv.k_layer(int(l)), kv.v_layer(int(l)));
       be_.paged_attention(q, kv.k_layer(int(l)), kv.v_layer(int(l)), ab, scale, attn);
       be_.linear(attn2, w.o, w.has_o_bias ? &w.o_bias : nullptr, y);
