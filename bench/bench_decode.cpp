@@ -1,9 +1,12 @@
 // astrai bench decode: decode throughput of Model::forward on one device.
 //   astrai bench decode --device cpu --preset tiny|qwen3-0.6b|... (or --model DIR)
-//                       [--batch 1,8,32] [--prompt-len 128] [--tokens 64]
+//                       [--batch 1,8,32] [--prompt-len 128] [--tokens 64] [--no-cuda-graphs]
+//                       [--max-model-len N]
 // For each batch size B: B random prompts prefilled (chunks of up to 512 tokens per step), then
 // --tokens decode steps of B sequences in lockstep (greedy next token), timed. Prints a table and
-// one JSON line.
+// one JSON line. As in the engine, the step buffers are reserved for B sequences of the whole
+// length (or --max-model-len, as the engine's context would) up front and, on a GPU, decode steps replay a
+// CUDA graph per batch bucket (captured before the prefill; --no-cuda-graphs runs them eagerly).
 //
 // Bandwidth reference: at batch 1 a decode step reads every weight once, so it cannot beat
 // weight_bytes / memory bandwidth. We time a plain parallel read of all weight bytes (a sum over
@@ -35,6 +38,8 @@ struct DecodeBenchOptions {
   int prompt_len = 128;
   int tokens = 64;
   uint64_t seed = 0;
+  bool no_cuda_graphs = false;
+  int max_model_len = 0;  // 0: prompt + tokens
 };
 
 using Clock = std::chrono::steady_clock;
@@ -86,18 +91,31 @@ double time_weight_read(const Model& model) {
 struct BatchResult {
   int batch = 0;
   double prefill_s = 0, decode_s = 0;
+  double decode_forward_s = 0;  // of decode_s: forward + synchronize (the rest: logits to the host, argmax)
   int64_t prefill_tokens = 0, decode_tokens = 0;
 };
 
-BatchResult run_batch(Model& model, int B, int prompt_len, int steps, uint64_t seed) {
+BatchResult run_batch(Model& model, int B, int prompt_len, int steps, uint64_t seed, bool graphs,
+                      int max_model_len) {
   const ModelConfig& cfg = model.config();
   const int page_size = 16;
   const int total_len = prompt_len + steps;
   if (total_len > cfg.max_position_embeddings)
     throw Error(invalid_argument("--prompt-len + --tokens exceeds the model's context of " +
                                  std::to_string(cfg.max_position_embeddings)));
+  if (max_model_len > cfg.max_position_embeddings)
+    throw Error(invalid_argument("--max-model-len exceeds the model's context of " +
+                                 std::to_string(cfg.max_position_embeddings)));
   const int pages_per_seq = (total_len + page_size - 1) / page_size;
+  const int budget = 512;  // prefill tokens per step
+  StepLimits limits;
+  limits.max_seqs = B;
+  limits.max_tokens = std::max(budget, prompt_len);
+  limits.max_model_len = std::max(total_len, max_model_len);
+  limits.page_size = page_size;
+  check(model.reserve_steps(limits));
   KvCache kv = model.allocate_kv(B * pages_per_seq, page_size);
+  if (graphs) model.capture_decode_graphs(kv).value();
   std::mt19937_64 rng(seed + uint64_t(B));
   std::uniform_int_distribution<int32_t> tok(0, int32_t(cfg.vocab_size) - 1);
   std::vector<std::vector<int32_t>> seqs(static_cast<size_t>(B));
@@ -111,22 +129,28 @@ BatchResult run_batch(Model& model, int B, int prompt_len, int steps, uint64_t s
   auto add = [&](int s, int p0, int p1) {
     batch.add_sequence(seqs[size_t(s)], p0, p1 - p0, pages[size_t(s)], LogitRows::last);
   };
-  std::vector<float> logits;
+  // The logits come back into page-locked memory (a fast copy on a GPU) and each row's argmax runs
+  // on its own thread: the host's share of a step, which device sampling will remove, stays small.
+  const Buffer logits = model.backend().alloc_host_pinned(size_t(B) * size_t(cfg.vocab_size) * sizeof(float));
+  std::vector<int32_t> next(static_cast<size_t>(B));
+  double forward_s = 0;  // forward + synchronize: the device's share of the decode steps
   // Greedy next token of each sequence from the step's logits (one row per sequence).
   auto step = [&](const std::vector<int>& which) {
+    const auto f0 = Clock::now();
     Tensor lt = model.forward(batch.finish(), kv).value();
-    logits.resize(size_t(lt.numel()));
     model.backend().synchronize();
+    forward_s += seconds_since(f0);
     model.backend().download(logits.data(), lt);
-    for (size_t r = 0; r < which.size(); ++r) {
-      const float* row = logits.data() + r * size_t(cfg.vocab_size);
-      seqs[size_t(which[r])].push_back(int32_t(std::max_element(row, row + cfg.vocab_size) - row));
-    }
+    const float* host = static_cast<const float*>(logits.data());
+    const int64_t V = cfg.vocab_size, R = int64_t(which.size());
+#pragma omp parallel for schedule(static) if (R > 1)
+    for (int64_t r = 0; r < R; ++r)
+      next[size_t(r)] = int32_t(std::max_element(host + r * V, host + (r + 1) * V) - (host + r * V));
+    for (size_t r = 0; r < which.size(); ++r) seqs[size_t(which[r])].push_back(next[r]);
   };
 
   BatchResult res;
   res.batch = B;
-  const int budget = 512;
   auto t0 = Clock::now();
   for (int s = 0; s < B;) {  // prefill: whole prompts, packed up to the token budget
     batch.clear();
@@ -143,6 +167,7 @@ BatchResult run_batch(Model& model, int B, int prompt_len, int steps, uint64_t s
   res.prefill_tokens = int64_t(B) * prompt_len;
   std::vector<int> all(static_cast<size_t>(B));
   for (int s = 0; s < B; ++s) all[size_t(s)] = s;
+  forward_s = 0;
   t0 = Clock::now();
   for (int i = 0; i < steps; ++i) {
     batch.clear();
@@ -150,6 +175,7 @@ BatchResult run_batch(Model& model, int B, int prompt_len, int steps, uint64_t s
     step(all);
   }
   res.decode_s = seconds_since(t0);
+  res.decode_forward_s = forward_s;
   res.decode_tokens = int64_t(B) * steps;
   return res;
 }
@@ -185,19 +211,23 @@ void run(const DecodeBenchOptions& o) {
   if (read_s > 0)
     std::printf("weight read: %.1f ms (%.1f GB/s) = decode floor of %.1f ms/step at batch 1\n", read_s * 1e3,
                 gbps, read_s * 1e3);
-  std::printf("prompt %d tokens, %d decode steps\n\n", o.prompt_len, o.tokens);
-  std::printf("%6s %14s %14s %10s %9s\n", "batch", "prefill tok/s", "decode tok/s", "ms/step", "x floor");
+  std::printf("prompt %d tokens, %d decode steps, CUDA graphs %s\n\n", o.prompt_len, o.tokens,
+              !o.no_cuda_graphs && backend->supports_graphs() ? "on" : "off");
+  // fwd ms/step: the forward alone (to the logits on the device), without the copy of the logits to
+  // the host and the argmax, which device sampling will take off the host.
+  std::printf("%6s %14s %14s %10s %12s %9s\n", "batch", "prefill tok/s", "decode tok/s", "ms/step",
+              "fwd ms/step", "x floor");
   std::vector<BatchResult> results;
   for (int B : batches) {
-    BatchResult r = run_batch(*model, B, o.prompt_len, o.tokens, o.seed);
+    BatchResult r = run_batch(*model, B, o.prompt_len, o.tokens, o.seed, !o.no_cuda_graphs, o.max_model_len);
     const double ms = r.decode_s * 1e3 / o.tokens;
     // The floor is measured only on the CPU backend (a timed read of the f32 weights); elsewhere the
     // column says so rather than print 0 (on a GPU, measure the copy bandwidth:
     // tests/gpu/device_ceilings.py).
     char floor_col[32] = "-";
     if (read_s > 0) std::snprintf(floor_col, sizeof floor_col, "%.2f", ms / (read_s * 1e3));
-    std::printf("%6d %14.1f %14.1f %10.2f %9s\n", B, double(r.prefill_tokens) / r.prefill_s,
-                double(r.decode_tokens) / r.decode_s, ms, floor_col);
+    std::printf("%6d %14.1f %14.1f %10.2f %12.3f %9s\n", B, double(r.prefill_tokens) / r.prefill_s,
+                double(r.decode_tokens) / r.decode_s, ms, r.decode_forward_s * 1e3 / o.tokens, floor_col);
     std::fflush(stdout);
     results.push_back(r);
   }
@@ -217,6 +247,8 @@ void run(const DecodeBenchOptions& o) {
       .value(int64_t(o.prompt_len))
       .key("decode_steps")
       .value(int64_t(o.tokens))
+      .key("cuda_graphs")
+      .value(!o.no_cuda_graphs && backend->supports_graphs())
       .key("weight_bytes")
       .value(int64_t(wbytes))
       .key("weight_read_ms")
@@ -235,6 +267,8 @@ void run(const DecodeBenchOptions& o) {
         .value(double(r.decode_tokens) / r.decode_s)
         .key("ms_per_step")
         .value(r.decode_s * 1e3 / o.tokens)
+        .key("forward_ms_per_step")
+        .value(r.decode_forward_s * 1e3 / o.tokens)
         .end_object();
   w.end_array().end_object();
   std::printf("\n%s\n", w.str().c_str());
@@ -250,6 +284,10 @@ void register_bench_decode(CLI::App& app) {
   sub->add_option("--prompt-len", o->prompt_len, "Prompt tokens per sequence")->capture_default_str();
   sub->add_option("--tokens", o->tokens, "Decode steps to time")->capture_default_str();
   sub->add_option("--seed", o->seed, "Seed of the prompts and of a preset's weights")->capture_default_str();
+  sub->add_flag("--no-cuda-graphs", o->no_cuda_graphs, "Run decode steps eagerly (no CUDA graphs)");
+  sub->add_option("--max-model-len", o->max_model_len,
+                  "Context the step buffers are sized for (default: prompt + tokens; serve uses the model's)")
+      ->check(CLI::NonNegativeNumber);
   add_common_options(*sub, o->common);
   sub->callback([o] { run(*o); });
 }

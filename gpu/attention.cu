@@ -13,12 +13,15 @@
 //   m' = max(m, max_j s_j);  l = l e^(m - m') + sum_j e^(s_j - m');
 //   acc = acc e^(m - m') + sum_j e^(s_j - m') v_j;   out = acc / l
 // Split-KV: when the blocks are too few to fill the GPU (decode, few sequences, long contexts) the
-// keys are cut into `splits` ranges of `chunk` keys; each block writes its unnormalised (m, l, acc)
-// to scratch and a combine kernel merges the splits:
+// keys are cut into `splits` ranges; each block writes its unnormalised (m, l, acc) to scratch and
+// a combine kernel merges the splits that saw keys:
 //   out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M),  M = max_s m_s.
 // Lengths are read from device memory (q_start, kv_len, page_table); the host sizes the grid only,
-// from AttentionBatch::max_q_len and max_kv_len (the last split runs to the row's end whatever the
-// chunk). Any head_dim up to kMaxHeadDim (shared memory grows with it).
+// from AttentionBatch::max_q_len and max_kv_len, which may be capacities rather than this step's
+// lengths (a CUDA graph's grid is fixed at capture). A sequence's split length is its own kv_len /
+// splits rounded up to a key tile, so splits past its keys exit at once, and its result depends on
+// its own length and the grid only, never on the other sequences' lengths. Any head_dim up to
+// kMaxHeadDim (shared memory grows with it).
 #include <algorithm>
 #include <string>
 #include <type_traits>
@@ -34,6 +37,8 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kTileRows = 16, kTileKeys = 32, kRowsPerWarp = kTileRows / kWarps;
 constexpr int64_t kMaxHeadDim = 512;
+constexpr int64_t kMinKeysPerSplit = 32;  // one key tile
+constexpr int kMaxSplits = 64;
 
 template <typename T>
 __global__ void kv_store_kernel(Rows k, Rows v, const int32_t* __restrict__ slots, int64_t kvh, int64_t d,
@@ -61,7 +66,6 @@ struct AttnParams {
   int heads_per_tile;  // q heads of one KV head in a tile (decode: the GQA group shares K/V loads)
   int rows_per_tile;   // query rows in a tile: kTileRows / heads_per_tile
   int splits;          // KV ranges per (row, head); 1: write out directly
-  int64_t chunk;       // keys per split (the last runs to the row's end)
   float* part_acc;     // [rows * heads * splits, D]   (splits > 1)
   float* part_ml;      // [rows * heads * splits, 2]  m, l
 };
@@ -91,9 +95,23 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int n_rows = int(n_q) * hpt;              // valid tile rows: t < n_rows
   const int64_t pos0 = p.kv_len[s] - q_len + r0;  // position of the tile's first query row
   const int64_t n_keys = pos0 + n_q;              // the last row sees keys [0, pos0 + n_q)
-  const int64_t j0 = split * p.chunk;
-  const int64_t j1 = split + 1 == p.splits ? n_keys : min(n_keys, j0 + p.chunk);
+  const int64_t kv_len = p.kv_len[s];
+  const int64_t chunk =
+      p.splits == 1 ? kv_len : (kv_len + p.splits * kTileKeys - 1) / (p.splits * kTileKeys) * kTileKeys;
+  const int64_t j0 = split * chunk;
+  const int64_t j1 = min(n_keys, j0 + chunk);  // n_keys <= kv_len <= splits * chunk
   const int32_t* pages = p.page_table + int64_t(s) * p.max_pages;
+  if (j0 >= j1) {  // a split past the tile's keys (most of a capacity-sized grid): the empty state
+    for (int r = warp; r < n_rows; r += kWarps) {
+      const int64_t part = ((q0 + r0 + r / hpt) * p.heads + h0 + r % hpt) * p.splits + split;
+      for (int64_t i = lane; i < D; i += 32) p.part_acc[part * D + i] = 0.0f;
+      if (lane == 0) {
+        p.part_ml[2 * part] = -INFINITY;
+        p.part_ml[2 * part + 1] = 0.0f;
+      }
+    }
+    return;
+  }
 
   const int d32 = int(D);  // indices inside a tile fit in int: kTileKeys * D <= 16384
   for (int e = threadIdx.x; e < kTileRows * d32; e += blockDim.x) {
@@ -155,9 +173,19 @@ __global__ void __launch_bounds__(kWarps * 32)
       float sc = -INFINITY;
       if (key < j1 && key <= pos0 + r / hpt) {  // causal: a row sees keys up to its own position
         const float* kr = k_s + lane * (D + 1);
-        float dot = 0.0f;
-        for (int64_t i = 0; i < D; ++i) dot += qr[i] * kr[i];
-        sc = dot * p.scale;
+        // Four independent partial sums: the shared-memory loads of a row overlap instead of
+        // waiting on one chain of adds (the dot product is most of a decode tile's time).
+        float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
+        int i = 0;
+#pragma unroll 4
+        for (; i + 4 <= d32; i += 4) {
+          d0 += qr[i] * kr[i];
+          d1 += qr[i + 1] * kr[i + 1];
+          d2 += qr[i + 2] * kr[i + 2];
+          d3 += qr[i + 3] * kr[i + 3];
+        }
+        for (; i < d32; ++i) d0 += qr[i] * kr[i];
+        sc = ((d0 + d1) + (d2 + d3)) * p.scale;
       }
       float tile_max = sc;
 #pragma unroll
@@ -202,26 +230,61 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// One block per (row, head): merges the splits' partial states.
+// One block per (row, head): merges the splits' partial states. Warp 0 finds M and each split's
+// weight w_s = e^(m_s - M) (0 for a split that saw no key, whose acc is 0); then thread t sums dim
+// t % D over the splits t / D, t / D + G, ... (G = blockDim / D groups), so each thread's loads
+// are independent and many are in flight, and the G partial sums meet in shared memory in a fixed
+// order (the bits do not depend on timing). A capacity-sized grid has many splits, most empty.
+constexpr int kCombineThreads = 256;
+
 template <typename T>
-__global__ void combine_splits_kernel(AttnParams p) {
-  const int64_t row = blockIdx.x * p.heads + blockIdx.y, D = p.head_dim;
-  const int64_t part0 = row * p.splits;
-  float M = -INFINITY, L = 0.0f;
-  for (int sp = 0; sp < p.splits; ++sp) M = fmaxf(M, p.part_ml[2 * (part0 + sp)]);
-  for (int sp = 0; sp < p.splits; ++sp) {
-    const float l = p.part_ml[2 * (part0 + sp) + 1];
-    if (l > 0.0f) L += l * expf(p.part_ml[2 * (part0 + sp)] - M);
-  }
-  const float inv = L > 0.0f ? 1.0f / L : __int_as_float(0x7fc00000);
-  T* o = p.out.row<T>(row);
-  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
-    float sum = 0.0f;
-    for (int sp = 0; sp < p.splits; ++sp) {
+__global__ void __launch_bounds__(kCombineThreads) combine_splits_kernel(AttnParams p) {
+  __shared__ float w_s[kMaxSplits];
+  __shared__ float part_s[kCombineThreads];
+  __shared__ float inv_s;
+  const int64_t row = blockIdx.x * p.heads + blockIdx.y;
+  const int D = int(p.head_dim), splits = p.splits;
+  const int64_t part0 = row * splits;
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    float M = -INFINITY;
+    for (int sp = lane; sp < splits; sp += 32) M = fmaxf(M, p.part_ml[2 * (part0 + sp)]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    float L = 0.0f;
+    for (int sp = lane; sp < splits; sp += 32) {
       const float l = p.part_ml[2 * (part0 + sp) + 1];
-      if (l > 0.0f) sum += p.part_acc[(part0 + sp) * D + i] * expf(p.part_ml[2 * (part0 + sp)] - M);
+      const float w = l > 0.0f ? expf(p.part_ml[2 * (part0 + sp)] - M) : 0.0f;
+      w_s[sp] = w;
+      L += l * w;
     }
-    o[i] = from_f32<T>(sum * inv);
+    L = warp_sum(L);
+    if (lane == 0) inv_s = L > 0.0f ? 1.0f / L : __int_as_float(0x7fc00000);
+  }
+  __syncthreads();
+  const float* acc = p.part_acc + part0 * D;
+  T* o = p.out.row<T>(row);
+  const int groups = int(blockDim.x) / D;
+  if (groups <= 1) {  // wide heads: each thread its dims, every split
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+      float sum = 0.0f;
+#pragma unroll 4
+      for (int sp = 0; sp < splits; ++sp) sum += w_s[sp] * acc[int64_t(sp) * D + i];
+      o[i] = from_f32<T>(sum * inv_s);
+    }
+    return;
+  }
+  const int g = threadIdx.x / D, i = threadIdx.x % D;
+  float sum = 0.0f;
+  if (g < groups)
+#pragma unroll 4
+    for (int sp = g; sp < splits; sp += groups) sum += w_s[sp] * acc[int64_t(sp) * D + i];
+  part_s[threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.x < D) {
+    float total = 0.0f;
+    for (int gg = 0; gg < groups; ++gg) total += part_s[gg * D + threadIdx.x];
+    o[threadIdx.x] = from_f32<T>(total * inv_s);
   }
 }
 
@@ -232,9 +295,7 @@ size_t smem_bytes(int64_t D) {
 }
 
 // Splits per (tile, head): enough blocks for ~4 waves of one block per multiprocessor, with at
-// least kMinKeysPerSplit keys each; 1 when the tiles already fill the GPU (prefill).
-constexpr int64_t kMinKeysPerSplit = 32;  // one key tile
-constexpr int kMaxSplits = 64;
+// least kMinKeysPerSplit keys each (rounded up); 1 when the tiles already fill the GPU (prefill).
 
 int sm_count() {
   static const int n = [] {
@@ -249,7 +310,8 @@ int sm_count() {
 
 int choose_splits(int64_t blocks, int64_t max_kv) {
   const int64_t want = (4 * int64_t(sm_count()) + blocks - 1) / blocks;
-  return int(std::max<int64_t>(1, std::min<int64_t>({want, max_kv / kMinKeysPerSplit, kMaxSplits})));
+  const int64_t most = (max_kv + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
+  return int(std::max<int64_t>(1, std::min<int64_t>({want, most, kMaxSplits})));
 }
 
 // Shared memory beyond 48 KB (head_dim > 96) must be allowed per kernel, once.
@@ -271,7 +333,7 @@ void launch(cudaStream_t stream, const AttnParams& p, unsigned tiles, int64_t S,
   if (p.splits == 1) return;
   const int64_t T_rows = p.q.n_rows / p.heads;
   const dim3 grid2{unsigned(T_rows), unsigned(p.heads), 1};
-  combine_splits_kernel<T><<<grid2, p.head_dim >= 128 ? 128 : 64, 0, stream>>>(p);
+  combine_splits_kernel<T><<<grid2, kCombineThreads, 0, stream>>>(p);
   ASTRAI_CUDA_LAUNCH_CHECK(combine_splits_kernel);
 }
 
@@ -366,7 +428,6 @@ void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache
   const unsigned tiles = unsigned((max_q + p.rows_per_tile - 1) / p.rows_per_tile);
   p.splits = choose_splits(int64_t(tiles) * (H / p.heads_per_tile) * S, batch.max_kv_len);
   if (S * p.splits > 65535) p.splits = int(std::max<int64_t>(1, 65535 / S));
-  p.chunk = (int64_t(batch.max_kv_len) + p.splits - 1) / p.splits;
   p.part_acc = p.part_ml = nullptr;
   if (p.splits > 1) {
     float* part = static_cast<float*>(scratch.ensure(size_t(T * H * p.splits * (D + 2)) * sizeof(float)));

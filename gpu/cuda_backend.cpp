@@ -2,11 +2,14 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstring>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "gpu/check.h"
 #include "gpu/device_info.h"
+#include "gpu/graph.h"
 #include "gpu/linear.h"
 #include "gpu/op_times.h"
 #include "gpu/ops.h"
@@ -23,11 +26,13 @@ class CudaBackend final : public Backend {
     name_ = std::string("cuda:") + std::to_string(device_) + " (" + prop.name + ", sm_" +
             std::to_string(prop.major) + std::to_string(prop.minor) + ", bf16, cuBLASLt)";
     ASTRAI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    ASTRAI_CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
     linear_ = std::make_unique<Linear>();
   }
   ~CudaBackend() override {
     linear_.reset();
     cudaStreamSynchronize(stream_);
+    cudaEventDestroy(upload_done_);
     cudaStreamDestroy(stream_);
   }
 
@@ -119,7 +124,8 @@ class CudaBackend final : public Backend {
   void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                        const AttentionBatch& batch, float scale, Tensor out) override {
     const Scope scope = enter("paged_attention");
-    gpu::paged_attention(stream_, q, k_cache, v_cache, batch, scale, out, attention_scratch_);
+    gpu::paged_attention(stream_, q, k_cache, v_cache, batch, scale, out,
+                         capture_scratch_ ? *capture_scratch_ : attention_scratch_);
   }
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) override {
     const Scope scope = enter("gather_rows");
@@ -128,6 +134,51 @@ class CudaBackend final : public Backend {
   void convert(const Tensor& src, Tensor dst) override {
     const Scope scope = enter("convert");
     gpu::convert(stream_, src, dst);
+  }
+
+  // ---- static step inputs and step graphs ----
+  Buffer alloc_host_pinned(size_t bytes) override {
+    enter();
+    void* p = nullptr;
+    if (bytes > 0) {
+      const cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
+      if (err == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        throw std::bad_alloc();
+      }
+      ASTRAI_CUDA_CHECK(err);
+      std::memset(p, 0, bytes);
+    }
+    return Buffer(p, bytes, Device::cpu, [](void* q) {
+      if (q) cudaFreeHost(q);
+    });
+  }
+  void upload_async(Tensor dst, const void* host_src) override {
+    enter();
+    ASTRAI_GPU_CHECK(dst.device == Device::cuda && dst.is_contiguous(),
+                     "upload_async: destination must be a contiguous cuda tensor");
+    if (!dst.nbytes()) return;
+    ASTRAI_CUDA_CHECK(cudaMemcpyAsync(dst.data, host_src, dst.nbytes(), cudaMemcpyHostToDevice, stream_));
+    ASTRAI_CUDA_CHECK(cudaEventRecord(upload_done_, stream_));
+  }
+  void wait_uploads() override {
+    enter();
+    ASTRAI_CUDA_CHECK(cudaEventSynchronize(upload_done_));  // at once if nothing was recorded
+  }
+  bool supports_graphs() const override { return true; }
+  std::unique_ptr<StepGraph> capture(const std::function<void()>& body) override {
+    enter();
+    // A graph keeps the scratch addresses it was captured with, so each graph gets its own split-KV
+    // scratch, owned by the graph: eager steps that grow theirs cannot free it under it. (It is
+    // allocated at the capture's first attention; every layer needs the same size, so it never
+    // grows, which would free memory, during the capture.)
+    auto scratch = std::make_unique<Scratch>();
+    capture_scratch_ = scratch.get();
+    struct Reset {
+      Scratch*& s;
+      ~Reset() { s = nullptr; }
+    } reset{capture_scratch_};
+    return capture_graph(stream_, body, std::move(scratch));
   }
 
  private:
@@ -150,7 +201,8 @@ class CudaBackend final : public Backend {
   void enter() const { ASTRAI_CUDA_CHECK(cudaSetDevice(device_)); }
   Scope enter(const char* op) {
     enter();
-    if (!times_.enabled()) return Scope(nullptr, stream_);
+    // Event timing is not recorded into graphs: a replayed step counts as no op.
+    if (!times_.enabled() || capture_scratch_) return Scope(nullptr, stream_);
     times_.begin(stream_, op);
     return Scope(&times_, stream_);
   }
@@ -161,6 +213,8 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Linear> linear_;
   OpTimes times_;
   Scratch attention_scratch_;
+  cudaEvent_t upload_done_ = nullptr;
+  Scratch* capture_scratch_ = nullptr;  // set while capture() runs its body
 };
 
 }  // namespace

@@ -258,10 +258,18 @@ Result<std::unique_ptr<StepLoop>> make_step_loop(std::unique_ptr<Backend> backen
     return invalid_argument("max model length " + std::to_string(o.max_model_len) +
                             " exceeds the model's max_position_embeddings " + std::to_string(max_pos));
   const int max_len = int(o.max_model_len > 0 ? o.max_model_len : max_pos);
+  // Step buffers first, so that the KV cache is sized from what they leave.
+  StepLimits limits;
+  limits.max_seqs = o.max_batch_size;
+  limits.max_tokens = o.max_prefill_tokens > 0 ? o.max_prefill_tokens + o.max_batch_size : 0;
+  limits.max_model_len = max_len;
+  limits.page_size = o.page_size;
+  ASTRAI_RETURN_IF_ERROR(model->reserve_steps(limits));
   KvPoolSizing sz;
   sz.max_pages = o.max_pages;
   sz.budget_bytes = o.kv_memory_bytes;
-  sz.memory_fraction = o.kv_memory_fraction;
+  const bool gpu = model->backend().device() != Device::cpu;
+  sz.memory_fraction = o.kv_memory_fraction > 0 ? o.kv_memory_fraction : gpu ? 0.9 : 0.5;
   sz.available_bytes = model->backend().memory_available();  // free device memory on a GPU
   sz.bytes_per_page = model->kv_bytes_per_page(o.page_size);
   // More than every batch slot at full context can never be used.
@@ -276,6 +284,16 @@ Result<std::unique_ptr<StepLoop>> make_step_loop(std::unique_ptr<Backend> backen
   }
   spdlog::debug("engine: {} KV pages of {} tokens ({} bytes each), context {}", pages, o.page_size,
                 sz.bytes_per_page, max_len);
+  if (o.cuda_graphs) {
+    Result<int> graphs = [&]() -> Result<int> {
+      try {
+        return model->capture_decode_graphs(kv);
+      } catch (const std::exception& e) {
+        return internal_error(std::string("capturing the decode graphs failed: ") + e.what());
+      }
+    }();
+    ASTRAI_RETURN_IF_ERROR(graphs.status());
+  }
   return std::unique_ptr<StepLoop>(  // NOLINT(modernize-make-unique): the constructor is private
       new StepLoop(std::move(backend), std::move(model), o, max_len, pages, std::move(kv)));
 }

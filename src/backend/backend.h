@@ -166,6 +166,37 @@ class Backend {
   static constexpr int32_t kIgnoreIndex = -100;
   virtual void cross_entropy(Tensor logits, const Tensor& targets, float label_smoothing, float grad_scale,
                              Tensor losses);
+
+  // ---- static step inputs and step graphs ----------------------------------------------------
+  // A step packs its inputs into one host staging buffer (alloc_host_pinned, allocated once) and
+  // copies it with one upload_async; a decode step of a fixed shape may then replay a graph
+  // captured once (the GPU: a CUDA graph; no launch overhead). The defaults are the CPU's: plain
+  // host memory, a synchronous copy, no graphs.
+
+  // Replays the ops recorded by capture() on the backend's stream, on whatever the captured
+  // buffers hold at the time.
+  class StepGraph {
+   public:
+    virtual ~StepGraph() = default;
+    virtual void replay() = 0;
+  };
+
+  // Host memory (zeroed) that upload_async copies from without staging (page-locked on a GPU).
+  virtual Buffer alloc_host_pinned(size_t bytes) { return Buffer::host(bytes); }
+  // Starts copying dst.nbytes() bytes of host_src into dst, ordered before every later op, and may
+  // return before the copy is done: host_src must not change until wait_uploads() returns.
+  virtual void upload_async(Tensor dst, const void* host_src) { upload(dst, host_src); }
+  // Returns once every earlier upload_async has read its source.
+  virtual void wait_uploads() {}
+  // Whether capture() records graphs here.
+  virtual bool supports_graphs() const { return false; }
+  // Runs body with the backend recording its ops instead of executing them and returns them as a
+  // graph, or null where graphs are unsupported. body must only launch ops: no upload, download,
+  // synchronize or allocation; the buffers it names must outlive the graph.
+  virtual std::unique_ptr<StepGraph> capture(const std::function<void()>& body) {
+    (void)body;
+    return nullptr;
+  }
 };
 
 struct BackendOptions {

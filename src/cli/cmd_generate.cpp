@@ -23,6 +23,7 @@ struct GenerateArgs {
   std::string kv_memory;
   int max_prefill_tokens = 2048, page_size = 16, max_batch = 256, max_queue = 1024;
   bool no_prefix_cache = false;
+  bool no_cuda_graphs = false;
 };
 
 Result<std::vector<int32_t>> parse_ids(const std::string& s) {
@@ -51,6 +52,7 @@ void run(const GenerateArgs& a) {
   eo.max_batch_size = a.max_batch;
   eo.max_queue = a.max_queue;
   eo.prefix_cache = !a.no_prefix_cache;
+  eo.cuda_graphs = !a.no_cuda_graphs;
   if (!a.kv_memory.empty()) eo.kv_memory_bytes = parse_byte_size(a.kv_memory).value();
   OfflineOptions oo;
   oo.max_tokens = a.max_tokens;
@@ -100,7 +102,9 @@ void register_generate(CLI::App& app) {
   sub->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the model's end-of-sequence tokens");
   sub->add_flag("--resume", a->resume, "Skip ids already present in the output file and append to it");
   sub->add_flag("--no-progress", a->no_progress, "No progress bar on stderr");
-  sub->add_option("--kv-memory", a->kv_memory, "KV cache budget, e.g. 2GiB (default: half the free memory)");
+  sub->add_option(
+      "--kv-memory", a->kv_memory,
+      "KV cache budget, e.g. 2GiB (default: 0.9 of the free GPU memory, half the free host memory)");
   sub->add_option("--max-prefill-tokens", a->max_prefill_tokens,
                   "Prompt tokens per engine step (0: unlimited)")
       ->check(CLI::NonNegativeNumber)
@@ -109,6 +113,7 @@ void register_generate(CLI::App& app) {
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   sub->add_flag("--no-prefix-cache", a->no_prefix_cache, "Disable the radix prefix cache");
+  sub->add_flag("--no-cuda-graphs", a->no_cuda_graphs, "Run decode steps eagerly (no CUDA graphs)");
   sub->add_option("--max-batch", a->max_batch, "Sequences per engine step")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

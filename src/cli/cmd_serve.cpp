@@ -23,6 +23,7 @@ struct ServeArgs {
   std::string config_path;
   CommonOptions common;
   std::map<std::string, std::string> values;  // flag values, by serve.yaml key
+  bool no_cuda_graphs = false;
 };
 
 Status load_model(net::ServerState& st) {
@@ -64,6 +65,7 @@ void run(CLI::App& sub, ServeArgs& a) {
   if (sub.count("--dtype")) cfg.dtype = a.common.dtype;
   if (sub.count("--threads")) cfg.threads = a.common.threads;
   if (sub.count("--log-level")) cfg.log_level = a.common.log_level;
+  if (a.no_cuda_graphs) cfg.engine.cuda_graphs = false;
   // The file may have set these: apply them the same way the flags would have been.
   CommonOptions effective{cfg.device, cfg.dtype, cfg.threads, cfg.log_level};
   apply_common_options(effective);
@@ -91,6 +93,7 @@ void register_serve(CLI::App& app) {
                   "serve.yaml with any of the settings below (flags override it)")
       ->check(CLI::ExistingFile);
   add_common_options(*sub, args->common);
+  sub->add_flag("--no-cuda-graphs", args->no_cuda_graphs, "Run decode steps eagerly (no CUDA graphs)");
   for (const auto& k : net::serve_config_keys()) {
     if (!k.is_flag) continue;
     sub->add_option(net::flag_name(k.name), args->values[k.name], k.help);

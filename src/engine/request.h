@@ -122,7 +122,10 @@ class Stream {
 struct EngineOptions {
   int page_size = 16;
   int64_t kv_memory_bytes = 0;  // 0: use kv_memory_fraction of free memory
-  double kv_memory_fraction = 0.5;
+  // Share of the memory left after the weights and step buffers (free device memory on a GPU,
+  // MemAvailable on the CPU) for the KV cache; 0: the device's default, 0.9 on a GPU (vLLM's),
+  // 0.5 on the CPU (the host runs other things).
+  double kv_memory_fraction = 0;
   int max_pages = 0;              // tests: exact pool size (overrides memory sizing)
   int max_prefill_tokens = 2048;  // token budget per step (chunked prefill); 0 = unlimited
   int max_batch_size = 256;       // sequences per step
@@ -133,6 +136,9 @@ struct EngineOptions {
   // which include generation_config.json's); ignored, like eos, by Request::ignore_eos.
   std::vector<int32_t> stop_ids;
   int stream_capacity = 256;  // events per request's SPSC ring (the surplus waits in the loop)
+  // Decode-only steps replay a CUDA graph per batch bucket (captured at start-up) where the
+  // backend has graphs; false runs them eagerly (same results, bit for bit).
+  bool cuda_graphs = true;
 };
 
 struct LatencySummary {

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <new>
 #include <string>
 
@@ -24,16 +25,39 @@
 
 namespace astrai {
 
+namespace {
+
+// Pages a cache holds: the pool's and the scratch page.
+int64_t held_pages(const KvCache& kv) {
+  return int64_t(kv.num_pages) + (kv.scratch_page >= 0 ? 1 : 0);
+}
+
+}  // namespace
+
 Tensor KvCache::k_layer(int layer) const {
-  return Tensor(k[size_t(layer)].data(), dtype, {int64_t(num_pages) * page_size, num_kv_heads, head_dim},
+  return Tensor(k[size_t(layer)].data(), dtype, {held_pages(*this) * page_size, num_kv_heads, head_dim},
                 device);
 }
 Tensor KvCache::v_layer(int layer) const {
-  return Tensor(v[size_t(layer)].data(), dtype, {int64_t(num_pages) * page_size, num_kv_heads, head_dim},
+  return Tensor(v[size_t(layer)].data(), dtype, {held_pages(*this) * page_size, num_kv_heads, head_dim},
                 device);
 }
 
 namespace {
+
+// Decode bucket sizes up to max_seqs: powers of two, and 1.5x each from 16 on (SGLang's spacing,
+// padding a batch by at most a third), then max_seqs itself.
+std::vector<int64_t> decode_buckets(int64_t max_seqs) {
+  std::vector<int64_t> out;
+  for (int64_t p = 1; p < max_seqs; p *= 2) {
+    out.push_back(p);
+    if (p >= 16 && p * 3 / 2 < max_seqs) out.push_back(p * 3 / 2);
+  }
+  out.push_back(max_seqs);
+  return out;
+}
+
+using Clock = std::chrono::steady_clock;
 
 struct LayerWeights {
   Tensor input_norm, qkv, qkv_bias, o, o_bias, q_norm, k_norm, post_norm, gate_up, down;
@@ -196,12 +220,14 @@ class DecoderModel final : public Model {
   KvCache allocate_kv(int num_pages, int page_size) const override {
     KvCache kv;
     kv.num_pages = num_pages;
+    kv.scratch_page = num_pages;
     kv.page_size = page_size;
     kv.num_kv_heads = int(cfg_.num_kv_heads);
     kv.head_dim = int(cfg_.head_dim);
     kv.dtype = be_.compute_dtype();
     kv.device = be_.device();
-    const size_t bytes = size_t(num_pages) * size_t(page_size) * size_t(cfg_.kv_dim()) * dtype_size(kv.dtype);
+    const size_t bytes =
+        size_t(held_pages(kv)) * size_t(page_size) * size_t(cfg_.kv_dim()) * dtype_size(kv.dtype);
     for (int64_t l = 0; l < cfg_.num_layers; ++l) {
       kv.k.push_back(be_.alloc(bytes));
       kv.v.push_back(be_.alloc(bytes));
@@ -211,32 +237,140 @@ class DecoderModel final : public Model {
 
   Result<Tensor> forward(const ForwardBatch& b, KvCache& kv) override {
     ASTRAI_RETURN_IF_ERROR(validate(b, kv));
-    const int64_t T = b.num_tokens(), S = b.num_seqs(), R = int64_t(b.logit_rows.size());
-    const int64_t max_pages = std::max(b.max_pages, 1);
-    ws_.reserve(be_, cfg_, WorkspaceShape{T, S, S * max_pages, std::max<int64_t>(R, 1)});
+    StepShape sh = shape_of(b, kv);
+    be_.wait_uploads();  // the previous step's inputs were read: the mirror may be rewritten
+    ws_.reserve(be_, cfg_, WorkspaceShape{sh.T, sh.S, std::max(b.max_pages, 1), std::max<int64_t>(sh.R, 1)});
+    if (!graphs_.empty() && graphs_generation_ != ws_.generation()) {
+      // A step larger than the reserved limits moved the step buffers the graphs were captured on.
+      spdlog::warn("step buffers grew past the reserved limits: recapturing the decode graphs");
+      KvCache* graph_kv = graph_kv_ == cache_id(kv) ? &kv : nullptr;
+      graphs_.clear();
+      if (graph_kv) ASTRAI_RETURN_IF_ERROR(capture_decode_graphs(*graph_kv).status());
+    }
+    if (sh.bucketed) sh.max_kv_len = int(ws_.capacity().page_stride * kv.page_size);
+    stage_inputs(b, sh.S, kv);
+    ws_.upload_inputs(be_, sh.S);
+    auto g = sh.bucketed && graph_kv_ == cache_id(kv) ? graphs_.find(sh.S) : graphs_.end();
+    if (g != graphs_.end())
+      g->second->replay();
+    else
+      run_layers(sh, kv);
+    return ws_.logits(int64_t(b.logit_rows.size()));
+  }
 
-    // Inputs to the device.
+  Status reserve_steps(const StepLimits& l) override {
+    if (l.max_seqs < 1 || l.max_tokens < 0 || l.max_model_len < 1 || l.page_size < 1)
+      return invalid_argument("step limits: max_seqs, max_model_len and page_size must be positive");
+    buckets_.clear();
+    if (be_.supports_graphs()) buckets_ = decode_buckets(l.max_seqs);
+    const int64_t S = l.max_seqs, P = (int64_t(l.max_model_len) + l.page_size - 1) / l.page_size;
+    try {
+      ws_.reserve(be_, cfg_, WorkspaceShape{std::max<int64_t>(S, l.max_tokens), S, P, S});
+    } catch (const std::bad_alloc&) {
+      return resource_exhausted("out of memory allocating the step buffers for " + std::to_string(S) +
+                                " sequences of " + std::to_string(l.max_model_len) + " tokens");
+    }
+    return {};
+  }
+
+  Result<int> capture_decode_graphs(KvCache& kv) override {
+    graphs_.clear();
+    graph_kv_ = nullptr;
+    if (!be_.supports_graphs() || buckets_.empty() || kv.scratch_page < 0) return 0;
+    const auto t0 = Clock::now();
+    ForwardBatch none;  // every row of a warm-up step is a padding row
+    none.q_start.assign(1, 0);
+    for (int64_t bucket : buckets_) {
+      StepShape sh;
+      sh.T = sh.S = sh.R = bucket;
+      sh.max_q_len = 1;
+      sh.bucketed = true;
+      be_.wait_uploads();
+      ws_.reserve(be_, cfg_, WorkspaceShape{bucket, bucket, 1, bucket});
+      sh.max_kv_len = int(ws_.capacity().page_stride * kv.page_size);
+      stage_inputs(none, bucket, kv);
+      ws_.upload_inputs(be_, bucket);
+      run_layers(sh, kv);  // warm-up: GEMM plans and kernel attributes are set outside the capture
+      std::unique_ptr<Backend::StepGraph> g = be_.capture([&] { run_layers(sh, kv); });
+      if (!g) return 0;
+      graphs_.emplace(bucket, std::move(g));
+    }
+    be_.synchronize();
+    graphs_generation_ = ws_.generation();
+    graph_kv_ = cache_id(kv);
+    spdlog::info("captured {} decode graphs (batch 1..{}) in {:.3f} s", graphs_.size(), buckets_.back(),
+                 std::chrono::duration<double>(Clock::now() - t0).count());
+    return int(graphs_.size());
+  }
+
+ private:
+  // A step's launch shape: the batch's own, or for a decode-only step its bucket's (rows past the
+  // batch's are padding). Host scalars that size grids only.
+  struct StepShape {
+    int64_t T = 0, S = 0, R = 0;  // rows, sequences, logit rows
+    int max_q_len = 0;            // longest query run
+    int max_kv_len = 0;           // longest kv_len; a bucket: the page table's capacity (fixed grid)
+    bool bucketed = false;
+  };
+
+  StepShape shape_of(const ForwardBatch& b, const KvCache& kv) const {
+    StepShape sh;
+    sh.T = b.num_tokens();
+    sh.S = b.num_seqs();
+    sh.R = int64_t(b.logit_rows.size());
+    for (int64_t s = 0; s < sh.S; ++s) {
+      sh.max_q_len = std::max(sh.max_q_len, b.q_start[size_t(s) + 1] - b.q_start[size_t(s)]);
+      sh.max_kv_len = std::max(sh.max_kv_len, b.kv_len[size_t(s)]);
+    }
+    bool decode =
+        !buckets_.empty() && kv.scratch_page >= 0 && sh.T == sh.S && sh.R == sh.S && sh.S <= buckets_.back();
+    for (int64_t r = 0; decode && r < sh.R; ++r) decode = b.logit_rows[size_t(r)] == r;
+    if (decode) {
+      sh.bucketed = true;
+      sh.T = sh.S = sh.R = *std::lower_bound(buckets_.begin(), buckets_.end(), sh.S);
+    }
+    return sh;
+  }
+
+  // Packs the batch into the staging mirror at the page table's fixed stride, followed by padding
+  // rows up to `seqs` sequences (one token each, writing the scratch page's first slot).
+  void stage_inputs(const ForwardBatch& b, int64_t seqs, const KvCache& kv) {
+    const StepInputsHost in = ws_.host_inputs();
+    const int64_t T = b.num_tokens(), S = b.num_seqs(), P = ws_.capacity().page_stride;
+    std::copy(b.tokens.begin(), b.tokens.end(), in.ids);
+    std::copy(b.positions.begin(), b.positions.end(), in.positions);
+    std::copy(b.slots.begin(), b.slots.end(), in.slots);
+    std::copy(b.logit_rows.begin(), b.logit_rows.end(), in.rows);
+    std::copy(b.q_start.begin(), b.q_start.begin() + S + 1, in.q_start);
+    std::copy(b.kv_len.begin(), b.kv_len.end(), in.kv_len);
+    for (int64_t s = 0; s < S; ++s)
+      std::copy_n(b.page_table.begin() + s * b.max_pages, b.max_pages, in.page_table + s * P);
+    for (int64_t r = S; r < seqs; ++r) {
+      const int64_t row = T + (r - S);
+      in.ids[row] = 0;
+      in.positions[row] = 0;
+      in.slots[row] = kv.scratch_page * kv.page_size;
+      in.rows[row] = int32_t(row);
+      in.q_start[r + 1] = int32_t(row + 1);
+      in.kv_len[r] = 1;
+      in.page_table[r * P] = kv.scratch_page;
+    }
+  }
+
+  // The decoder over the staged inputs: every op of a step, and nothing else (no copies, no
+  // allocation), so that it can be captured as a graph.
+  void run_layers(const StepShape& sh, KvCache& kv) {
+    const int64_t T = sh.T, S = sh.S, R = sh.R;
     const Tensor ids = ws_.ids(T), pos = ws_.positions(T), slots = ws_.slots(T), rows = ws_.rows(R);
-    be_.upload(ids, b.tokens.data());
-    be_.upload(pos, b.positions.data());
-    be_.upload(slots, b.slots.data());
-    be_.upload(rows, b.logit_rows.data());
     AttentionBatch ab;
     ab.q_start = ws_.q_start(S);
     ab.kv_len = ws_.kv_len(S);
-    ab.page_table = ws_.page_table(S, max_pages);
+    ab.page_table = ws_.page_table(S);
     ab.num_seqs = int(S);
-    ab.max_pages = int(max_pages);
+    ab.max_pages = int(ws_.capacity().page_stride);
     ab.page_size = kv.page_size;
-    be_.upload(ab.q_start, b.q_start.data());
-    be_.upload(ab.kv_len, b.kv_len.data());
-    if (b.max_pages > 0) {
-      be_.upload(ab.page_table, b.page_table.data());
-    }
-    for (int64_t s = 0; s < S; ++s) {
-      ab.max_q_len = std::max(ab.max_q_len, b.q_start[size_t(s) + 1] - b.q_start[size_t(s)]);
-      ab.max_kv_len = std::max(ab.max_kv_len, b.kv_len[size_t(s)]);
-    }
+    ab.max_q_len = sh.max_q_len;
+    ab.max_kv_len = sh.max_kv_len;
 
     const int64_t qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), F = cfg_.intermediate_size;
     const int64_t nh = cfg_.num_heads, nkv = cfg_.num_kv_heads, hd = cfg_.head_dim;
@@ -247,7 +381,7 @@ class DecoderModel final : public Model {
     const Tensor attn = ws_.attn(T);
     const Tensor attn2(attn.data, attn.dtype, {T, qd}, attn.device);
     const Tensor q = head_view(qkv, 0, nh, hd), k = head_view(qkv, qd, nkv, hd),
-                 v = head_view(qkv, qd + kvd, nkv, hd);
+                 v = head_view(qkv, qd + kvd, nkv, hd), qk = head_view(qkv, 0, nh + nkv, hd);
     const Tensor gate = col_view(gu, 0, F), up = col_view(gu, F, F);
 
     be_.embedding(embed_, ids, x);
@@ -259,8 +393,7 @@ class DecoderModel final : public Model {
         be_.rms_norm(q, w.q_norm, eps, q);
         be_.rms_norm(k, w.k_norm, eps, k);
       }
-      be_.rope(q, pos, cos_sin_);
-      be_.rope(k, pos, cos_sin_);
+      be_.rope(qk, pos, cos_sin_);  // q and k heads side by side in qkv: one launch
       be_.kv_store(k, v, slots, kv.k_layer(int(l)), kv.v_layer(int(l)));
       be_.paged_attention(q, kv.k_layer(int(l)), kv.v_layer(int(l)), ab, scale, attn);
       be_.linear(attn2, w.o, w.has_o_bias ? &w.o_bias : nullptr, y);
@@ -272,15 +405,16 @@ class DecoderModel final : public Model {
       be_.add_rms_norm(x, y, next_norm, eps, h);
     }
     if (layers_.empty()) be_.rms_norm(x, final_norm_, eps, h);
-    const Tensor g = ws_.gathered(R), logits = ws_.logits(R);
     if (R > 0) {
+      const Tensor g = ws_.gathered(R), logits = ws_.logits(R);
       be_.gather_rows(h, rows, g);
       be_.linear(g, lm_head_, nullptr, logits);
     }
-    return logits;
   }
 
- private:
+  // Identifies a cache by its first buffer (graphs hold its addresses).
+  static const void* cache_id(const KvCache& kv) { return kv.k.empty() ? nullptr : kv.k[0].data(); }
+
   // Host-side checks of everything the kernels index with, so a bad batch is an error, never a
   // wild read or write.
   Status validate(const ForwardBatch& b, const KvCache& kv) const {
@@ -350,6 +484,10 @@ class DecoderModel final : public Model {
   std::vector<LayerWeights> layers_;
   int64_t max_pos_ = 0;
   Workspace ws_;
+  std::vector<int64_t> buckets_;  // decode buckets (reserve_steps on a backend with graphs)
+  std::map<int64_t, std::unique_ptr<Backend::StepGraph>> graphs_;  // by bucket
+  uint64_t graphs_generation_ = 0;                                 // ws_.generation() at capture
+  const void* graph_kv_ = nullptr;                                 // cache_id of the captured cache
 };
 
 }  // namespace

@@ -17,11 +17,13 @@ namespace astrai {
 
 class WeightStore;
 
-// K/V storage for all layers: per layer k and v [num_pages * page_size, num_kv_heads, head_dim]
-// in the backend's compute dtype. Pages are handed out by sched/'s KV pool; the model only reads and
-// writes the slots a ForwardBatch names.
+// K/V storage for all layers: per layer k and v [(num_pages + 1) * page_size, num_kv_heads, head_dim]
+// in the backend's compute dtype. Pages [0, num_pages) are handed out by sched/'s KV pool; the model
+// only reads and writes the slots a ForwardBatch names, and the padding rows of a bucketed decode
+// step (see Model::reserve_steps) write the one page past them, scratch_page, which no batch may name.
 struct KvCache {
   int num_pages = 0;
+  int scratch_page = -1;  // num_pages once allocated
   int page_size = 16;
   int num_kv_heads = 0, head_dim = 0;
   DType dtype = DType::f32;
@@ -29,6 +31,14 @@ struct KvCache {
   std::vector<Buffer> k, v;  // one per layer
   Tensor k_layer(int layer) const;
   Tensor v_layer(int layer) const;
+};
+
+// What the engine's steps can hold at most, so that the model sizes its step buffers once.
+struct StepLimits {
+  int max_seqs = 1;       // sequences per step (the engine's max batch size)
+  int max_tokens = 0;     // tokens per step; 0: sized by the largest step seen
+  int max_model_len = 1;  // the longest sequence: fixes the page table's row stride
+  int page_size = 16;
 };
 
 struct LoadOptions {
@@ -62,6 +72,25 @@ class Model {
   // touches nothing. Per-step buffers live in a workspace that only grows (no allocation when a
   // batch is no larger than an earlier one).
   virtual Result<Tensor> forward(const ForwardBatch& batch, KvCache& kv) = 0;
+
+  // Sizes the step buffers (workspace, inputs and their pinned mirror) for `limits` up front, so
+  // that no step allocates. On a backend with graphs it also turns on decode buckets: a
+  // decode-only step (one query token per sequence, every row's logits wanted) of B sequences runs
+  // at the shape of the next bucket (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, ...,
+  // up to max_seqs) with padding rows writing kv.scratch_page only, whether or not graphs are
+  // captured, so that graphs on and off compute the same bits. Call before sizing the KV cache from
+  // free memory. A no-op by default (models without step buffers).
+  virtual Status reserve_steps(const StepLimits& limits) {
+    (void)limits;
+    return {};
+  }
+  // Captures one graph per decode bucket (after reserve_steps) over this cache, each after an
+  // eager warm-up of its shape; decode steps on `kv` then replay their bucket's graph. Returns how
+  // many were captured (0 where the backend has no graphs). Logs the time taken.
+  virtual Result<int> capture_decode_graphs(KvCache& kv) {
+    (void)kv;
+    return 0;
+  }
 
   // Bytes of weights held on the backend (for bandwidth estimates).
   virtual size_t weight_bytes() const = 0;

@@ -29,6 +29,7 @@ void Workspace::reserve(Backend& be, const ModelConfig& c, const WorkspaceShape&
   ffn_ = c.intermediate_size;
   vocab_ = c.vocab_size;
   const size_t es = dtype_size(dt_);
+  const WorkspaceShape old = cap_;
   if (need.tokens > cap_.tokens) {
     const int64_t T = grow(cap_.tokens, need.tokens);
     x_ = be.alloc(size_t(T * hidden_) * es);
@@ -38,29 +39,44 @@ void Workspace::reserve(Backend& be, const ModelConfig& c, const WorkspaceShape&
     attn_ = be.alloc(size_t(T * q_dim_) * es);
     gate_up_ = be.alloc(size_t(T * 2 * ffn_) * es);
     act_ = be.alloc(size_t(T * ffn_) * es);
-    ids_ = be.alloc(size_t(T) * 4);
-    positions_ = be.alloc(size_t(T) * 4);
-    slots_ = be.alloc(size_t(T) * 4);
     cap_.tokens = T;
-  }
-  if (need.seqs > cap_.seqs) {
-    const int64_t S = grow(cap_.seqs, need.seqs);
-    q_start_ = be.alloc(size_t(S + 1) * 4);
-    kv_len_ = be.alloc(size_t(S) * 4);
-    cap_.seqs = S;
-  }
-  if (need.page_entries > cap_.page_entries) {
-    const int64_t P = grow(cap_.page_entries, need.page_entries);
-    page_table_ = be.alloc(size_t(P) * 4);
-    cap_.page_entries = P;
   }
   if (need.logit_rows > cap_.logit_rows) {
     const int64_t R = grow(cap_.logit_rows, need.logit_rows);
     gathered_ = be.alloc(size_t(R * hidden_) * es);
     logits_ = be.alloc(size_t(R * vocab_) * 4);
-    rows_ = be.alloc(size_t(R) * 4);
     cap_.logit_rows = R;
   }
+  cap_.seqs = grow(cap_.seqs, need.seqs);
+  // The stride is exact when it is first set (the engine's longest context), grown like the rest after.
+  if (need.page_stride > cap_.page_stride)
+    cap_.page_stride = cap_.page_stride == 0 ? need.page_stride : grow(cap_.page_stride, need.page_stride);
+  if (cap_.tokens != old.tokens || cap_.logit_rows != old.logit_rows || cap_.seqs != old.seqs ||
+      cap_.page_stride != old.page_stride) {
+    const size_t bytes = size_t(off_page_table() + cap_.seqs * cap_.page_stride) * sizeof(int32_t);
+    inputs_ = be.alloc(bytes);
+    staging_ = be.alloc_host_pinned(bytes);
+    ++generation_;
+  }
+}
+
+StepInputsHost Workspace::host_inputs() const {
+  int32_t* p = static_cast<int32_t*>(staging_.data());
+  return {p,
+          p + off_positions(),
+          p + off_slots(),
+          p + off_rows(),
+          p + off_q_start(),
+          p + off_kv_len(),
+          p + off_page_table()};
+}
+
+void Workspace::upload_inputs(Backend& be, int64_t seqs) const {
+  be.upload_async(input(0, off_page_table() + seqs * cap_.page_stride), staging_.data());
+}
+
+Tensor Workspace::input(int64_t offset, int64_t n) const {
+  return Tensor(static_cast<int32_t*>(inputs_.data()) + offset, DType::i32, {n}, dev_);
 }
 
 Tensor Workspace::x(int64_t T) const {
@@ -91,25 +107,26 @@ Tensor Workspace::logits(int64_t R) const {
   return view2(logits_, DType::f32, R, vocab_, dev_);
 }
 Tensor Workspace::ids(int64_t T) const {
-  return Tensor(ids_.data(), DType::i32, {T}, dev_);
+  return input(0, T);
 }
 Tensor Workspace::positions(int64_t T) const {
-  return Tensor(positions_.data(), DType::i32, {T}, dev_);
+  return input(off_positions(), T);
 }
 Tensor Workspace::slots(int64_t T) const {
-  return Tensor(slots_.data(), DType::i32, {T}, dev_);
-}
-Tensor Workspace::q_start(int64_t S) const {
-  return Tensor(q_start_.data(), DType::i32, {S + 1}, dev_);
-}
-Tensor Workspace::kv_len(int64_t S) const {
-  return Tensor(kv_len_.data(), DType::i32, {S}, dev_);
-}
-Tensor Workspace::page_table(int64_t S, int64_t max_pages) const {
-  return Tensor(page_table_.data(), DType::i32, {S, max_pages}, dev_);
+  return input(off_slots(), T);
 }
 Tensor Workspace::rows(int64_t R) const {
-  return Tensor(rows_.data(), DType::i32, {R}, dev_);
+  return input(off_rows(), R);
+}
+Tensor Workspace::q_start(int64_t S) const {
+  return input(off_q_start(), S + 1);
+}
+Tensor Workspace::kv_len(int64_t S) const {
+  return input(off_kv_len(), S);
+}
+Tensor Workspace::page_table(int64_t S) const {
+  return Tensor(static_cast<int32_t*>(inputs_.data()) + off_page_table(), DType::i32, {S, cap_.page_stride},
+                dev_);
 }
 
 }  // namespace astrai

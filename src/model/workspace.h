@@ -1,6 +1,14 @@
-// The per-step buffers of the decoder forward. Sized by the largest batch seen so far and only
-// ever grown, so steady-state decoding allocates nothing (and, on the GPU, keeps every address
-// fixed for CUDA-graph capture once the capacity covers the captured batch sizes).
+// The per-step buffers of the decoder forward. Sized by the largest batch seen so far (or once, up
+// front, for the engine's limits) and only ever grown, so steady-state decoding allocates nothing
+// and every address stays fixed, which a captured CUDA graph relies on: generation() changes
+// whenever a buffer moves.
+//
+// Step inputs (int32) live in one device buffer with a host staging mirror of the same layout
+// (page-locked on a GPU): the model packs a step into the mirror and copies it with one async copy.
+//   ids [T] | positions [T] | slots [T] | rows [R] | q_start [S+1] | kv_len [S] | page_table [S, P]
+// (capacities T, R, S, P). The page table has a fixed row stride P (pages per sequence at the
+// longest context), so its layout does not depend on the step; a step copies up to the end of
+// its S rows of the page table.
 #pragma once
 
 #include <cstdint>
@@ -11,10 +19,15 @@
 namespace astrai {
 
 struct WorkspaceShape {
-  int64_t tokens = 0;        // T: rows of the packed batch
-  int64_t seqs = 0;          // S
-  int64_t page_entries = 0;  // S * max_pages
-  int64_t logit_rows = 0;    // R
+  int64_t tokens = 0;       // T: rows of the packed batch
+  int64_t seqs = 0;         // S
+  int64_t page_stride = 0;  // P: pages per sequence row of the page table
+  int64_t logit_rows = 0;   // R
+};
+
+// Host pointers into the staging mirror, at the current capacities.
+struct StepInputsHost {
+  int32_t *ids, *positions, *slots, *rows, *q_start, *kv_len, *page_table;
 };
 
 class Workspace {
@@ -22,6 +35,14 @@ class Workspace {
   // Makes every buffer large enough for `need`; reallocates only the ones that are too small,
   // rounding capacities up so that slowly growing batches do not reallocate every step.
   void reserve(Backend& backend, const ModelConfig& config, const WorkspaceShape& need);
+  const WorkspaceShape& capacity() const { return cap_; }
+  // Changes whenever reserve() moves a buffer.
+  uint64_t generation() const { return generation_; }
+
+  // The staging mirror of the step inputs (write a step here, then upload_inputs).
+  StepInputsHost host_inputs() const;
+  // One async copy of the staged inputs of a step with `seqs` sequences to the device.
+  void upload_inputs(Backend& backend, int64_t seqs) const;
 
   // Activations (compute dtype), [T, width] views of the current step.
   Tensor x(int64_t T) const;         // residual stream [T, hidden]
@@ -33,22 +54,32 @@ class Workspace {
   Tensor act(int64_t T) const;       // silu(gate) * up [T, F]
   Tensor gathered(int64_t R) const;  // final-normed rows whose logits are wanted [R, hidden]
   Tensor logits(int64_t R) const;    // f32 [R, vocab]
-  // Index inputs (i32).
+  // Index inputs (i32, on the device).
   Tensor ids(int64_t T) const;
   Tensor positions(int64_t T) const;
   Tensor slots(int64_t T) const;
-  Tensor q_start(int64_t S) const;  // [S + 1]
-  Tensor kv_len(int64_t S) const;
-  Tensor page_table(int64_t S, int64_t max_pages) const;
+  Tensor q_start(int64_t S) const;     // [S + 1]
+  Tensor kv_len(int64_t S) const;      // [S]
+  Tensor page_table(int64_t S) const;  // [S, P]
   Tensor rows(int64_t R) const;
 
  private:
+  // Element offsets of each input in the inputs buffer at the current capacities.
+  int64_t off_positions() const { return cap_.tokens; }
+  int64_t off_slots() const { return 2 * cap_.tokens; }
+  int64_t off_rows() const { return 3 * cap_.tokens; }
+  int64_t off_q_start() const { return off_rows() + cap_.logit_rows; }
+  int64_t off_kv_len() const { return off_q_start() + cap_.seqs + 1; }
+  int64_t off_page_table() const { return off_kv_len() + cap_.seqs; }
+  Tensor input(int64_t offset, int64_t n) const;
+
   WorkspaceShape cap_;
+  uint64_t generation_ = 0;
   DType dt_ = DType::f32;
   Device dev_ = Device::cpu;
   int64_t hidden_ = 0, qkv_width_ = 0, q_dim_ = 0, heads_ = 0, head_dim_ = 0, ffn_ = 0, vocab_ = 0;
   Buffer x_, h_, y_, qkv_, attn_, gate_up_, act_, gathered_, logits_;
-  Buffer ids_, positions_, slots_, q_start_, kv_len_, page_table_, rows_;
+  Buffer inputs_, staging_;  // device inputs and their host mirror, same layout
 };
 
 }  // namespace astrai
