@@ -1,0 +1,80 @@
+// The training-shaped decoder: parameters, gradients and activations laid out once per model
+// (llm.c's ParameterTensors / ActivationTensors), a forward that saves what backward needs, and a
+// backward over the same Backend ops the serving forward uses (their *_backward partners declared
+// beside them in src/backend/backend.h). f32 on the CPU; on the GPU (later) bf16 compute with f32
+// master weights.
+//
+// Numerics match the serving forward (src/model/model.cpp) for the same weights: a test checks
+// that this forward's logits equal Model::forward's on the CPU.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/backend/backend.h"
+#include "src/core/status.h"
+#include "src/core/tensor.h"
+#include "src/model/config.h"
+#include "src/model/safetensors.h"
+
+namespace astrai::train {
+
+// One micro-batch of B sequences of T tokens each (row-major [B, T]).
+//   tokens    [B*T]  input ids
+//   targets   [B*T]  next-token ids; kIgnore where no loss is taken (padding, non-assistant turns)
+//   positions [B*T]  RoPE positions; restart at 0 where a packed document starts
+//   doc_start [B*T]  index within its row of the first token of the row's document containing t
+//                    (attention of t covers [doc_start[t], t]: packed documents do not see each other)
+inline constexpr int32_t kIgnore = -100;  // PyTorch's ignore_index
+struct TrainBatch {
+  int batch = 0, seq_len = 0;
+  std::vector<int32_t> tokens, targets, positions, doc_start;
+  int64_t num_targets() const;  // targets != kIgnore
+};
+
+// One trainable tensor: its HF name and shape, its value and gradient (f32, on the backend).
+struct Param {
+  std::string name;            // e.g. "model.layers.0.self_attn.q_proj.weight"
+  std::vector<int64_t> shape;  // HF shape
+  Tensor value, grad;
+  bool decay = true;  // AdamW weight decay applies (false: norms, embeddings, biases)
+};
+
+struct LossOptions {
+  float label_smoothing = 0.0f;
+};
+
+class TrainModel {
+ public:
+  // Parameters from a WeightStore (an HF model dir's safetensors, any float dtype converted to f32).
+  static Result<std::unique_ptr<TrainModel>> create(const ModelConfig& config, const WeightStore& weights,
+                                                    Backend& backend);
+  virtual ~TrainModel() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  virtual Backend& backend() const = 0;
+
+  // Parameters in weight_shapes() order (tied embeddings: one "model.embed_tokens.weight").
+  virtual std::vector<Param>& params() = 0;
+
+  // Forward + backward of the mean cross-entropy over the batch's non-ignored targets, times
+  // `scale` (1 / grad_accum steps, or num_targets / total for token-weighted accumulation).
+  // ADDS d(scale * loss)/d(param) into every Param::grad (call zero_grad() between optimizer
+  // steps). Returns the unscaled mean loss of this batch. The full logits are never held at once
+  // (the loss is chunked over rows).
+  virtual Result<float> forward_backward(const TrainBatch& batch, float scale,
+                                         const LossOptions& loss = {}) = 0;
+
+  // Forward only: mean loss (evaluation).
+  virtual Result<float> loss(const TrainBatch& batch, const LossOptions& loss = {}) = 0;
+
+  // Logits [B*T, vocab] f32 on the host (tests: compare with Model::forward and PyTorch).
+  virtual Result<std::vector<float>> logits(const TrainBatch& batch) = 0;
+
+  virtual void zero_grad() = 0;
+};
+
+}  // namespace astrai::train
