@@ -60,7 +60,7 @@ struct Run {
 
   test::CommandResult train(const std::string& out, const std::string& flags) const {
     const std::string cmd = "ASTRAI_CACHE_DIR='" + (dir / "cache").string() + "' " + test::astrai_bin() +
-                            " train --no-progress --threads 2 " + common + " --out '" + (dir / out).string() +
+                            " train --no-progress --threads 1 " + common + " --out '" + (dir / out).string() +
                             "' " + flags;
     return test::run_command(cmd);
   }
@@ -138,7 +138,7 @@ TEST_CASE(
     // resumed run must match: the verdict does not depend on the timing).
     const std::string cmd =
         "ASTRAI_CACHE_DIR='" + (dir / "cache").string() + "' " + test::astrai_bin() +
-        " train --no-progress --threads 2 " + run.common + " --out '" + (dir / out).string() +
+        " train --no-progress --threads 1 " + run.common + " --out '" + (dir / out).string() +
         "' & pid=$!; m='" + (dir / out / "metrics.jsonl").string() +
         "'; while kill -0 $pid 2>/dev/null && [ \"$(cat \"$m\" 2>/dev/null | wc -l)\" -lt 6 ]; "
         "do sleep 0.02; done; kill -" +
