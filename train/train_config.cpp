@@ -86,21 +86,33 @@ const std::vector<KeyDef>& key_defs() {
   static const std::vector<KeyDef> defs = [] {
     std::vector<KeyDef> d;
     auto add = [&](std::string_view name, std::string_view help, Setter s) {
-      d.push_back({{name, help}, std::move(s)});
+      d.push_back({{name, help, "TEXT"}, std::move(s)});
     };
+    auto typed = [&](std::string_view type) { d.back().key.type = type; };
     add("model", "Hugging Face model directory to start from (or: preset)", string_key(&TrainConfig::model));
+    typed("PATH");
     add("preset", "Preset to initialise randomly, seeded by `seed` (tiny, llama-1b, ...)",
         string_key(&TrainConfig::preset));
+    typed("NAME");
     add("data.train", "Training JSONL: {\"text\"} lines (pretraining) or {\"messages\"} lines (SFT)",
         string_key(&TrainConfig::data_train));
+    typed("PATH");
     add("data.valid", "Validation JSONL (optional), same formats", string_key(&TrainConfig::data_valid));
+    typed("PATH");
     add("seq_len", "Tokens per sequence", int_key(&TrainConfig::seq_len, "seq_len", 1));
+    typed("INT");
     add("batch_size", "Sequences per micro-batch", int_key(&TrainConfig::batch_size, "batch_size", 1));
+    typed("INT");
     add("grad_accum", "Micro-batches per optimizer step", int_key(&TrainConfig::grad_accum, "grad_accum", 1));
+    typed("INT");
     add("steps", "Optimizer steps", int_key(&TrainConfig::steps, "steps", 1));
+    typed("INT");
     add("lr", "Peak learning rate", float_key(&TrainConfig::lr, "lr", 0, 10));
+    typed("FLOAT");
     add("min_lr", "Final learning rate of cosine / wsd", float_key(&TrainConfig::min_lr, "min_lr", 0, 10));
+    typed("FLOAT");
     add("warmup_steps", "Linear warmup steps", int_key(&TrainConfig::warmup_steps, "warmup_steps", 0));
+    typed("INT");
     add("schedule", "cosine | wsd | constant", [](TrainConfig& c, const std::string& v) -> Status {
       if (v == "cosine")
         c.schedule = Schedule::cosine;
@@ -112,12 +124,16 @@ const std::vector<KeyDef>& key_defs() {
         return bad("schedule", v, "must be one of cosine | wsd | constant");
       return {};
     });
+    typed("cosine|wsd|constant");
     add("decay_fraction", "wsd: fraction of the steps (at the end) that decay to min_lr",
         float_key(&TrainConfig::decay_fraction, "decay_fraction", 0, 1));
+    typed("FLOAT");
     add("weight_decay", "AdamW decoupled weight decay (not on norms, embeddings, biases)",
         float_key(&TrainConfig::weight_decay, "weight_decay", 0, 10));
+    typed("FLOAT");
     add("grad_clip", "Clip the global gradient L2 norm to this (0: off)",
         float_key(&TrainConfig::grad_clip, "grad_clip", 0, 1e30));
+    typed("FLOAT");
     add("seed", "Seed of the preset init and the data shuffle",
         [](TrainConfig& c, const std::string& v) -> Status {
           uint64_t x = 0;
@@ -127,17 +143,24 @@ const std::vector<KeyDef>& key_defs() {
           c.seed = x;
           return {};
         });
+    typed("UINT");
     add("device", "cpu | cuda | auto", choice_key(&TrainConfig::device, "device", {"cpu", "cuda", "auto"}));
+    typed("cpu|cuda|auto");
     add("out", "Run directory: checkpoints out/step_NNNNNN/, out/metrics.jsonl",
         string_key(&TrainConfig::out));
+    typed("PATH");
     add("save_every", "Checkpoint every N steps (0: only at the end)",
         int_key(&TrainConfig::save_every, "save_every", 0));
+    typed("INT");
     add("eval_every", "Validation loss every N steps (0: never)",
         int_key(&TrainConfig::eval_every, "eval_every", 0));
+    typed("INT");
     add("eval_batches", "Micro-batches of data.valid per evaluation (0: all of it)",
         int_key(&TrainConfig::eval_batches, "eval_batches", 0));
+    typed("INT");
     add("label_smoothing", "Cross-entropy label smoothing",
         float_key(&TrainConfig::label_smoothing, "label_smoothing", 0, 0.999));
+    typed("FLOAT");
     return d;
   }();
   return defs;

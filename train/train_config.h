@@ -44,6 +44,7 @@ struct TrainConfig {
 // One key of train.yaml: its dotted name (also the flag, with "--") and what it means.
 struct ConfigKey {
   std::string_view name, help;
+  std::string_view type;  // INT, FLOAT, TEXT, PATH or the choices: what --help shows
 };
 const std::vector<ConfigKey>& config_keys();
 

@@ -225,6 +225,15 @@ Result<TrainSummary> run_training(const TrainRunOptions& o) {
         valid, WindowLoader::create(&valid_data, c.seq_len, c.batch_size, c.seed, false, "data.valid"));
   }
 
+  std::fprintf(
+      stderr,
+      "train: %s, %.2fM parameters, on %s; data.train %zu tokens (%lld with a loss), %lld windows of %lld",
+      mconfig.architecture.c_str(), double(mconfig.num_parameters()) / 1e6, model.backend().name().c_str(),
+      train_data.tokens.size(), static_cast<long long>(train_data.num_loss_tokens()),
+      static_cast<long long>(train.num_windows()), static_cast<long long>(c.seq_len));
+  if (valid) std::fprintf(stderr, "; data.valid %lld windows", static_cast<long long>(valid->num_windows()));
+  std::fprintf(stderr, "\n");
+
   // Optimizer and the state a checkpoint restores.
   AdamW opt(AdamWOptions{0.9, 0.95, 1e-8, c.weight_decay});
   const std::vector<ParamSpan> spans = param_spans(params);

@@ -84,7 +84,7 @@ void register_train(CLI::App& app) {
       ->check(CLI::ExistingFile);
   for (const auto& k : train::config_keys()) {
     const std::string name(k.name);
-    sub->add_option("--" + name, a->values[name], std::string(k.help));
+    sub->add_option("--" + name, a->values[name], std::string(k.help))->type_name(std::string(k.type));
   }
   sub->add_flag("--resume", a->resume, "Continue from the newest complete checkpoint under out");
   sub->add_option("--stop-after", a->stop_after,
