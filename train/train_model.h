@@ -44,12 +44,16 @@ struct Param {
 };
 
 struct LossOptions {
-  float label_smoothing = 0.0f;
+  float label_smoothing = 0.0f;  // in [0, 1]
+  // Logit rows per cross-entropy chunk; 0: as many as fit in about 8 MB of logits (at least 16).
+  // Tests set it small to cross chunk boundaries; the result does not depend on it.
+  int64_t chunk_rows = 0;
 };
 
 class TrainModel {
  public:
   // Parameters from a WeightStore (an HF model dir's safetensors, any float dtype converted to f32).
+  // An unsupported error when the backend has no training ops (backend.supports_training()).
   static Result<std::unique_ptr<TrainModel>> create(const ModelConfig& config, const WeightStore& weights,
                                                     Backend& backend);
   virtual ~TrainModel() = default;

@@ -36,6 +36,54 @@ int64_t Backend::memory_available() const {
   return 0;
 }
 
+// The training ops' defaults: a backend that has not implemented them says so by name (and
+// supports_training() lets callers such as TrainModel::create refuse before the first op).
+bool Backend::supports_training() const {
+  return false;
+}
+
+namespace {
+[[noreturn]] void not_implemented(const Backend& be, const char* op) {
+  throw Error(unsupported(std::string(op) + ": not implemented on the " + be.name() + " backend"));
+}
+}  // namespace
+
+void Backend::gemm(const Tensor&, bool, const Tensor&, bool, float, float, Tensor) {
+  not_implemented(*this, "gemm");
+}
+void Backend::linear_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor*, Tensor,
+                              const Tensor*) {
+  not_implemented(*this, "linear_backward");
+}
+void Backend::rms_norm_train(const Tensor&, const Tensor&, float, Tensor, Tensor) {
+  not_implemented(*this, "rms_norm_train");
+}
+void Backend::rms_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor, Tensor,
+                                bool) {
+  not_implemented(*this, "rms_norm_backward");
+}
+void Backend::embedding_backward(const Tensor&, const Tensor&, Tensor) {
+  not_implemented(*this, "embedding_backward");
+}
+void Backend::rope_backward(Tensor, const Tensor&, const Tensor&) {
+  not_implemented(*this, "rope_backward");
+}
+void Backend::swiglu_backward(const Tensor&, const Tensor&, const Tensor&, Tensor, Tensor) {
+  not_implemented(*this, "swiglu_backward");
+}
+void Backend::attention_train(const Tensor&, const Tensor&, const Tensor&, const Tensor&, float, Tensor,
+                              Tensor) {
+  not_implemented(*this, "attention_train");
+}
+void Backend::attention_train_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                       const Tensor&, const Tensor&, const Tensor&, float, Tensor, Tensor,
+                                       Tensor) {
+  not_implemented(*this, "attention_train_backward");
+}
+void Backend::cross_entropy(Tensor, const Tensor&, float, float, Tensor) {
+  not_implemented(*this, "cross_entropy");
+}
+
 void register_backend_factory(Device device, BackendFactory factory) {
   auto& r = registry();
   std::lock_guard lock(r.mu);

@@ -91,6 +91,81 @@ class Backend {
 
   // Converts between dtypes (f32 <-> bf16/f16), same shape.
   virtual void convert(const Tensor& src, Tensor dst) = 0;
+
+  // ---- training ops ----------------------------------------------------------------------------
+  // Forward/backward pairs for train/ (llm.c style: each op's math and shapes above it; the
+  // forward saves what its backward needs). Conventions: d<name> is the gradient of the loss with
+  // respect to <name>. Gradients of parameters (dw, dbias, dtable) are ACCUMULATED (+=), so a
+  // tied weight or a micro-batch adds into the same buffer; gradients of activations are
+  // overwritten unless the op says otherwise. All f32. A backend without them inherits defaults
+  // that throw "<op>: not implemented on the <name> backend"; supports_training() says which.
+  virtual bool supports_training() const;
+
+  // C = alpha * op(A) @ op(B) + beta * C      op(A) [M, K], op(B) [K, N], C [M, N]
+  //   op(A) = A^T when trans_a (A stored [K, M]), likewise B. All 2-D with a contiguous last dim;
+  //   row strides may exceed the width (column slices). beta = 0 ignores C's old contents.
+  virtual void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float alpha, float beta,
+                    Tensor c);
+
+  // linear forward is linear() above: y = x @ w^T + bias.
+  // Backward:  dx = dy @ w           dy [M, N], w [N, K], dx [M, K]   (skipped when dx is null)
+  //            dw += dy^T @ x        x [M, K], dw [N, K]
+  //            dbias += sum_m dy[m]  dbias [N]                        (skipped when null)
+  virtual void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx,
+                               Tensor dw, const Tensor* dbias);
+
+  // rms_norm() that also saves rstd[r] = 1 / sqrt(mean(x[r]^2) + eps) for the backward.
+  //   x, out rows of D (as rms_norm; in place allowed), w [D], rstd [R] (R = rows of x)
+  virtual void rms_norm_train(const Tensor& x, const Tensor& w, float eps, Tensor out, Tensor rstd);
+  // With xhat = x * rstd, y = xhat * w, g = dy * w:
+  //   dx  = rstd * (g - xhat * mean(g * xhat))     (accumulate: dx += that, the residual stream)
+  //   dw += sum_r dy[r] * xhat[r]
+  //   dy, x, dx rows of D (dx may alias dy when not accumulating: q/k norm backward in place).
+  virtual void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                                 Tensor dx, Tensor dw, bool accumulate);
+
+  // embedding() backward (scatter-add): dtable[ids[t], :] += dout[t, :]
+  //   dout [T, H], ids [T] i32, dtable [V, H]
+  virtual void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor dtable);
+
+  // rope() backward, in place: the rotation by -theta (the transpose of rope's rotation),
+  //   dx[i] = dy[i] * c + dy[i + D/2] * s,  dx[i + D/2] = dy[i + D/2] * c - dy[i] * s.
+  //   Shapes as rope().
+  virtual void rope_backward(Tensor dx, const Tensor& positions, const Tensor& cos_sin);
+
+  // swiglu() backward, with s = sigmoid(gate):
+  //   dgate = dout * up * s * (1 + gate * (1 - s)),  dup = dout * gate * s
+  //   all [T, F] rows (dgate/dup may be the two halves of one buffer)
+  virtual void swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up, Tensor dgate,
+                               Tensor dup);
+
+  // Causal grouped-query attention over contiguous sequences (training; serving reads pages):
+  // query row t attends to key rows [kv_begin[t], t] of the same tensor (kv_begin[t] <= t; packed
+  // documents and batch rows are kept apart by kv_begin). Head h reads KV head h / (H / KVH).
+  //   s_tj = scale * q_t . k_j,  lse_t = log sum_j exp(s_tj),  out_t = sum_j exp(s_tj - lse_t) v_j
+  //   q [N, H, D], k, v [N, KVH, D] (rows may be strided), kv_begin [N] i32, out [N, H, D],
+  //   lse [N, H] f32 (saved for the backward).
+  virtual void attention_train(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kv_begin,
+                               float scale, Tensor out, Tensor lse);
+  // Its backward, with p_tj = exp(s_tj - lse_t) and delta_t = dout_t . out_t:
+  //   dv_j = sum_t p_tj dout_t,  ds_tj = p_tj (dout_t . v_j - delta_t),
+  //   dq_t = scale * sum_j ds_tj k_j,  dk_j = scale * sum_t ds_tj q_t   (summed over a KV group)
+  //   dq like q, dk and dv like k (overwritten; may be column slices of one dqkv buffer).
+  virtual void attention_train_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& kv_begin, const Tensor& out, const Tensor& lse,
+                                        float scale, Tensor dq, Tensor dk, Tensor dv);
+
+  // Cross-entropy forward and backward over a chunk of R logit rows (the model walks the rows in
+  // chunks so the full [tokens, vocab] logits never exist), PyTorch's cross_entropy semantics with
+  // label smoothing e over V classes:
+  //   lse_r = log sum_j exp(z_rj),  loss_r = (1 - e) * (lse_r - z_r,y) + e * (lse_r - mean_j z_rj)
+  //   dz_rj = grad_scale * (softmax(z_r)_j - (1 - e) * [j == y_r] - e / V)
+  //   logits [R, V] is OVERWRITTEN with dz (the gradient needs no second buffer); targets [R] i32;
+  //   losses [R] f32. Rows with target kIgnoreIndex (-100) get loss 0 and dz 0; any other target
+  //   outside [0, V) is an error. The mean over a batch's targets is the caller's grad_scale.
+  static constexpr int32_t kIgnoreIndex = -100;
+  virtual void cross_entropy(Tensor logits, const Tensor& targets, float label_smoothing, float grad_scale,
+                             Tensor losses);
 };
 
 struct BackendOptions {

@@ -70,6 +70,46 @@ class CpuBackend final : public Backend {
   }
   void convert(const Tensor& src, Tensor dst) override { cpu::convert(src, dst); }
 
+  bool supports_training() const override { return true; }
+  void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float alpha, float beta,
+            Tensor c) override {
+    cpu::gemm(a, trans_a, b, trans_b, alpha, beta, c);
+  }
+  void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx, Tensor dw,
+                       const Tensor* dbias) override {
+    cpu::linear_backward(dy, x, w, dx, dw, dbias);
+  }
+  void rms_norm_train(const Tensor& x, const Tensor& w, float eps, Tensor out, Tensor rstd) override {
+    cpu::rms_norm_train(x, w, eps, out, rstd);
+  }
+  void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor dx,
+                         Tensor dw, bool accumulate) override {
+    cpu::rms_norm_backward(dy, x, w, rstd, dx, dw, accumulate);
+  }
+  void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor dtable) override {
+    cpu::embedding_backward(dout, ids, dtable);
+  }
+  void rope_backward(Tensor dx, const Tensor& positions, const Tensor& cos_sin) override {
+    cpu::rope_backward(dx, positions, cos_sin);
+  }
+  void swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up, Tensor dgate,
+                       Tensor dup) override {
+    cpu::swiglu_backward(dout, gate, up, dgate, dup);
+  }
+  void attention_train(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kv_begin, float scale,
+                       Tensor out, Tensor lse) override {
+    cpu::attention_train(q, k, v, kv_begin, scale, out, lse);
+  }
+  void attention_train_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                const Tensor& kv_begin, const Tensor& out, const Tensor& lse, float scale,
+                                Tensor dq, Tensor dk, Tensor dv) override {
+    cpu::attention_train_backward(dout, q, k, v, kv_begin, out, lse, scale, dq, dk, dv);
+  }
+  void cross_entropy(Tensor logits, const Tensor& targets, float label_smoothing, float grad_scale,
+                     Tensor losses) override {
+    cpu::cross_entropy(logits, targets, label_smoothing, grad_scale, losses);
+  }
+
  private:
   int threads_;
 };

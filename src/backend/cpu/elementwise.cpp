@@ -1,4 +1,5 @@
-// Row-wise and element-wise ops: embedding lookup, SwiGLU, add, row gather, dtype conversion.
+// Row-wise and element-wise ops: embedding lookup, SwiGLU, add, row gather, dtype conversion; the
+// backward of embedding (scatter-add) and SwiGLU.
 #include <cmath>
 #include <cstring>
 
@@ -42,6 +43,63 @@ void swiglu(const Tensor& gate, const Tensor& up, Tensor out) {
     float* o = ov.row(r);
 #pragma omp simd
     for (int64_t i = 0; i < F; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  }
+}
+
+// dtable[ids[t]] += dout[t]. Serial over tokens: a repeated id adds in token order (deterministic),
+// and the work is T * H additions, small beside any GEMM of the step.
+void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor dtable) {
+  check_f32(dout, "embedding_backward", "dout");
+  check_i32(ids, "embedding_backward", "ids");
+  check_f32(dtable, "embedding_backward", "dtable");
+  ASTRAI_OP_CHECK(dtable.ndim == 2 && dtable.is_contiguous(),
+                  "embedding_backward: dtable must be a contiguous [V, H]");
+  const int64_t V = dtable.shape[0], H = dtable.shape[1], T = ids.numel();
+  const RowView dv = rows_of(dout, "embedding_backward");
+  ASTRAI_OP_CHECK(dv.n_rows == T && dv.width == H, "embedding_backward: dout " + dout.shape_str() + " for " +
+                                                       std::to_string(T) + " ids of width " +
+                                                       std::to_string(H));
+  const int32_t* id = ids.ptr<int32_t>();
+  for (int64_t t = 0; t < T; ++t)
+    ASTRAI_OP_CHECK(id[t] >= 0 && id[t] < V, "embedding_backward: token id " + std::to_string(id[t]) +
+                                                 " outside [0, " + std::to_string(V) + ")");
+  for (int64_t t = 0; t < T; ++t) {
+    const float* g = dv.row(t);
+    float* row = dtable.ptr<float>() + int64_t(id[t]) * H;
+#pragma omp simd
+    for (int64_t i = 0; i < H; ++i) row[i] += g[i];
+  }
+}
+
+// With s = sigmoid(g): d silu(g) / dg = s + g * s * (1 - s) = s * (1 + g * (1 - s)).
+void swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up, Tensor dgate, Tensor dup) {
+  check_f32(dout, "swiglu_backward", "dout");
+  check_f32(gate, "swiglu_backward", "gate");
+  check_f32(up, "swiglu_backward", "up");
+  check_f32(dgate, "swiglu_backward", "dgate");
+  check_f32(dup, "swiglu_backward", "dup");
+  const RowView dov = rows_of(dout, "swiglu_backward"), gv = rows_of(gate, "swiglu_backward"),
+                uv = rows_of(up, "swiglu_backward"), dgv = rows_of(dgate, "swiglu_backward"),
+                duv = rows_of(dup, "swiglu_backward");
+  bool same = true;
+  for (const RowView* r : {&gv, &uv, &dgv, &duv})
+    same = same && r->n_rows == dov.n_rows && r->width == dov.width;
+  ASTRAI_OP_CHECK(same, "swiglu_backward: dout " + dout.shape_str() + " gate " + gate.shape_str() + " up " +
+                            up.shape_str() + " dgate " + dgate.shape_str() + " dup " + dup.shape_str());
+  const int64_t F = dov.width;
+#pragma omp parallel for schedule(static) if (dov.n_rows * F > (1 << 18))
+  for (int64_t r = 0; r < dov.n_rows; ++r) {
+    const float* d = dov.row(r);
+    const float* g = gv.row(r);
+    const float* u = uv.row(r);
+    float* dg = dgv.row(r);
+    float* du = duv.row(r);
+#pragma omp simd
+    for (int64_t i = 0; i < F; ++i) {
+      const float s = 1.0f / (1.0f + std::exp(-g[i]));
+      dg[i] = d[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
+      du[i] = d[i] * g[i] * s;
+    }
   }
 }
 

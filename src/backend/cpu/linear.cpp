@@ -1,4 +1,5 @@
-// linear: out = x @ w^T (+ bias) through OpenBLAS. w is [N, K] row-major (nn.Linear layout), so
+// linear: out = x @ w^T (+ bias) through OpenBLAS, its backward, and the general gemm the backward
+// uses. w is [N, K] row-major (nn.Linear layout), so
 // the GEMM is C[M,N] = A[M,K] * B[N,K]^T with B transposed in place by the BLAS call; a single row
 // (decode with batch 1) is a GEMV y = W x.
 //
@@ -76,6 +77,98 @@ void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int t = 0; t < threads; ++t)
     gemm_block(M, K, std::min(N, t * block), std::min(N, (t + 1) * block), xp, lda, wp, beta, op, ldc);
+}
+
+namespace {
+
+// Leading dimension of a 2-D tensor with a contiguous last dim (a single row may carry any stride).
+int64_t lead_dim(const Tensor& t) {
+  return t.shape[0] > 1 ? t.stride[0] : t.shape[1];
+}
+
+void check_matrix(const Tensor& t, const char* op, const char* name) {
+  check_f32(t, op, name);
+  ASTRAI_OP_CHECK(
+      t.ndim == 2 && (t.shape[1] <= 1 || t.stride[1] == 1) && (t.shape[0] <= 1 || t.stride[0] >= t.shape[1]),
+      std::string(op) + ": " + name + " must be 2-D with a contiguous last dim, got " + t.shape_str());
+}
+
+}  // namespace
+
+// Threads as linear(): OpenBLAS single-threaded per OpenMP thread, C split into row blocks (or
+// column blocks when it is wider than tall) so that no two threads write the same element.
+void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float alpha, float beta, Tensor c) {
+  check_matrix(a, "gemm", "a");
+  check_matrix(b, "gemm", "b");
+  check_matrix(c, "gemm", "c");
+  const int64_t M = c.shape[0], N = c.shape[1];
+  const int64_t K = trans_a ? a.shape[0] : a.shape[1];
+  const int64_t a_m = trans_a ? a.shape[1] : a.shape[0];
+  const int64_t b_k = trans_b ? b.shape[1] : b.shape[0], b_n = trans_b ? b.shape[0] : b.shape[1];
+  ASTRAI_OP_CHECK(a_m == M && b_k == K && b_n == N, "gemm: shapes a " + a.shape_str() +
+                                                        (trans_a ? "^T" : "") + " b " + b.shape_str() +
+                                                        (trans_b ? "^T" : "") + " c " + c.shape_str());
+  if (M == 0 || N == 0) return;
+  const int64_t lda = lead_dim(a), ldb = lead_dim(b), ldc = lead_dim(c);
+  const float* ap = a.ptr<float>();
+  const float* bp = b.ptr<float>();
+  float* cp = c.ptr<float>();
+  if (K == 0) {
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) cp[m * ldc + n] = beta == 0.0f ? 0.0f : beta * cp[m * ldc + n];
+    return;
+  }
+  const bool split_rows = M >= N;
+  const int64_t extent = split_rows ? M : N;
+  const int threads = int(std::min<int64_t>(M * N * K >= kParallelMacs ? omp_get_max_threads() : 1, extent));
+  const int64_t block = ((extent + threads - 1) / threads + 15) / 16 * 16;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (int t = 0; t < threads; ++t) {
+    const int64_t lo = std::min(extent, t * block), hi = std::min(extent, (t + 1) * block);
+    if (hi <= lo) continue;
+    const float* a0 = ap;
+    const float* b0 = bp;
+    float* c0 = cp;
+    int64_t m = M, n = N;
+    if (split_rows) {  // rows [lo, hi) of C: rows of op(A)
+      a0 = trans_a ? ap + lo : ap + lo * lda;
+      c0 = cp + lo * ldc;
+      m = hi - lo;
+    } else {  // columns [lo, hi) of C: columns of op(B)
+      b0 = trans_b ? bp + lo * ldb : bp + lo;
+      c0 = cp + lo;
+      n = hi - lo;
+    }
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                int(m), int(n), int(K), alpha, a0, int(lda), b0, int(ldb), beta, c0, int(ldc));
+  }
+}
+
+// dx = dy @ w, dw += dy^T @ x, dbias += column sums of dy.
+void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx, Tensor dw,
+                     const Tensor* dbias) {
+  check_matrix(dy, "linear_backward", "dy");
+  check_matrix(x, "linear_backward", "x");
+  check_matrix(w, "linear_backward", "w");
+  check_matrix(dw, "linear_backward", "dw");
+  const int64_t M = dy.shape[0], N = dy.shape[1], K = x.shape[1];
+  ASTRAI_OP_CHECK(x.shape[0] == M && w.shape[0] == N && w.shape[1] == K && dw.shape == w.shape,
+                  "linear_backward: shapes dy " + dy.shape_str() + " x " + x.shape_str() + " w " +
+                      w.shape_str() + " dw " + dw.shape_str());
+  if (dx) gemm(dy, false, w, false, 1.0f, 0.0f, *dx);
+  gemm(dy, true, x, false, 1.0f, 1.0f, dw);
+  if (dbias) {
+    check_f32(*dbias, "linear_backward", "dbias");
+    ASTRAI_OP_CHECK(dbias->numel() == N && dbias->is_contiguous(),
+                    "linear_backward: dbias " + dbias->shape_str() + " for N = " + std::to_string(N));
+    float* db = dbias->ptr<float>();
+    const int64_t ld = lead_dim(dy);
+    for (int64_t m = 0; m < M; ++m) {
+      const float* row = dy.ptr<float>() + m * ld;
+#pragma omp simd
+      for (int64_t n = 0; n < N; ++n) db[n] += row[n];
+    }
+  }
 }
 
 }  // namespace astrai::cpu

@@ -1,7 +1,9 @@
 // The CPU implementations of the Backend ops (f32), one file per family:
 //   linear.cpp (OpenBLAS), norm.cpp, rope.cpp, elementwise.cpp (embedding, swiglu, add, gather,
-//   convert), attention.cpp (kv_store, paged_attention). CpuBackend forwards to these; the
-//   argument order and shapes are those of src/backend/backend.h.
+//   convert), attention.cpp (kv_store, paged_attention); the training ops beside their forwards
+//   (gemm and linear_backward in linear.cpp, rms_norm_train/backward in norm.cpp, ...) and in
+//   attention_train.cpp and cross_entropy.cpp. CpuBackend forwards to these; the argument order and
+//   shapes are those of src/backend/backend.h.
 #pragma once
 
 #include "src/backend/backend.h"
@@ -20,5 +22,23 @@ void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
                      const AttentionBatch& batch, float scale, Tensor out);
 void gather_rows(const Tensor& x, const Tensor& rows, Tensor out);
 void convert(const Tensor& src, Tensor dst);
+
+// Training ops (backend.h, "training ops").
+void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float alpha, float beta, Tensor c);
+void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx, Tensor dw,
+                     const Tensor* dbias);
+void rms_norm_train(const Tensor& x, const Tensor& w, float eps, Tensor out, Tensor rstd);
+void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor dx,
+                       Tensor dw, bool accumulate);
+void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor dtable);
+void rope_backward(Tensor dx, const Tensor& positions, const Tensor& cos_sin);
+void swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up, Tensor dgate, Tensor dup);
+void attention_train(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kv_begin, float scale,
+                     Tensor out, Tensor lse);
+void attention_train_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& kv_begin, const Tensor& out, const Tensor& lse, float scale,
+                              Tensor dq, Tensor dk, Tensor dv);
+void cross_entropy(Tensor logits, const Tensor& targets, float label_smoothing, float grad_scale,
+                   Tensor losses);
 
 }  // namespace astrai::cpu
