@@ -53,12 +53,6 @@ class Progress {
   Clock::time_point start_, last_{};
 };
 
-int64_t count_targets(const TrainBatch& b) {
-  int64_t n = 0;
-  for (int32_t t : b.targets) n += t != kIgnore;
-  return n;
-}
-
 struct Loaded {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<TrainModel> model;
@@ -151,7 +145,7 @@ Result<double> evaluate(TrainModel& model, const WindowLoader& valid, int64_t ma
       else
         valid.fill_empty_row(b, r);
     }
-    const int64_t n = count_targets(b);
+    const int64_t n = b.num_targets();
     if (n == 0) continue;
     ASTRAI_ASSIGN_OR_RETURN(const float loss, model.loss(b, lo));
     sum += double(loss) * double(n);
@@ -304,12 +298,12 @@ Result<TrainSummary> run_training(const TrainRunOptions& o) {
     int64_t total = 0;
     for (TrainBatch& b : micro) {
       train.next(b);
-      total += count_targets(b);
+      total += b.num_targets();
     }
     model.zero_grad();
     double loss_sum = 0;
     for (const TrainBatch& b : micro) {
-      const int64_t n = count_targets(b);
+      const int64_t n = b.num_targets();
       if (n == 0) continue;
       ASTRAI_ASSIGN_OR_RETURN(const float loss,
                               model.forward_backward(b, float(double(n) / double(total)), lo));

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <random>
+#include <regex>
 #include <sstream>
 
 #include "tools/test_util.h"
@@ -122,7 +123,7 @@ TEST_CASE("train: 20 steps straight == 10 steps, stop, --resume, 10 more (losses
 TEST_CASE(
     "train: SIGTERM checkpoints and exits 0, kill -9 loses only the steps since the last checkpoint; "
     "both resume to the straight run",
-    "[train][trainer][slow]") {
+    "[train][trainer]") {
   const uint64_t seed = test::fresh_seed();
   INFO("seed " << seed);
   test::TempDir dir("signals");
@@ -210,10 +211,18 @@ TEST_CASE("train: SFT data trains on assistant turns", "[train][trainer]") {
   test::write_file(dir / "sft.jsonl", data);
   const Run run{dir, "--preset tiny --data.train '" + (dir / "sft.jsonl").string() +
                          "' --seq_len 48 --batch_size 2 --steps 4 --warmup_steps 1 --save_every 0"};
-  auto r = run.train("o", "");
+  auto r = run.train("o", "--resume");  // nothing to resume yet: starts from the beginning
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
-  CHECK(read_metrics(dir / "o" / "metrics.jsonl").size() == 4);
+  CHECK_THAT(r.err, Catch::Contains("no checkpoint under"));
+  REQUIRE(read_metrics(dir / "o" / "metrics.jsonl").size() == 4);
+  // Only assistant tokens carry a loss: "N.<|im_end|>\n", one token per byte and one for the tag:
+  // 4 tokens for answers 1..9, 5 for 10..30.
+  std::smatch sm;
+  REQUIRE(std::regex_search(r.err, sm, std::regex(R"(data\.train (\d+) tokens \((\d+) with a loss\))")));
+  const long all = std::stol(sm[1].str()), with_loss = std::stol(sm[2].str());
+  CHECK(with_loss == 9 * 4 + 21 * 5);
+  CHECK(all > 30 * 40);
 }
 
 TEST_CASE("train: bad configs fail with a message naming the key", "[train][trainer]") {
