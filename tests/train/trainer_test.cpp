@@ -8,6 +8,7 @@
 #include <regex>
 #include <sstream>
 
+#include "model/forward_util.h"
 #include "tools/test_util.h"
 
 namespace test = astrai::test;
@@ -165,6 +166,34 @@ TEST_CASE(
     for (const auto& e : fs::directory_iterator(dir / out))
       CHECK(e.path().filename().string().rfind(".step_", 0) != 0);
   }
+}
+
+TEST_CASE("train: a Qwen3-style model directory (q/k norm, untied head) resumes exactly and stays loadable",
+          "[train][trainer]") {
+  const uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  test::TempDir dir("qwen3");
+  astrai::ModelConfig config = test::qwen3_style_config();
+  config.attention_bias = true;  // q/k/v/o biases get gradients and no weight decay
+  config.o_proj_bias = true;
+  test::write_random_model(dir / "model", config, seed, astrai::DType::f32, nullptr, true);
+  test::write_file(dir / "train.jsonl", corpus(seed, 40));
+  const Run run{dir, "--model '" + (dir / "model").string() + "' --data.train '" +
+                         (dir / "train.jsonl").string() +
+                         "' --seq_len 48 --batch_size 2 --steps 8 --warmup_steps 2 --lr 1e-3 --save_every 0"};
+  auto a = run.train("a", "");
+  INFO(a.err);
+  REQUIRE(a.exit_code == 0);
+  REQUIRE(run.train("b", "--stop-after 3").exit_code == 0);
+  REQUIRE(run.train("b", "--resume").exit_code == 0);
+  require_same_run(dir / "a", dir / "b", 8);
+  const fs::path ckpt = dir / "a" / "step_000008";
+  CHECK_THAT(test::read_file(ckpt / "config.json"), Catch::Contains("Qwen3ForCausalLM"));
+  test::write_file(dir / "in.jsonl", "{\"text\":\"a short line to score\"}\n");
+  auto s = test::run_command(test::astrai_bin() + " score --model '" + ckpt.string() + "' --input '" +
+                             (dir / "in.jsonl").string() + "' --output '" + (dir / "s.jsonl").string() + "'");
+  INFO(s.err);
+  CHECK(s.exit_code == 0);
 }
 
 TEST_CASE("train: the loss falls on a small repeated text, and the checkpoint scores it better",
