@@ -64,7 +64,8 @@ Setter string_key(std::string TrainConfig::*field) {
   };
 }
 
-Setter choice_key(std::string TrainConfig::*field, std::string_view key, std::vector<std::string> choices) {
+Setter choice_key(std::string TrainConfig::*field, std::string_view key,
+                  const std::vector<std::string>& choices) {
   return [=](TrainConfig& c, const std::string& v) -> Status {
     for (const auto& ch : choices)
       if (v == ch) {
