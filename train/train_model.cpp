@@ -13,7 +13,8 @@
 //   q, k = rms_norm per head [rstd_q, rstd_k] into qk (Qwen3), else q, k in place in qkv
 //   rope(q), rope(k)                     attn, lse = attention(q, k, v, kv_begin)
 //   x_mid = x_l + attn Wo^T (+ bo)       h2 = rms_norm(x_mid) [rstd2]
-//   gu = h2 Wgu^T; act = silu(gate) * up x_{l+1} = x_mid + act Wdown^T
+//   gu = h2 Wgu^T; act = silu(gate) * up
+//   x_{l+1} = x_mid + act Wdown^T
 // then hf = rms_norm(x_L) [rstdf] and, chunk by chunk of rows, logits = hf Whead^T -> cross_entropy.
 // The backward walks the same list in reverse; dres carries d loss / d x through the residual stream.
 #include "train/train_model.h"
@@ -75,8 +76,8 @@ class DecoderTrainModel final : public TrainModel {
   DecoderTrainModel(const ModelConfig& c, Backend& be) : cfg_(c), be_(be) {}
 
   Status init(const WeightStore& store) {
-    ASTRAI_ASSIGN_OR_RETURN(WeightRefs refs, resolve_weights(cfg_, store));
-    (void)refs;  // shape and dtype checks; values are read by name below
+    // Every tensor present with its shape and a float dtype; the values are read by name below.
+    ASTRAI_RETURN_IF_ERROR(resolve_weights(cfg_, store).status());
     const auto shapes = weight_shapes(cfg_);
     int64_t total = 0;
     std::vector<int64_t> offsets;
@@ -263,7 +264,13 @@ class DecoderTrainModel final : public TrainModel {
       kv_begin_host_[size_t(i)] = int32_t(i - t + ds);
     }
     n_ = N;
-    layout(chunk_rows(loss));
+    try {
+      layout(chunk_rows(loss));
+    } catch (const std::bad_alloc&) {
+      laid_out_n_ = -1;
+      return resource_exhausted("out of memory laying out the activations of a " + std::to_string(b.batch) +
+                                " x " + std::to_string(b.seq_len) + " training batch");
+    }
     be_.upload(ids_, b.tokens.data());
     be_.upload(targets_, b.targets.data());
     be_.upload(positions_, b.positions.data());

@@ -7,11 +7,11 @@ row b attends to keys j of the same row with doc_start[b, t] <= j <= t. The loss
 torch.nn.functional.cross_entropy over all rows (ignore_index -100, label_smoothing, mean over the
 non-ignored targets) times `scale`; every weight's gradient is d(scale * loss) / d(weight).
 
-  grad_reference.py MODEL_DIR BATCH.json OUT.bin
+  grad_reference.py MODEL_DIR BATCH.json OUT.bin [MODEL_DIR BATCH.json OUT.bin ...]
     BATCH.json: {"batch", "seq_len", "tokens", "targets", "positions", "doc_start" (flat, row-major),
                  "label_smoothing", "scale", "names": [weight names in output order]}
     OUT.bin:    the gradients of "names", in order, flattened, raw little-endian float64
-    stdout:     {"loss": mean loss (unscaled)}
+    stdout:     one line {"loss": mean loss (unscaled)} per triple, in order
 """
 import json
 import os
@@ -80,10 +80,7 @@ def loss_of(cfg, w, b):
     )
 
 
-def main(argv):
-    if len(argv) != 4:
-        raise SystemExit(__doc__)
-    model_dir, batch_path, out_path = argv[1:]
+def run(model_dir, batch_path, out_path):
     with open(os.path.join(model_dir, "config.json")) as f:
         cfg = json.load(f)
     with open(batch_path) as f:
@@ -99,7 +96,15 @@ def main(argv):
             if g is None:
                 g = torch.zeros_like(w[name])
             g.detach().numpy().astype("<f8").tofile(f)
-    print(json.dumps({"loss": loss.item()}))
+    print(json.dumps({"loss": loss.item()}), flush=True)
+
+
+def main(argv):
+    args = argv[1:]
+    if not args or len(args) % 3:
+        raise SystemExit(__doc__)
+    for i in range(0, len(args), 3):
+        run(*args[i : i + 3])
 
 
 if __name__ == "__main__":

@@ -15,23 +15,12 @@
 
 #include "src/backend/cpu/ops.h"
 #include "src/backend/cpu/rows.h"
+#include "src/backend/cpu/vec.h"
 
 namespace astrai::cpu {
 namespace {
 
 constexpr int64_t kQueryBlock = 16;
-
-inline float dot(const float* a, const float* b, int64_t n) {
-  float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
-  return acc;
-}
-
-inline void axpy(float alpha, const float* x, float* y, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
-}
 
 void check_cache(const Tensor& c, const char* name) {
   check_f32(c, "paged_attention", name);

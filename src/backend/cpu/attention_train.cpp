@@ -18,20 +18,20 @@
 
 #include "src/backend/cpu/ops.h"
 #include "src/backend/cpu/rows.h"
+#include "src/backend/cpu/vec.h"
 
 namespace astrai::cpu {
 namespace {
 
-inline float dot(const float* a, const float* b, int64_t n) {
-  float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
-  return acc;
-}
-
-inline void axpy(float alpha, const float* x, float* y, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+// Rows of one head of a [N, heads, D] tensor: row j of head h is at head(h) + j * step floats
+// (no division per access, unlike Rows::row).
+struct HeadRows {
+  float* base;
+  int64_t step;
+  float* operator[](int64_t j) const { return base + j * step; }
+};
+inline HeadRows head_rows(const RowView& v, int64_t h) {
+  return {v.row(h), v.s_outer};
 }
 
 struct AttnShape {
@@ -85,9 +85,10 @@ void attention_train(const Tensor& q, const Tensor& k, const Tensor& v, const Te
     if (scores.size() < size_t(n)) scores.resize(size_t(n));
     float* sc = scores.data();
     const float* qr = qv.row(r);
+    const HeadRows keys = head_rows(kv, kvh), values = head_rows(vv, kvh);
     float m = -std::numeric_limits<float>::infinity();
     for (int64_t j = 0; j < n; ++j) {
-      sc[j] = dot(qr, kv.row((b + j) * KVH + kvh), D) * scale;
+      sc[j] = dot(qr, keys[b + j], D) * scale;
       m = std::max(m, sc[j]);
     }
     float sum = 0.0f;
@@ -98,7 +99,7 @@ void attention_train(const Tensor& q, const Tensor& k, const Tensor& v, const Te
     const float inv = 1.0f / sum;
     float* o = ov.row(r);
     std::memset(o, 0, size_t(D) * sizeof(float));
-    for (int64_t j = 0; j < n; ++j) axpy(sc[j] * inv, vv.row((b + j) * KVH + kvh), o, D);
+    for (int64_t j = 0; j < n; ++j) axpy(sc[j] * inv, values[b + j], o, D);
     lp[r] = m + std::log(sum);
   }
 }
@@ -138,9 +139,11 @@ void attention_train_backward(const Tensor& dout, const Tensor& q, const Tensor&
   for (int64_t task = 0; task < n_segs * KVH; ++task) {
     const int64_t seg = task / KVH, kvh = task % KVH;
     const int64_t s0 = starts[size_t(seg)], s1 = starts[size_t(seg) + 1];
+    const HeadRows keys = head_rows(kv, kvh), values = head_rows(vv, kvh), dkeys = head_rows(dkv, kvh),
+                   dvalues = head_rows(dvv, kvh);
     for (int64_t j = s0; j < s1; ++j) {
-      std::memset(dkv.row(j * KVH + kvh), 0, size_t(D) * sizeof(float));
-      std::memset(dvv.row(j * KVH + kvh), 0, size_t(D) * sizeof(float));
+      std::memset(dkeys[j], 0, size_t(D) * sizeof(float));
+      std::memset(dvalues[j], 0, size_t(D) * sizeof(float));
     }
     for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h)
       for (int64_t t = s0; t < s1; ++t) {
@@ -151,13 +154,13 @@ void attention_train_backward(const Tensor& dout, const Tensor& q, const Tensor&
         std::memset(dqr, 0, size_t(D) * sizeof(float));
         const float delta = dot(dor, ov.row(r), D), L = lp[r];
         for (int64_t j = kb[t]; j <= t; ++j) {
-          const float* kr = kv.row(j * KVH + kvh);
-          const float* vr = vv.row(j * KVH + kvh);
+          const float* kr = keys[j];
+          const float* vr = values[j];
           const float p = std::exp(dot(qr, kr, D) * scale - L);
           const float ds = p * (dot(dor, vr, D) - delta) * scale;
           axpy(ds, kr, dqr, D);
-          axpy(ds, qr, dkv.row(j * KVH + kvh), D);
-          axpy(p, dor, dvv.row(j * KVH + kvh), D);
+          axpy(ds, qr, dkeys[j], D);
+          axpy(p, dor, dvalues[j], D);
         }
       }
   }
