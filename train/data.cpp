@@ -158,8 +158,9 @@ Result<TokenizedData> tokenize_jsonl(const fs::path& file, const Tokenizer& tok)
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
     const std::string where = file.string() + " line " + std::to_string(line_no) + ": ";
     simdjson::dom::element doc;
-    if (parser.parse(simdjson::padded_string(line)).get(doc) || !doc.is_object())
-      return invalid_argument(where + "not a JSON object");
+    if (auto err = parser.parse(simdjson::padded_string(line)).get(doc))
+      return invalid_argument(where + "not valid JSON (" + simdjson::error_message(err) + ")");
+    if (!doc.is_object()) return invalid_argument(where + "not a JSON object");
     std::vector<int32_t> ids;
     std::vector<uint8_t> mask;
     std::string_view s;

@@ -181,7 +181,11 @@ TEST_CASE("tokenize_jsonl: text documents end in EOS, conversations are masked, 
   test::write_file(dir / "bad2.jsonl", "{\"text\":\"ok\"\n");
   bad = tokenize_jsonl(dir / "bad2.jsonl", *tok);
   REQUIRE_FALSE(bad.ok());
-  CHECK_THAT(bad.status().message(), Catch::Contains("bad2.jsonl line 1: not a JSON object"));
+  CHECK_THAT(bad.status().message(), Catch::Contains("bad2.jsonl line 1: not valid JSON"));
+  test::write_file(dir / "bad3.jsonl", "\n[1, 2]\n");
+  bad = tokenize_jsonl(dir / "bad3.jsonl", *tok);
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.status().message(), Catch::Contains("bad3.jsonl line 2: not a JSON object"));
 }
 
 TEST_CASE("shard cache: written once, read back equal, keyed by contents and tokenizer", "[train][data]") {
