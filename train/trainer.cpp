@@ -239,6 +239,10 @@ Result<TrainSummary> run_training(const TrainRunOptions& o) {
       return invalid_argument(
           "--resume: " + resume_from->string() + " was made with other training data (data cursor " +
           std::to_string(st.cursor.index) + " past " + std::to_string(train.num_windows()) + " windows)");
+    if (st.seed != c.seed)
+      return invalid_argument(
+          "seed: " + std::to_string(c.seed) + " differs from the checkpoint's " + std::to_string(st.seed) +
+          " (the data order depends on it); resume with --seed " + std::to_string(st.seed));
     ASTRAI_RETURN_IF_ERROR(load_moments(*resume_from / "optimizer.safetensors", params, opt));
     opt.set_steps_taken(st.adam_t);
     train.set_cursor(st.cursor);

@@ -283,6 +283,9 @@ TEST_CASE("train: bad configs fail with a message naming the key", "[train][trai
   auto again = run.train("done", base + "--steps 1 --seq_len 16 --batch_size 1");
   CHECK(again.exit_code == 1);
   CHECK_THAT(again.err, Catch::Contains("already holds checkpoints; pass --resume"));
+  auto reseeded = run.train("done", base + "--steps 2 --seq_len 16 --batch_size 1 --resume --seed 99");
+  CHECK(reseeded.exit_code == 1);
+  CHECK_THAT(reseeded.err, Catch::Contains("seed: 99 differs from the checkpoint's 1234"));
 }
 
 TEST_CASE(
