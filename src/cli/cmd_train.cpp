@@ -1,0 +1,105 @@
+// astrai train --config train.yaml [--KEY VALUE ...] [--resume]
+// Pretraining ({"text"} JSONL) and SFT ({"messages"} JSONL) of a model directory or a preset; every
+// train.yaml key is also a flag (--steps 20, --data.train f.jsonl), and a flag wins over the file.
+// SIGTERM / SIGINT: the current step finishes, a checkpoint is written, exit 0 (a second signal
+// kills at once).
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include "src/cli/commands.h"
+#include "src/core/threads.h"
+#include "train/train_config.h"
+#include "train/trainer.h"
+
+namespace astrai::cli {
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+extern "C" void on_stop_signal(int sig) {
+  g_stop.store(true);
+  std::signal(sig, SIG_DFL);  // a second signal ends the process the usual way
+}
+
+struct TrainArgs {
+  std::string config_file;
+  std::map<std::string, std::string> values;  // config key -> flag value
+  bool resume = false, no_progress = false;
+  int64_t stop_after = 0;
+  int threads = 0;
+  std::string log_level = "info";
+};
+
+void run(CLI::App& sub, TrainArgs& a) {
+  CommonOptions common;
+  common.threads = a.threads;
+  common.log_level = a.log_level;
+  apply_common_options(common);
+  std::string yaml;
+  if (!a.config_file.empty()) {
+    std::ifstream f(a.config_file, std::ios::binary);
+    if (!f) throw Error(not_found("--config " + a.config_file + ": cannot open"));
+    std::stringstream ss;
+    ss << f.rdbuf();
+    yaml = ss.str();
+  }
+  std::vector<std::pair<std::string, std::string>> overrides;
+  for (const auto& k : train::config_keys()) {
+    const std::string name(k.name);
+    if (sub.get_option("--" + name)->count() > 0) overrides.emplace_back(name, a.values[name]);
+  }
+  train::TrainRunOptions o;
+  o.config =
+      train::parse_train_config(yaml, a.config_file.empty() ? "train config" : a.config_file, overrides)
+          .value();
+  o.resume = a.resume;
+  o.progress = !a.no_progress;
+  o.stop_after = a.stop_after;
+  o.stop_requested = &g_stop;
+  std::signal(SIGTERM, on_stop_signal);
+  std::signal(SIGINT, on_stop_signal);
+  const train::TrainSummary s = train::run_training(o).value();
+  std::signal(SIGTERM, SIG_DFL);
+  std::signal(SIGINT, SIG_DFL);
+  std::fprintf(stderr, "train: steps %lld -> %lld%s in %.1f s, loss %.4f",
+               static_cast<long long>(s.first_step), static_cast<long long>(s.last_step),
+               s.stopped ? " (stopped)" : "", s.seconds, s.last_loss);
+  if (s.last_val_loss) std::fprintf(stderr, ", val_loss %.4f", *s.last_val_loss);
+  if (!s.checkpoint.empty()) std::fprintf(stderr, ", checkpoint %s", s.checkpoint.c_str());
+  std::fprintf(stderr, "\n");
+  set_exit_code(0);
+}
+
+void register_train(CLI::App& app) {
+  auto a = std::make_shared<TrainArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "train",
+      "Train a model (pretraining or SFT) from train.yaml; every key is also a flag, e.g. --steps 20");
+  sub->add_option("--config", a->config_file,
+                  "train.yaml (optional when flags give model/preset and data.train)")
+      ->check(CLI::ExistingFile);
+  for (const auto& k : train::config_keys()) {
+    const std::string name(k.name);
+    sub->add_option("--" + name, a->values[name], std::string(k.help))->type_name(std::string(k.type));
+  }
+  sub->add_flag("--resume", a->resume, "Continue from the newest complete checkpoint under out");
+  sub->add_option("--stop-after", a->stop_after,
+                  "Stop after this many steps of this run, as SIGTERM would (checkpoint, exit 0)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_flag("--no-progress", a->no_progress, "No progress bar on stderr");
+  sub->add_option("--threads", a->threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  sub->add_option("--log-level", a->log_level, "trace | debug | info | warn | error | off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
+      ->capture_default_str();
+  sub->callback([a, sub] { run(*sub, *a); });
+}
+
+}  // namespace
+
+ASTRAI_REGISTER_COMMAND("train", register_train);
+
+}  // namespace astrai::cli

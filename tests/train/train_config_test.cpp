@@ -1,0 +1,127 @@
+#include "train/train_config.h"
+
+#include <catch2/catch.hpp>
+
+using astrai::train::parse_train_config;
+using astrai::train::Schedule;
+using Overrides = std::vector<std::pair<std::string, std::string>>;
+
+namespace {
+const char* kContractYaml = R"(model: path/to/hf_dir
+data:
+  train: train.jsonl
+  valid: valid.jsonl
+seq_len: 256
+batch_size: 8
+grad_accum: 1
+steps: 1000
+lr: 3.0e-4
+min_lr: 3.0e-5
+warmup_steps: 50
+schedule: cosine
+weight_decay: 0.1
+grad_clip: 1.0
+seed: 1234
+device: auto
+out: runs/demo
+save_every: 100
+eval_every: 100
+)";
+}
+
+TEST_CASE("train config: the contract's example parses to its values", "[train][config]") {
+  auto c = parse_train_config(kContractYaml, "train.yaml", {});
+  REQUIRE(c.ok());
+  CHECK(c->model == "path/to/hf_dir");
+  CHECK(c->preset.empty());
+  CHECK(c->data_train == "train.jsonl");
+  CHECK(c->data_valid == "valid.jsonl");
+  CHECK(c->seq_len == 256);
+  CHECK(c->batch_size == 8);
+  CHECK(c->steps == 1000);
+  CHECK(c->lr == 3.0e-4);
+  CHECK(c->min_lr == 3.0e-5);
+  CHECK(c->warmup_steps == 50);
+  CHECK(c->schedule == Schedule::cosine);
+  CHECK(c->weight_decay == 0.1);
+  CHECK(c->grad_clip == 1.0);
+  CHECK(c->seed == 1234);
+  CHECK(c->device == "auto");
+  CHECK(c->out == "runs/demo");
+  CHECK(c->save_every == 100);
+  CHECK(c->eval_every == 100);
+}
+
+TEST_CASE("train config: YAML 1.2 floats without a dot parse (3e-4)", "[train][config]") {
+  auto c = parse_train_config("preset: tiny\ndata: {train: a.jsonl}\nlr: 3e-4\nmin_lr: 1e-5\n", "t.yaml", {});
+  REQUIRE(c.ok());
+  CHECK(c->lr == 3e-4);
+  CHECK(c->min_lr == 1e-5);
+}
+
+TEST_CASE("train config: flags override the file, dotted keys included", "[train][config]") {
+  auto c = parse_train_config(kContractYaml, "train.yaml",
+                              Overrides{{"steps", "20"},
+                                        {"data.train", "f.jsonl"},
+                                        {"schedule", "wsd"},
+                                        {"label_smoothing", "0.1"},
+                                        {"data.valid", ""}});
+  REQUIRE(c.ok());
+  CHECK(c->steps == 20);
+  CHECK(c->data_train == "f.jsonl");
+  CHECK(c->data_valid.empty());
+  CHECK(c->schedule == Schedule::wsd);
+  CHECK(c->label_smoothing == 0.1);
+  CHECK(c->lr == 3.0e-4);  // untouched
+}
+
+TEST_CASE("train config: flags alone make a config", "[train][config]") {
+  auto c = parse_train_config("", "", Overrides{{"preset", "tiny"}, {"data.train", "t.jsonl"}, {"out", "o"}});
+  REQUIRE(c.ok());
+  CHECK(c->preset == "tiny");
+  CHECK(c->seq_len == 256);  // the documented default
+}
+
+TEST_CASE("train config: errors name the key", "[train][config]") {
+  struct Case {
+    std::string yaml;
+    Overrides flags;
+    std::string expect;
+  };
+  const std::string base = "preset: tiny\ndata:\n  train: t.jsonl\n";
+  const std::vector<Case> cases = {
+      {base + "stepz: 3\n", {}, "unknown key 'stepz'"},
+      {base + "seq_len: abc\n", {}, "seq_len: 'abc' is not an integer"},
+      {base + "seq_len: 0\n", {}, "seq_len: '0' must be at least 1"},
+      {base + "lr: fast\n", {}, "lr: 'fast' is not a finite number"},
+      {base + "schedule: linear\n", {}, "schedule: 'linear' must be one of cosine | wsd | constant"},
+      {base + "device: tpu\n", {}, "device: 'tpu' must be one of cpu | cuda | auto"},
+      {base + "steps: [1, 2]\n", {}, "steps: expected a single value"},
+      {base + "label_smoothing: 1.5\n", {}, "label_smoothing: '1.5' must be in"},
+      {base, {{"batch_size", "-1"}}, "--batch_size: '-1' must be at least 1"},
+      {base, {{"data.tests", "x"}}, "unknown key '--data.tests'"},
+      {base + "model: m\n", {}, "model / preset: give exactly one"},
+      {"preset: tiny\n", {}, "data.train: a training JSONL file is required"},
+      {base + "lr: 1e-4\nmin_lr: 1e-3\n", {}, "min_lr:"},
+      {"a: [unclosed\n", {}, "t.yaml: line"},
+      {"- 1\n- 2\n", {}, "expected a mapping"},
+  };
+  for (const Case& k : cases) {
+    INFO(k.yaml);
+    auto c = parse_train_config(k.yaml, "t.yaml", k.flags);
+    REQUIRE_FALSE(c.ok());
+    CHECK_THAT(c.status().message(), Catch::Contains(k.expect));
+  }
+}
+
+TEST_CASE("train config: to_json names every key", "[train][config]") {
+  auto c = parse_train_config(kContractYaml, "train.yaml", {});
+  REQUIRE(c.ok());
+  const std::string j = c->to_json();
+  for (const auto& k : astrai::train::config_keys()) {
+    std::string name(k.name);
+    if (name == "preset" || name.rfind("data.", 0) == 0) continue;
+    CHECK_THAT(j, Catch::Contains("\"" + name + "\":"));
+  }
+  CHECK_THAT(j, Catch::Contains(R"("data":{"train":"train.jsonl","valid":"valid.jsonl"})"));
+}

@@ -1,0 +1,358 @@
+#include "train/trainer.h"
+
+#include <simdjson.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "src/backend/backend.h"
+#include "src/core/json_writer.h"
+#include "src/model/model_source.h"
+#include "src/model/safetensors.h"
+#include "src/tokenizer/tokenizer.h"
+#include "train/checkpoint.h"
+#include "train/data.h"
+#include "train/optimizer.h"
+#include "train/train_model.h"
+
+namespace astrai::train {
+namespace fs = std::filesystem;
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// One line on stderr, redrawn in place on a terminal (every 10 s to a file or pipe).
+class Progress {
+ public:
+  Progress(bool on, int64_t first, int64_t total)
+      : on_(on), tty_(::isatty(2)), first_(first), total_(total), start_(Clock::now()) {}
+  void update(int64_t step, double loss, double lr, double tokens_per_s, bool final = false) {
+    if (!on_) return;
+    const auto now = Clock::now();
+    if (!final && std::chrono::duration<double>(now - last_).count() < (tty_ ? 0.2 : 10.0)) return;
+    last_ = now;
+    const double el = std::chrono::duration<double>(now - start_).count();
+    const int64_t done = step - first_;
+    const double eta = done > 0 ? el / double(done) * double(total_ - step) : 0;
+    std::fprintf(stderr, "%s[step %lld/%lld] loss %.4f  lr %.2e  %.0f tok/s  ETA %dm%02ds%s",
+                 tty_ ? "\r" : "", static_cast<long long>(step), static_cast<long long>(total_), loss, lr,
+                 tokens_per_s, int(eta) / 60, int(eta) % 60, tty_ && !final ? "   " : "\n");
+    std::fflush(stderr);
+  }
+
+ private:
+  bool on_, tty_;
+  int64_t first_, total_;
+  Clock::time_point start_, last_{};
+};
+
+struct Loaded {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<TrainModel> model;
+};
+
+// device auto: the GPU when its backend can train, else the CPU.
+Result<Loaded> load_model(const std::string& device, const ModelConfig& config, const WeightStore& weights) {
+  auto on = [&](Device d) -> Result<Loaded> {
+    BackendOptions bo;
+    bo.device = d;
+    ASTRAI_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(bo));
+    ASTRAI_ASSIGN_OR_RETURN(std::unique_ptr<TrainModel> model, TrainModel::create(config, weights, *backend));
+    return Loaded{std::move(backend), std::move(model)};
+  };
+  if (device == "cpu") return on(Device::cpu);
+  if (device == "cuda") return on(Device::cuda);
+  if (has_backend_factory(Device::cuda))
+    if (auto gpu = on(Device::cuda); gpu.ok()) return gpu;
+  return on(Device::cpu);
+}
+
+std::vector<ParamSpan> param_spans(std::vector<Param>& params) {
+  std::vector<ParamSpan> spans;
+  for (Param& p : params)
+    spans.push_back({p.value.ptr<float>(), p.grad.ptr<float>(), p.value.numel(), p.decay});
+  return spans;
+}
+
+Status load_moments(const fs::path& file, const std::vector<Param>& params, AdamW& opt) {
+  ASTRAI_ASSIGN_OR_RETURN(const SafeTensorsFile f, SafeTensorsFile::open(file));
+  for (size_t i = 0; i < params.size(); ++i) {
+    for (auto [prefix, dst] :
+         {std::pair{"exp_avg.", &opt.exp_avg()[i]}, std::pair{"exp_avg_sq.", &opt.exp_avg_sq()[i]}}) {
+      const std::string name = prefix + params[i].name;
+      const SafeTensor* t = f.find(name);
+      if (!t) return corrupt(file.string() + ": missing tensor '" + name + "'");
+      if (t->dtype != DType::f32 || t->shape != params[i].shape)
+        return corrupt(file.string() + ": tensor '" + name + "' has shape " + t->shape_str() +
+                       ", expected the parameter's");
+      std::copy_n(static_cast<const float*>(t->data), dst->size(), dst->begin());
+    }
+  }
+  return {};
+}
+
+// Keeps the lines of metrics.jsonl whose "step" is at most `step` (and drops a partial last line).
+Status truncate_metrics(const fs::path& file, int64_t step) {
+  std::error_code ec;
+  if (!fs::exists(file, ec)) return {};
+  std::ifstream in(file, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  std::string kept;
+  simdjson::dom::parser parser;
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t end = text.find('\n', start);
+    if (end == std::string::npos) break;  // a line cut short by a kill
+    const std::string_view line(text.data() + start, end - start);
+    simdjson::dom::element doc;
+    int64_t s = 0;
+    if (!parser.parse(simdjson::padded_string(line)).get(doc) && !doc["step"].get(s) && s <= step) {
+      kept += line;
+      kept += '\n';
+    }
+    start = end + 1;
+  }
+  const fs::path tmp = file.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << kept;
+    if (!out) return io_error("cannot write " + tmp.string());
+  }
+  fs::rename(tmp, file, ec);
+  if (ec) return io_error("cannot replace " + file.string() + ": " + ec.message());
+  return {};
+}
+
+// Mean loss over every target of the valid split's first `max_batches` batches (0: all), in file order.
+Result<double> evaluate(TrainModel& model, const WindowLoader& valid, int64_t max_batches,
+                        const LossOptions& lo) {
+  TrainBatch b = valid.make_batch();
+  double sum = 0;
+  int64_t targets = 0, batches = 0;
+  for (int64_t w = 0; w < valid.num_windows() && (max_batches == 0 || batches < max_batches); ++batches) {
+    for (int r = 0; r < b.batch; ++r) {
+      if (w < valid.num_windows())
+        valid.fill_row(w++, b, r);
+      else
+        valid.fill_empty_row(b, r);
+    }
+    const int64_t n = b.num_targets();
+    if (n == 0) continue;
+    ASTRAI_ASSIGN_OR_RETURN(const float loss, model.loss(b, lo));
+    sum += double(loss) * double(n);
+    targets += n;
+  }
+  return targets ? sum / double(targets) : 0.0;
+}
+
+}  // namespace
+
+Result<TrainSummary> run_training(const TrainRunOptions& o) {
+  const TrainConfig& c = o.config;
+  const auto t_start = Clock::now();
+  const fs::path out = c.out;
+  std::error_code ec;
+
+  // Where the weights come from: the newest checkpoint on --resume, else the model or preset.
+  std::optional<fs::path> resume_from;
+  if (o.resume) {
+    resume_from = latest_checkpoint(out);
+    if (!resume_from)
+      std::fprintf(stderr, "train: no checkpoint under %s yet; starting from the beginning\n", c.out.c_str());
+  } else if (latest_checkpoint(out)) {
+    return invalid_argument(
+        "out: " + c.out +
+        " already holds checkpoints; pass --resume to continue that run, or choose another out");
+  }
+  fs::path model_dir;
+  if (resume_from) {
+    model_dir = *resume_from;
+  } else if (!c.model.empty()) {
+    model_dir = c.model;
+    if (!fs::is_directory(model_dir, ec)) return not_found("model: " + c.model + " is not a directory");
+  } else {
+    ASTRAI_ASSIGN_OR_RETURN(model_dir, resolve_model_dir(c.preset, c.seed));
+  }
+  ASTRAI_ASSIGN_OR_RETURN(const ModelConfig mconfig, ModelConfig::load(model_dir));
+  if (c.seq_len > mconfig.max_position_embeddings)
+    return invalid_argument("seq_len: " + std::to_string(c.seq_len) +
+                            " is longer than the model's context of " +
+                            std::to_string(mconfig.max_position_embeddings) + " (max_position_embeddings)");
+  ASTRAI_ASSIGN_OR_RETURN(const std::unique_ptr<Tokenizer> tok, Tokenizer::load(model_dir));
+  ASTRAI_ASSIGN_OR_RETURN(const WeightStore weights, WeightStore::open(model_dir));
+  ASTRAI_ASSIGN_OR_RETURN(Loaded loaded, load_model(c.device, mconfig, weights));
+  TrainModel& model = *loaded.model;
+  std::vector<Param>& params = model.params();
+  if (model.backend().device() != Device::cpu)
+    return unsupported("train: the optimizer runs on the CPU backend only for now (device " + c.device + ")");
+
+  // Data.
+  const fs::path cache = o.data_cache.empty() ? data_cache_dir() : o.data_cache;
+  const std::string tok_key = tokenizer_fingerprint(model_dir);
+  auto load_split = [&](const std::string& file, const std::string& what) -> Result<TokenizedData> {
+    auto d = load_or_tokenize(file, *tok, tok_key, cache);
+    if (!d.ok()) return Status(d.status().code(), what + ": " + d.status().message());
+    for (uint32_t id : d->tokens)
+      if (int64_t(id) >= mconfig.vocab_size)
+        return invalid_argument(what + ": token id " + std::to_string(id) +
+                                " is outside the model's vocabulary of " +
+                                std::to_string(mconfig.vocab_size));
+    return d;
+  };
+  ASTRAI_ASSIGN_OR_RETURN(const TokenizedData train_data, load_split(c.data_train, "data.train"));
+  ASTRAI_ASSIGN_OR_RETURN(WindowLoader train, WindowLoader::create(&train_data, c.seq_len, c.batch_size,
+                                                                   c.seed, true, "data.train"));
+  TokenizedData valid_data;
+  std::optional<WindowLoader> valid;
+  if (!c.data_valid.empty()) {
+    ASTRAI_ASSIGN_OR_RETURN(valid_data, load_split(c.data_valid, "data.valid"));
+    ASTRAI_ASSIGN_OR_RETURN(
+        valid, WindowLoader::create(&valid_data, c.seq_len, c.batch_size, c.seed, false, "data.valid"));
+  }
+
+  std::fprintf(
+      stderr,
+      "train: %s, %.2fM parameters, on %s; data.train %zu tokens (%lld with a loss), %lld windows of %lld",
+      mconfig.architecture.c_str(), double(mconfig.num_parameters()) / 1e6, model.backend().name().c_str(),
+      train_data.tokens.size(), static_cast<long long>(train_data.num_loss_tokens()),
+      static_cast<long long>(train.num_windows()), static_cast<long long>(c.seq_len));
+  if (valid) std::fprintf(stderr, "; data.valid %lld windows", static_cast<long long>(valid->num_windows()));
+  std::fprintf(stderr, "\n");
+
+  // Optimizer and the state a checkpoint restores.
+  AdamW opt(AdamWOptions{0.9, 0.95, 1e-8, c.weight_decay});
+  const std::vector<ParamSpan> spans = param_spans(params);
+  opt.init(spans);
+  int64_t step = 0;
+  if (resume_from) {
+    ASTRAI_ASSIGN_OR_RETURN(const TrainerState st, read_trainer_state(*resume_from));
+    if (st.cursor.index > train.num_windows())
+      return invalid_argument(
+          "--resume: " + resume_from->string() + " was made with other training data (data cursor " +
+          std::to_string(st.cursor.index) + " past " + std::to_string(train.num_windows()) + " windows)");
+    if (st.seed != c.seed)
+      return invalid_argument(
+          "seed: " + std::to_string(c.seed) + " differs from the checkpoint's " + std::to_string(st.seed) +
+          " (the data order depends on it); resume with --seed " + std::to_string(st.seed));
+    ASTRAI_RETURN_IF_ERROR(load_moments(*resume_from / "optimizer.safetensors", params, opt));
+    opt.set_steps_taken(st.adam_t);
+    train.set_cursor(st.cursor);
+    step = st.step;
+    std::fprintf(stderr, "train: resuming from %s (step %lld)\n", resume_from->c_str(),
+                 static_cast<long long>(step));
+  }
+
+  fs::create_directories(out, ec);
+  if (ec) return io_error("out: cannot create " + c.out + ": " + ec.message());
+  // Temp directories of checkpoints whose writing was killed: never complete, never read.
+  for (fs::directory_iterator it(out, ec), end; !ec && it != end; it.increment(ec))
+    if (std::error_code ignored; it->path().filename().string().rfind(".step_", 0) == 0)
+      fs::remove_all(it->path(), ignored);
+  const fs::path metrics_path = out / "metrics.jsonl";
+  if (resume_from) {
+    ASTRAI_RETURN_IF_ERROR(truncate_metrics(metrics_path, step));
+  } else {
+    fs::remove(metrics_path, ec);
+  }
+  std::ofstream metrics(metrics_path, std::ios::binary | std::ios::app);
+  if (!metrics) return io_error("cannot write " + metrics_path.string());
+
+  const fs::path tokenizer_dir = model_dir;
+  auto save = [&]() -> Result<fs::path> {
+    CheckpointContents ck;
+    ck.config = mconfig;
+    ck.tokenizer_dir = tokenizer_dir;
+    for (size_t i = 0; i < params.size(); ++i) {
+      ck.weights.push_back({params[i].name, DType::f32, params[i].shape, params[i].value.data});
+      ck.moments.push_back(
+          {"exp_avg." + params[i].name, DType::f32, params[i].shape, opt.exp_avg()[i].data()});
+      ck.moments.push_back(
+          {"exp_avg_sq." + params[i].name, DType::f32, params[i].shape, opt.exp_avg_sq()[i].data()});
+    }
+    ck.state.step = step;
+    ck.state.cursor = train.cursor();
+    ck.state.seed = c.seed;
+    ck.state.adam_t = opt.steps_taken();
+    ck.state.beta1 = opt.options().beta1;
+    ck.state.beta2 = opt.options().beta2;
+    ck.state.eps = opt.options().eps;
+    ck.state.config_json = c.to_json();
+    return write_checkpoint(out, ck);
+  };
+
+  TrainSummary sum;
+  sum.first_step = step;
+  LossOptions lo;
+  lo.label_smoothing = float(c.label_smoothing);
+  Progress progress(o.progress, step, c.steps);
+  std::vector<TrainBatch> micro(size_t(c.grad_accum), train.make_batch());
+  const double tokens_per_step = double(c.batch_size * c.seq_len * c.grad_accum);
+  int64_t run_steps = 0;
+  while (step < c.steps) {
+    const auto t0 = Clock::now();
+    int64_t total = 0;
+    for (TrainBatch& b : micro) {
+      train.next(b);
+      total += b.num_targets();
+    }
+    model.zero_grad();
+    double loss_sum = 0;
+    for (const TrainBatch& b : micro) {
+      const int64_t n = b.num_targets();
+      if (n == 0) continue;
+      ASTRAI_ASSIGN_OR_RETURN(const float loss,
+                              model.forward_backward(b, float(double(n) / double(total)), lo));
+      loss_sum += double(loss) * double(n);
+    }
+    const double lr = learning_rate(c, step);
+    // A step without a single target (possible with sparse SFT masks) changes nothing.
+    const double norm = total > 0 ? opt.step(spans, lr, c.grad_clip) : 0.0;
+    ++step;
+    ++run_steps;
+    const double tps = tokens_per_step / std::max(1e-9, seconds_since(t0));
+    const double loss = total > 0 ? loss_sum / double(total) : 0.0;
+    sum.last_loss = loss;
+
+    JsonWriter w;
+    w.begin_object().key("step").value(step);
+    if (total > 0)
+      w.key("loss").value(loss);
+    else
+      w.key("loss").null();
+    w.key("lr").value(lr).key("grad_norm").value(norm).key("tokens_per_s").value(tps);
+    if (valid && c.eval_every > 0 && step % c.eval_every == 0) {
+      ASTRAI_ASSIGN_OR_RETURN(const double vl, evaluate(model, *valid, c.eval_batches, lo));
+      w.key("val_loss").value(vl);
+      sum.last_val_loss = vl;
+    }
+    w.end_object();
+    metrics << w.str() << '\n';
+    metrics.flush();
+    progress.update(step, loss, lr, tps, step == c.steps);
+
+    const bool stop =
+        (o.stop_requested && o.stop_requested->load()) || (o.stop_after > 0 && run_steps >= o.stop_after);
+    if (step == c.steps || stop || (c.save_every > 0 && step % c.save_every == 0)) {
+      ASTRAI_ASSIGN_OR_RETURN(sum.checkpoint, save());
+    }
+    if (stop && step < c.steps) {
+      sum.stopped = true;
+      break;
+    }
+  }
+  if (!metrics) return io_error("cannot write " + metrics_path.string());
+  sum.last_step = step;
+  sum.seconds = seconds_since(t_start);
+  return sum;
+}
+
+}  // namespace astrai::train
