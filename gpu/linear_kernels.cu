@@ -1,8 +1,8 @@
 // linear's own kernels beside cuBLASLt (linear.cpp decides which runs):
-// - gemv: out[m, n] = x[m, :] . w[n, :] (+ bias[n]) for M <= kGemvMaxRows rows of x (decode). One
-//   warp per weight row (or per part of its K, for narrow N), 16-byte loads of w streamed once for
-//   all M rows of x (x stays in L1), f32 accumulation, a warp reduction per row of x. A decode step is a
-//   stream over the weights, so this is what sets its time.
+// - gemv: out[m, n] = x[m, :] . w[n, :] (+ bias[n]) for M <= kGemvMaxRows rows of x (decode), on the
+//   tensor cores: a warp multiplies a tile of 16 weight rows, over a range of K, by all M rows of x at
+//   once, so the weights stream once for every M and the arithmetic per weight byte does not grow
+//   with M. A decode step is a stream over the weights, so this is what sets its time.
 // - naive: a plain GEMM for the shapes cuBLASLt has no algorithm for (rows that start on 2-byte
 //   boundaries, e.g. column slices at odd offsets): one thread per output, f32 accumulation.
 //   Correct, not fast; the model's shapes never take it.
@@ -14,66 +14,106 @@
 namespace astrai::gpu {
 namespace {
 
-constexpr int kGemvMaxRows = 8;
-constexpr int kGemvThreads = 256, kGemvWarps = kGemvThreads / 32;
-constexpr int kGemvBatch = 8;
-// Warps a GEMV launch aims for (a few waves of the ~24 resident warps on 132 multiprocessors): narrow
-// projections (N = hidden) split K across warps until they reach it.
-constexpr int64_t kGemvTargetWarps = 8192;
+constexpr int kGemvMaxRows = 8;  // the MMA's N: x rows past M repeat row M - 1, their outputs dropped
+constexpr int kGemvTile = 16;    // weight rows per warp (the MMA's M)
+// 16-byte loads per lane per operand issued before the first MMA: with ~32 resident warps per
+// multiprocessor that keeps enough bytes in flight to cover device-memory latency (on the H200,
+// unrolling 8 was a median 3% slower than 4).
+constexpr int kGemvUnroll = 4;
+// About one wave of warps on the H200 (132 multiprocessors, 2-4 resident 8-warp blocks each).
+constexpr int64_t kGemvSplitWarps = 4096;
 
-// Block: kGemvWarps warps on kGemvWarps / ksplit weight rows; the ksplit warps of a row take
-// consecutive ranges of K, and their partial sums meet in shared memory.
-template <typename TO>
-__global__ void __launch_bounds__(kGemvThreads)
+// D (16 x 8, f32) += A (16 x 16, bf16, row-major) B (16 x 8, bf16, column-major).
+__device__ __forceinline__ void mma_16x8x16(float* d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                            uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Weights are read once per step: past L1 (no allocation there), asking L2 to fetch the 256-byte
+// block around each access (on the H200 that was a median 10-28% faster than without the hint).
+__device__ __forceinline__ uint4 load_weights(const uint4* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+// Block: W warps on W / ksplit tiles of 16 weight rows; the ksplit warps of a tile take consecutive
+// ranges of K, and their partial sums meet in shared memory.
+//
+// The MMA (m16n8k16): A = the weight tile, B = x transposed, f32 accumulators. A dot product's order
+// over K is free, so each lane loads whole 16-byte runs of its rows and x is read in the same
+// permuted order: lane group g = lane / 4 takes rows g and g + 8, lane t = lane % 4 the 8 values at
+// k0 + 8t. In A's fragment a lane holds columns {2t, 2t+1, 2t+8, 2t+9} of its two rows (one 32-bit
+// register per row and column pair); the first MMA maps those columns to k0 + 8t + {0,1,2,3}, the
+// second to k0 + 8t + {4,5,6,7}. B's fragment (x row g, the same columns) then is the lane's own
+// 16-byte load of x, and each such load serves 16 weight rows.
+template <typename TO, int W>
+__global__ void __launch_bounds__(W * 32)
     gemv_kernel(const bf16* __restrict__ x, int64_t ldx, int M, const bf16* __restrict__ w, int64_t K,
                 int64_t N, const TO* __restrict__ bias, TO* __restrict__ out, int64_t ldo, int ksplit) {
-  __shared__ float partial[kGemvWarps][kGemvMaxRows];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, part = warp % ksplit;
-  const int64_t n = int64_t(blockIdx.x) * (kGemvWarps / ksplit) + warp / ksplit;
-  const int64_t chunks = K / 8, per_part = (chunks + ksplit - 1) / ksplit;
+  __shared__ float partial[W][kGemvTile][kGemvMaxRows];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int tiles_per_block = W / ksplit, part = warp % ksplit;
+  const int64_t n0 = (int64_t(blockIdx.x) * tiles_per_block + warp / ksplit) * kGemvTile;
+  const int64_t chunks = K / 8, per_part = (chunks + ksplit - 1) / ksplit;  // chunk: 8 values, 16 bytes
   const int64_t begin = part * per_part, end = min(chunks, begin + per_part);
-  float acc[kGemvMaxRows];
+  float d0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d1[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // two chains of MMAs
+  if (n0 < N) {
+    // Rows past N repeat row N - 1 (outputs dropped), so every load is in bounds.
+    const uint4* wa = reinterpret_cast<const uint4*>(w + min(n0 + g, N - 1) * K);
+    const uint4* wb = reinterpret_cast<const uint4*>(w + min(n0 + g + 8, N - 1) * K);
+    const uint4* xr = reinterpret_cast<const uint4*>(x + min(g, M - 1) * ldx);
+    for (int64_t base = begin; base < end; base += 4 * kGemvUnroll) {  // warp-uniform: mma.sync
+      uint4 va[kGemvUnroll], vb[kGemvUnroll], vx[kGemvUnroll];
 #pragma unroll
-  for (int m = 0; m < kGemvMaxRows; ++m) acc[m] = 0.0f;
-  if (n < N) {
-    const uint4* wr = reinterpret_cast<const uint4*>(w + n * K);
-    // kGemvBatch 16-byte loads of w per lane are issued before any is used, so that a warp has
-    // 32 * kGemvBatch * 16 bytes in flight: enough, over the resident warps, to cover the latency
-    // of device memory.
-    for (int64_t c0 = begin + lane; c0 < end; c0 += 32 * kGemvBatch) {
-      uint4 wv[kGemvBatch];
+      for (int u = 0; u < kGemvUnroll; ++u) {
+        // Past the part's end a lane re-reads its last chunk (no branch, so every load is issued
+        // before the first MMA) and multiplies it by zeros in place of x.
+        const int64_t c = base + 4 * u + t, cc = min(c, end - 1);
+        va[u] = load_weights(wa + cc);
+        vb[u] = load_weights(wb + cc);
+        vx[u] = __ldg(xr + cc);
+        if (c >= end) vx[u] = make_uint4(0, 0, 0, 0);
+      }
 #pragma unroll
-      for (int u = 0; u < kGemvBatch; ++u)
-        if (c0 + u * 32 < end) wv[u] = __ldg(wr + c0 + u * 32);
-#pragma unroll
-      for (int u = 0; u < kGemvBatch; ++u) {
-        const int64_t c = c0 + u * 32;
-        if (c >= end) break;
-        float wf[8];
-        unpack8(wv[u], wf);
-#pragma unroll
-        for (int m = 0; m < kGemvMaxRows; ++m) {
-          if (m >= M) break;
-          float xf[8];
-          unpack8(*reinterpret_cast<const uint4*>(x + m * ldx + c * 8), xf);
-#pragma unroll
-          for (int i = 0; i < 8; ++i) acc[m] += wf[i] * xf[i];
-        }
+      for (int u = 0; u < kGemvUnroll; ++u) {
+        mma_16x8x16(d0, va[u].x, vb[u].x, va[u].y, vb[u].y, vx[u].x, vx[u].y);
+        mma_16x8x16(d1, va[u].z, vb[u].z, va[u].w, vb[u].w, vx[u].z, vx[u].w);
       }
     }
   }
-#pragma unroll
-  for (int m = 0; m < kGemvMaxRows; ++m) {
-    if (m >= M) break;
-    const float v = warp_sum(acc[m]);
-    if (lane == 0) partial[warp][m] = v;
-  }
+  // Accumulator layout: d[0], d[1] are row g, x rows 2t and 2t + 1; d[2], d[3] the same for row g + 8.
+  partial[warp][g][2 * t] = d0[0] + d1[0];
+  partial[warp][g][2 * t + 1] = d0[1] + d1[1];
+  partial[warp][g + 8][2 * t] = d0[2] + d1[2];
+  partial[warp][g + 8][2 * t + 1] = d0[3] + d1[3];
   __syncthreads();
-  if (part == 0 && lane < M && n < N) {
+  const int rows = tiles_per_block * kGemvTile;
+  for (int i = threadIdx.x; i < M * rows; i += W * 32) {  // consecutive threads: consecutive n
+    const int m = i / rows, r = i % rows, tile = r / kGemvTile;
+    const int64_t n = int64_t(blockIdx.x) * rows + r;
+    if (n >= N) continue;
     float v = bias ? to_f32(bias[n]) : 0.0f;
-    for (int p = 0; p < ksplit; ++p) v += partial[warp + p][lane];
-    out[lane * ldo + n] = from_f32<TO>(v);
+    for (int p = 0; p < ksplit; ++p) v += partial[tile * ksplit + p][r % kGemvTile][m];
+    out[m * ldo + n] = from_f32<TO>(v);
   }
+}
+
+template <int W, typename TO>
+void launch_gemv(cudaStream_t stream, const Tensor& x, int64_t ldx, const Tensor& w, const Tensor* bias,
+                 Tensor out, int64_t ldo, int ksplit) {
+  const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
+  const int64_t tiles = (N + kGemvTile - 1) / kGemvTile, tiles_per_block = W / ksplit;
+  const unsigned blocks = unsigned((tiles + tiles_per_block - 1) / tiles_per_block);
+  gemv_kernel<TO, W><<<blocks, W * 32, 0, stream>>>(x.ptr<bf16>(), ldx, int(M), w.ptr<bf16>(), K, N,
+                                                    bias ? bias->ptr<TO>() : nullptr, out.ptr<TO>(), ldo,
+                                                    ksplit);
+  ASTRAI_CUDA_LAUNCH_CHECK(gemv_kernel);
 }
 
 bool aligned16(const void* p) {
@@ -111,22 +151,29 @@ bool linear_gemv(cudaStream_t stream, const Tensor& x, const Tensor& w, const Te
   if (x.dtype != DType::bf16 || M < 1 || M > kGemvMaxRows || K % 8 != 0 || ldx % 8 != 0 ||
       !aligned16(x.data) || !aligned16(w.data))
     return false;
-  // Split K while the rows are too few to fill the GPU and each part keeps >= 8 loads per lane: on
-  // the H200 that took llama-1b's down projection (K 8192) from 22 to 16 us, while splitting K 2048
-  // rows (qkv, o) made them slower (8.1 -> 10.4 us, 6.8 -> 7.9 us).
-  int ksplit = 1;
-  while (ksplit < kGemvWarps && N * ksplit < kGemvTargetWarps && K / 8 / (2 * ksplit) >= 256) ksplit *= 2;
-  const int rows_per_block = kGemvWarps / ksplit;
-  const unsigned blocks = unsigned((N + rows_per_block - 1) / rows_per_block);
-  if (out.dtype == DType::bf16)
-    gemv_kernel<bf16><<<blocks, kGemvThreads, 0, stream>>>(x.ptr<bf16>(), ldx, int(M), w.ptr<bf16>(), K, N,
-                                                           bias ? bias->ptr<bf16>() : nullptr,
-                                                           out.ptr<bf16>(), ldo, ksplit);
-  else
-    gemv_kernel<float><<<blocks, kGemvThreads, 0, stream>>>(x.ptr<bf16>(), ldx, int(M), w.ptr<bf16>(), K, N,
-                                                            bias ? bias->ptr<float>() : nullptr,
-                                                            out.ptr<float>(), ldo, ksplit);
-  ASTRAI_CUDA_LAUNCH_CHECK(gemv_kernel);
+  // Split K 8 ways: shorter ranges of K put more warps, and more loads, in flight. Where 8 ways leave
+  // the grid at <= 8 warps per multiprocessor (N <= 2048), 16-warp blocks split 16 ways. Where 8 ways
+  // give a grid of 1 to 8 waves (of ~4096 warps), the last, partial wave costs: split only until the
+  // grid is one wave. Measured on the H200 (bench/gemv_bench.cu, table in docs/performance.md):
+  // llama-1b's o and down projections 5.7 -> 5.4 and 13.9 -> 12.5 us with 16 ways; the gate_up
+  // projections 21.7 -> 20.2 (llama-1b, 4 ways) and 52.6 -> 51.3 us (qwen3-8b, 2 ways); qwen3-8b's
+  // LM head (19 waves at 8 ways, so the last one's share is small) 301 us unsplit, 287 us 8 ways.
+  const int64_t tiles = (N + kGemvTile - 1) / kGemvTile;
+  int ksplit = 8;
+  if (tiles * ksplit > kGemvSplitWarps && tiles * ksplit < 8 * kGemvSplitWarps)
+    while (ksplit > 1 && tiles * ksplit > kGemvSplitWarps) ksplit /= 2;
+  const bool wide_blocks = tiles * 8 <= 1024;
+  if (out.dtype == DType::bf16) {
+    if (wide_blocks)
+      launch_gemv<16, bf16>(stream, x, ldx, w, bias, out, ldo, 16);
+    else
+      launch_gemv<8, bf16>(stream, x, ldx, w, bias, out, ldo, ksplit);
+  } else {
+    if (wide_blocks)
+      launch_gemv<16, float>(stream, x, ldx, w, bias, out, ldo, 16);
+    else
+      launch_gemv<8, float>(stream, x, ldx, w, bias, out, ldo, ksplit);
+  }
   return true;
 }
 

@@ -2,6 +2,7 @@
 // (M = 1), bias or not, x / out as column slices of wider buffers (row stride > width), and an f32
 // out from compute-dtype operands (the LM head's logits).
 #include <catch2/catch.hpp>
+#include <cmath>
 
 #include "backend/op_test_util.h"
 #include "tools/test_util.h"
@@ -11,6 +12,11 @@ namespace {
 
 // f32: per element |got - want| <= 1e-5 * sum_k |x_k w_k| + 1e-6, since f32 accumulation error
 // grows with the magnitude of the terms, not of their (possibly cancelling) sum.
+// bf16 (require_close's kBf16Tol: rtol * scale + atol): the accumulation error grows with
+// sum_k |x_k w_k| as in f32; a bf16 out then rounds the result once more, by up to half a unit in its
+// last place, at most |want| * 2^-8 (8-bit significand), which does not shrink with the terms: with
+// K = 1 and a bias near 1 the sum is about the bias and the rounding alone is ~0.002, more than
+// rtol * |x_0 w_0| + atol. So a bf16 out's scale also carries |want| * 2^-8 / rtol.
 void check_linear(Backend& be, int64_t M, int64_t K, int64_t N, bool with_bias, int64_t x_pad,
                   int64_t out_pad, Rng& rng, DType out_dtype) {
   const int64_t ldx = K + x_pad, ldo = N + out_pad;
@@ -40,8 +46,10 @@ void check_linear(Backend& be, int64_t M, int64_t K, int64_t N, bool with_bias, 
       written.push_back(size_t(m * ldo + n));
     }
   INFO("M " << M << " K " << K << " N " << N << " out " << dtype_name(out_dtype));
+  const double out_rounding = out_dtype == DType::bf16 ? std::ldexp(1.0, -8) / kBf16Tol.rtol : 0.0;
   require_close(
-      be, got, want, [&](size_t i) { return mag[i]; }, Tol{1e-5, 1e-6}, written);
+      be, got, want, [&](size_t i) { return mag[i] + out_rounding * std::abs(want[i]); }, Tol{1e-5, 1e-6},
+      written);
   // The padding columns of out are not written.
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = N; n < ldo; ++n) REQUIRE(std::isnan(got[m * ldo + n]));
@@ -109,6 +117,14 @@ void linear_few_rows(Backend& be) {
     check_linear(be, M, K, N, M % 2 == 1, M % 3 == 0 ? 8 * rng.randint(1, 4) : 0, rng.randint(0, 3), rng,
                  M % 4 == 0 ? DType::f32 : be.compute_dtype());
   }
+  // Wider N, as the model's are: on the GPU, N > 2048 takes 8-warp blocks with K split 8 ways, 1 to 8
+  // waves of them fewer ways, N >= 65536 (an LM head) 8 ways again.
+  check_linear(be, rng.randint(1, 8), 8 * rng.randint(1, 300), rng.randint(2049, 3000), true, 0,
+               rng.randint(0, 3), rng, be.compute_dtype());
+  check_linear(be, rng.randint(1, 8), 8 * rng.randint(1, 40), rng.randint(16400, 20000), false, 0, 0, rng,
+               be.compute_dtype());
+  check_linear(be, rng.randint(1, 8), 8 * rng.randint(1, 4), rng.randint(65600, 70000), false, 0, 0, rng,
+               DType::f32);
 }
 
 void linear_rejects_shapes(Backend& be) {
