@@ -69,6 +69,8 @@ class CpuBackend final : public Backend {
     cpu::gather_rows(x, rows, out);
   }
   void convert(const Tensor& src, Tensor dst) override { cpu::convert(src, dst); }
+  void sample(const SampleBatch& batch) override { cpu::sample(batch); }
+  size_t sample_workspace_bytes(int, int) const override { return 0; }  // per-thread host scratch
 
  private:
   int threads_;

@@ -1,8 +1,11 @@
 // The CPU implementations of the Backend ops (f32), one file per family:
 //   linear.cpp (OpenBLAS), norm.cpp, rope.cpp, elementwise.cpp (embedding, swiglu, add, gather,
-//   convert), attention.cpp (kv_store, paged_attention). CpuBackend forwards to these; the
+//   convert), attention.cpp (kv_store, paged_attention), sample.cpp. CpuBackend forwards to these; the
 //   argument order and shapes are those of src/backend/backend.h.
 #pragma once
+
+#include <span>
+#include <vector>
 
 #include "src/backend/backend.h"
 
@@ -20,5 +23,18 @@ void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
                      const AttentionBatch& batch, float scale, Tensor out);
 void gather_rows(const Tensor& x, const Tensor& rows, Tensor out);
 void convert(const Tensor& src, Tensor dst);
+void sample(const SampleBatch& batch);
+
+// sample.cpp's steps, also used by sched/sampler.cpp (the host sampler is this code):
+// logits edits 1-2 of one draw in place (edits: the batch's entries the row points into) ...
+void apply_sample_edits(std::span<float> logits, const SampleRowParams& p, const SampleEdit* edits);
+// ... and step 3 for temperature > 0: the kept tokens, most likely first (ties by id), with their
+// probabilities renormalised to sum 1 (float64).
+struct SampleCandidate {
+  int32_t token;
+  double prob;
+};
+void sampling_candidates(std::span<const float> logits, float temperature, int top_k, float top_p,
+                         float min_p, std::vector<SampleCandidate>& out);
 
 }  // namespace astrai::cpu
