@@ -160,6 +160,11 @@ __device__ Prefix select_prefix(const Row& row, int V, Select mode, int target_c
       bins[j] = nb - 1 - (2 * int(threadIdx.x) + j);
       mine[j] = bins[j] >= 0 ? Acc{sh.hist_count[bins[j]], sh.hist_mass[bins[j]]} : Acc{0, 0.0};
     }
+    if (threadIdx.x == 0) {  // overwritten below by the one thread that holds the crossing
+      sh.sel_bin = 0;
+      sh.sel_count_before = 0;
+      sh.sel_mass_before = 0;
+    }
     Acc before, total;
     cub::BlockScan<Acc, kThreads>(sh.tmp.scan)
         .ExclusiveScan(AccSum()(mine[0], mine[1]), before, Acc{0, 0.0}, AccSum(), total);

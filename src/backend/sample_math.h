@@ -51,7 +51,8 @@ struct SampleEdit {
 static_assert(sizeof(SampleEdit) == 16);
 constexpr int kSampleEditWords = 4;
 
-constexpr int kSampleMaxTopLogprobs = 20;  // as kMaxTopLogprobs (src/engine/request.h), which backend/ may not include
+// As kMaxTopLogprobs (src/engine/request.h, which backend/ may not include).
+constexpr int kSampleMaxTopLogprobs = 20;
 // The output row of a draw, in int32 words: [0] token, [1] its logprob (f32 bits), then
 // `max_top_logprobs` pairs (token, logprob f32 bits), most likely first; only the first
 // top_logprobs pairs of a row are written.
