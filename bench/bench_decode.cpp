@@ -1,9 +1,10 @@
 // astrai bench decode: decode throughput of Model::forward on one device.
 //   astrai bench decode --device cpu --preset tiny|qwen3-0.6b|... (or --model DIR)
-//                       [--batch 1,8,32] [--prompt-len 128] [--tokens 64]
+//                       [--batch 1,8,32] [--prompt-len 128] [--tokens 64] [--host-sampling]
 // For each batch size B: B random prompts prefilled (chunks of up to 512 tokens per step), then
-// --tokens decode steps of B sequences in lockstep (greedy next token), timed. Prints a table and
-// one JSON line.
+// --tokens decode steps of B sequences in lockstep (greedy next token by the backend's sample op,
+// as the step loop does: only the ids come back; --host-sampling downloads the logits and takes the
+// argmax on the host instead, the path before the op), timed. Prints a table and one JSON line.
 //
 // Bandwidth reference: at batch 1 a decode step reads every weight once, so it cannot beat
 // weight_bytes / memory bandwidth. We time a plain parallel read of all weight bytes (a sum over
@@ -35,6 +36,7 @@ struct DecodeBenchOptions {
   int prompt_len = 128;
   int tokens = 64;
   uint64_t seed = 0;
+  bool host_sampling = false;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -89,7 +91,7 @@ struct BatchResult {
   int64_t prefill_tokens = 0, decode_tokens = 0;
 };
 
-BatchResult run_batch(Model& model, int B, int prompt_len, int steps, uint64_t seed) {
+BatchResult run_batch(Model& model, int B, int prompt_len, int steps, uint64_t seed, bool host_sampling) {
   const ModelConfig& cfg = model.config();
   const int page_size = 16;
   const int total_len = prompt_len + steps;
@@ -112,16 +114,41 @@ BatchResult run_batch(Model& model, int B, int prompt_len, int steps, uint64_t s
     batch.add_sequence(seqs[size_t(s)], p0, p1 - p0, pages[size_t(s)], LogitRows::last);
   };
   std::vector<float> logits;
+  // The sample op's buffers, at the largest step (B rows): greedy rows, the output, the workspace.
+  Backend& be = model.backend();
+  std::vector<SampleRowParams> rows(static_cast<size_t>(B));
+  for (int r = 0; r < B; ++r) {
+    rows[size_t(r)].src_row = r;
+    rows[size_t(r)].temperature = 0.0f;
+  }
+  Buffer rows_buf = be.alloc(rows.size() * sizeof(SampleRowParams));
+  Buffer out_buf = be.alloc(size_t(B) * sizeof(int32_t) * sample_out_words(0));
+  const size_t ws_bytes = be.sample_workspace_bytes(B, int(cfg.vocab_size));
+  Buffer ws_buf = ws_bytes ? be.alloc(ws_bytes) : Buffer();
+  std::vector<int32_t> out(size_t(B) * sample_out_words(0));
   // Greedy next token of each sequence from the step's logits (one row per sequence).
   auto step = [&](const std::vector<int>& which) {
     Tensor lt = model.forward(batch.finish(), kv).value();
-    logits.resize(size_t(lt.numel()));
-    model.backend().synchronize();
-    model.backend().download(logits.data(), lt);
-    for (size_t r = 0; r < which.size(); ++r) {
-      const float* row = logits.data() + r * size_t(cfg.vocab_size);
-      seqs[size_t(which[r])].push_back(int32_t(std::max_element(row, row + cfg.vocab_size) - row));
+    const int64_t R = int64_t(which.size());
+    if (host_sampling) {
+      logits.resize(size_t(lt.numel()));
+      be.synchronize();
+      be.download(logits.data(), lt);
+      for (size_t r = 0; r < which.size(); ++r) {
+        const float* row = logits.data() + r * size_t(cfg.vocab_size);
+        seqs[size_t(which[r])].push_back(int32_t(std::max_element(row, row + cfg.vocab_size) - row));
+      }
+      return;
     }
+    SampleBatch sb;
+    sb.logits = lt;
+    sb.rows = rows_buf.as(DType::i32, {R, kSampleRowWords});
+    be.upload(sb.rows, rows.data());  // per step, as the step runner does
+    sb.out = out_buf.as(DType::i32, {R, sample_out_words(0)});
+    if (ws_bytes) sb.workspace = ws_buf.as(DType::i32, {int64_t(ws_bytes / 4)});
+    be.sample(sb);
+    be.download(out.data(), sb.out);
+    for (size_t r = 0; r < which.size(); ++r) seqs[size_t(which[r])].push_back(out[r * sample_out_words(0)]);
   };
 
   BatchResult res;
@@ -185,11 +212,12 @@ void run(const DecodeBenchOptions& o) {
   if (read_s > 0)
     std::printf("weight read: %.1f ms (%.1f GB/s) = decode floor of %.1f ms/step at batch 1\n", read_s * 1e3,
                 gbps, read_s * 1e3);
-  std::printf("prompt %d tokens, %d decode steps\n\n", o.prompt_len, o.tokens);
+  std::printf("prompt %d tokens, %d decode steps, greedy %s\n\n", o.prompt_len, o.tokens,
+              o.host_sampling ? "on the host (logits downloaded)" : "by the backend's sample op");
   std::printf("%6s %14s %14s %10s %9s\n", "batch", "prefill tok/s", "decode tok/s", "ms/step", "x floor");
   std::vector<BatchResult> results;
   for (int B : batches) {
-    BatchResult r = run_batch(*model, B, o.prompt_len, o.tokens, o.seed);
+    BatchResult r = run_batch(*model, B, o.prompt_len, o.tokens, o.seed, o.host_sampling);
     const double ms = r.decode_s * 1e3 / o.tokens;
     // The floor is measured only on the CPU backend (a timed read of the f32 weights); elsewhere the
     // column says so rather than print 0 (on a GPU, measure the copy bandwidth:
@@ -217,6 +245,8 @@ void run(const DecodeBenchOptions& o) {
       .value(int64_t(o.prompt_len))
       .key("decode_steps")
       .value(int64_t(o.tokens))
+      .key("sampling")
+      .value(o.host_sampling ? "host" : "op")
       .key("weight_bytes")
       .value(int64_t(wbytes))
       .key("weight_read_ms")
@@ -250,6 +280,8 @@ void register_bench_decode(CLI::App& app) {
   sub->add_option("--prompt-len", o->prompt_len, "Prompt tokens per sequence")->capture_default_str();
   sub->add_option("--tokens", o->tokens, "Decode steps to time")->capture_default_str();
   sub->add_option("--seed", o->seed, "Seed of the prompts and of a preset's weights")->capture_default_str();
+  sub->add_flag("--host-sampling", o->host_sampling,
+                "Download the logits and take the argmax on the host (the path before the sample op)");
   add_common_options(*sub, o->common);
   sub->callback([o] { run(*o); });
 }

@@ -12,11 +12,14 @@
 // exponentials summed in f64 on the GPU).
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <numeric>
 #include <random>
+#include <string>
 
 #include "backend/op_test_util.h"
 #include "src/backend/sample_math.h"
@@ -589,6 +592,63 @@ TEST_CASE("sample: the GPU draws the CPU's tokens on the same logits", "[gpu]") 
     }
     CHECK(differ * 50 <= R);
   }
+}
+
+// Not a check of results beyond their range: the op's time per call on the GPU at decode shapes,
+// for the performance notes (hidden: run with "[.sample-timing]").
+TEST_CASE("sample: time per call on the GPU", "[.sample-timing]") {
+  auto be = gpu_backend();
+  if (!be) {
+    WARN("no CUDA GPU visible: skipped");
+    return;
+  }
+  Rng rng(fresh_seed());
+  for (int64_t V : {128256, 262144})
+    for (int R : {1, 8, 32, 256}) {
+      Inputs in;
+      in.L = R;
+      in.V = V;
+      in.logits = model_like_logits(rng, R, V);
+      auto logits = to_device(*be, in.logits, {in.L, in.V}, DType::f32);
+      auto out = zeros(*be, {R, sample_out_words(0)}, DType::i32);
+      Buffer ws = be->alloc(be->sample_workspace_bytes(R, int(V)));
+      for (const std::string kind : {"greedy", "top_p 0.9", "top_k 50 + top_p 0.95", "T 1"}) {
+        std::vector<SampleRowParams> params;
+        for (int r = 0; r < R; ++r) {
+          SampleRowParams p;
+          p.src_row = r;
+          p.seed = rng.gen();
+          p.temperature = kind == "greedy" ? 0.0f : 1.0f;
+          if (kind == "top_p 0.9") p.top_p = 0.9f;
+          if (kind == "top_k 50 + top_p 0.95") {
+            p.top_k = 50;
+            p.top_p = 0.95f;
+          }
+          params.push_back(p);
+        }
+        // Device inputs built once; only the op is timed.
+        std::vector<int32_t> rw(size_t(R) * kSampleRowWords);
+        std::memcpy(rw.data(), params.data(), rw.size() * 4);
+        auto rows = to_device(*be, rw, {R, kSampleRowWords});
+        SampleBatch b;
+        b.logits = logits.t;
+        b.rows = rows.t;
+        b.out = out.t;
+        b.workspace = ws.as(DType::i32, {int64_t(ws.size() / 4)});
+        be->sample(b);
+        be->synchronize();
+        const int iters = 50;
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < iters; ++i) be->sample(b);
+        be->synchronize();
+        const double us =
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
+        std::vector<int32_t> host(size_t(R) * sample_out_words(0));
+        be->download(host.data(), out.t);
+        for (int r = 0; r < R; ++r) REQUIRE((host[size_t(r) * 2] >= 0 && host[size_t(r) * 2] < V));
+        std::printf("sample timing: V %6lld R %3d %-22s %9.1f us/call\n", (long long)V, R, kind.c_str(), us);
+      }
+    }
 }
 
 }  // namespace
