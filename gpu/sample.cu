@@ -6,9 +6,10 @@
 //   sample_rows  grid R, one block per draw: the argmax; for temperature > 0 the kept prefix and the
 //                draw found by radix selection (below); the raw logprobs.
 // No sort: every question the sampler asks is "where in the (e desc, id asc) order does a count or
-// a cumulative mass reach x", answered by a three-level radix descent over the logits' order keys
-// (11 + 11 + 10 bits) with a histogram of counts and masses per level, then, among the tokens of
-// the selected key (equal logits, so equal masses), the answer's position by id. Masses are
+// a cumulative mass reach x", answered by a descent with a histogram of counts and masses per level
+// (one pass over the row each): a linear bucket of (max - l) / T, then three radix levels of the
+// logit's order key within that bucket (11 + 11 + 10 bits), then, among the tokens of the selected
+// key (equal logits, so equal masses), the answer's position by id. Masses are
 // e = exp((l - max) / T) in f32, summed in f64.
 #include <climits>
 #include <cmath>
@@ -45,27 +46,47 @@ __device__ __forceinline__ float key_value(uint32_t k) {
   return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
+// Level 0 of a selection buckets the tokens linearly by x = (max - l) / T over [0, kBucketRange)
+// (the f32 masses exp(-x) are 0 beyond it; the last bucket holds that tail), which spreads them over
+// the histogram (the float keys' top bits would put most of a row in a few bins and serialise the
+// atomics); the levels after it refine within the chosen bucket by the order key. The bucket is
+// monotone in l, so it never reorders tokens.
+constexpr float kBucketRange = 104.0f;
+
 // The processed row of a draw with temperature > 0: candidates are the tokens with e > 0.
 struct ProcessedRow {
+  static constexpr bool kMass = true;
   const float* l;
-  float max, temperature;
+  float max, temperature, bucket_scale;
+  __device__ ProcessedRow(const float* l_, float max_, float t_)
+      : l(l_), max(max_), temperature(t_), bucket_scale(float(kBins - 1) / (kBucketRange * t_)) {}
   __device__ bool candidate(int t, uint32_t& key) const {
     const float v = l[t];
     key = order_key(v);
     return (v - max) / temperature > kMinExponent;  // false for -inf and NaN
   }
   __device__ float mass_of(float v) const { return expf((v - max) / temperature); }
+  __device__ int bucket(float v) const {
+    const float x = (max - v) * bucket_scale;
+    return x < float(kBins - 1) ? int(x) : kBins - 1;
+  }
 };
 
 // The raw row for the top logprobs: every token but NaN, counted only.
 struct RawRow {
+  static constexpr bool kMass = false;
   const float* l;
+  float max;
   __device__ bool candidate(int t, uint32_t& key) const {
     const float v = l[t];
     key = order_key(v);
     return v == v;
   }
   __device__ float mass_of(float) const { return 0.0f; }
+  __device__ int bucket(float v) const {
+    const float x = (max - v) * (float(kBins - 1) / kBucketRange);
+    return x < float(kBins - 1) ? int(x) : kBins - 1;  // NaN (max -inf): the tail
+  }
 };
 
 enum class Select { count_ge, mass_ge, mass_gt };
@@ -130,16 +151,18 @@ __device__ bool reaches(Select mode, const Acc& a, int need_count, double need_m
 }
 
 // The shortest prefix of row's order whose count reaches `target_count` (count_ge), whose mass
-// reaches `target_mass` (mass_ge), or exceeds it (mass_gt); never empty. When rounding leaves the
-// mass short of the target, the whole bin (at the last level: every tie) is taken.
+// reaches `target_mass` (mass_ge), or exceeds it (mass_gt); never empty. Level 0 picks a bucket
+// (above), levels 1-3 the key's digits within it. When rounding leaves the mass short of the
+// target, the whole bin (at the last level: every tie) is taken.
 template <class Row>
 __device__ Prefix select_prefix(const Row& row, int V, Select mode, int target_count, double target_mass,
                                 Shared& sh) {
   uint32_t prefix = 0, prefix_mask = 0;
-  int count_gt = 0, bin_count = 0;
+  int bucket = 0, count_gt = 0, bin_count = 0;
   double mass_gt = 0;
-  for (int level = 0; level < kLevels; ++level) {
-    const int shift = level_shift(level), nb = 1 << level_width(level);
+  for (int level = 0; level <= kLevels; ++level) {
+    const bool linear = level == 0;
+    const int shift = linear ? 0 : level_shift(level - 1), nb = linear ? kBins : 1 << level_width(level - 1);
     for (int b = threadIdx.x; b < kBins; b += blockDim.x) {
       sh.hist_count[b] = 0;
       sh.hist_mass[b] = 0;
@@ -147,17 +170,29 @@ __device__ Prefix select_prefix(const Row& row, int V, Select mode, int target_c
     __syncthreads();
     for (int t = threadIdx.x; t < V; t += blockDim.x) {
       uint32_t key;
-      if (!row.candidate(t, key) || (key & prefix_mask) != prefix) continue;
-      const int b = int((key >> shift) & uint32_t(nb - 1));
-      atomicAdd(&sh.hist_count[b], 1);
-      if (mode != Select::count_ge) atomicAdd(&sh.hist_mass[b], double(row.mass_of(row.l[t])));
+      if (!row.candidate(t, key)) continue;
+      const float v = row.l[t];
+      int b = row.bucket(v);
+      if (!linear) {
+        if (b != bucket || (key & prefix_mask) != prefix) continue;
+        b = int((key >> shift) & uint32_t(nb - 1));
+      }
+      // Lanes of a warp that hit one bin add their count once (the tail bucket can hold most of a row).
+      const unsigned peers = __match_any_sync(__activemask(), b);
+      if (int(threadIdx.x % 32) == __ffs(peers) - 1) atomicAdd(&sh.hist_count[b], __popc(peers));
+      if constexpr (Row::kMass) {
+        const float e = row.mass_of(v);
+        if (e > 0) atomicAdd(&sh.hist_mass[b], double(e));
+      }
     }
     __syncthreads();
-    // Thread i holds the bins at positions 2i, 2i + 1 of the descending order.
+    // Thread i holds the bins at positions 2i, 2i + 1 of the order: ascending buckets (larger logits
+    // first), descending key digits.
     Acc mine[2];
     int bins[2];
     for (int j = 0; j < 2; ++j) {
-      bins[j] = nb - 1 - (2 * int(threadIdx.x) + j);
+      const int pos = 2 * int(threadIdx.x) + j;
+      bins[j] = pos < nb ? (linear ? pos : nb - 1 - pos) : -1;
       mine[j] = bins[j] >= 0 ? Acc{sh.hist_count[bins[j]], sh.hist_mass[bins[j]]} : Acc{0, 0.0};
     }
     if (threadIdx.x == 0) {  // overwritten below by the one thread that holds the crossing
@@ -191,8 +226,12 @@ __device__ Prefix select_prefix(const Row& row, int V, Select mode, int target_c
     count_gt += sh.sel_count_before;
     mass_gt += sh.sel_mass_before;
     bin_count = sh.hist_count[b];
-    prefix |= uint32_t(b) << shift;
-    prefix_mask |= uint32_t(nb - 1) << shift;
+    if (linear) {
+      bucket = b;
+    } else {
+      prefix |= uint32_t(b) << shift;
+      prefix_mask |= uint32_t(nb - 1) << shift;
+    }
     if (m != mode) {  // fell back to the whole bin: every remaining level takes all of it
       mode = Select::count_ge;
       target_count = count_gt + bin_count;
@@ -386,7 +425,7 @@ __global__ void __launch_bounds__(kThreads)
     const double lse = sh.sel_mass_before;
     logprob = float(double(raw[token]) - lse);
     if (n_top > 0) {
-      const RawRow rrow{raw};
+      const RawRow rrow{raw, rmax.v};
       const Prefix k = select_prefix(rrow, V, Select::count_ge, n_top, 0.0, sh);
       const int last_tie = k.t < k.n_eq ? nth_with_key(rrow, V, k.key, k.t, sh) : INT_MAX;
       if (threadIdx.x == 0) sh.top_n = 0;
