@@ -161,8 +161,10 @@ void sample(const SampleBatch& b) {
                     "sample: mask must be [L, ceil(V / 32)]");
   }
   const auto* rows = static_cast<const SampleRowParams*>(b.rows.data);
+  bool any_sampled = false;
   for (int64_t r = 0; r < R; ++r) {
     const SampleRowParams& p = rows[r];
+    any_sampled = any_sampled || p.temperature > 0.0f;
     ASTRAI_OP_CHECK(p.src_row >= 0 && p.src_row < L, "sample: a row's src_row is outside the logits");
     ASTRAI_OP_CHECK(0 <= p.edit_begin && p.edit_begin <= p.penalty_begin && p.penalty_begin <= p.edit_end &&
                         p.edit_end <= E,
@@ -174,8 +176,10 @@ void sample(const SampleBatch& b) {
   const float* logits = b.logits.ptr<float>();
   const auto* mask = static_cast<const uint32_t*>(b.mask.data);
   int32_t* out = b.out.ptr<int32_t>();
-  // Rows are independent; a large batch spreads them over the threads (each thread its scratch).
-#pragma omp parallel for schedule(dynamic, 1) if (R > 1 && R * V >= (int64_t(1) << 18))
+  // Rows are independent: a batch with sampled rows (milliseconds each: float64 exp over the row, a
+  // sort) spreads them over the threads, each with its scratch. Greedy rows (a copy and an argmax,
+  // memory-bound) stay on this thread, where a parallel region costs more than it saves.
+#pragma omp parallel for schedule(dynamic, 1) if (R > 1 && any_sampled)
   for (int64_t r = 0; r < R; ++r) {
     thread_local RowScratch scratch;
     const SampleRowParams& p = rows[r];
