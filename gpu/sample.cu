@@ -16,10 +16,10 @@
 #include <cstdint>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
+#include <string>
 
 #include "gpu/check.h"
 #include "gpu/ops.h"
-#include "gpu/rows.h"
 #include "src/backend/sample_math.h"
 
 namespace astrai::gpu {
@@ -470,34 +470,11 @@ size_t sample_workspace_bytes(int rows, int vocab) {
 }
 
 void sample(cudaStream_t stream, const SampleBatch& b) {
-  check_tensor(b.logits, "sample", "logits", DType::f32);
-  check_index(b.rows, "sample", "rows");
-  check_index(b.out, "sample", "out");
-  ASTRAI_GPU_CHECK(b.logits.ndim == 2 && b.logits.is_contiguous(),
-                   "sample: logits must be a contiguous [L, V]");
-  const int64_t L = b.logits.size(0), V = b.logits.size(1);
-  ASTRAI_GPU_CHECK(V > 0 && V <= (int64_t(1) << 24), "sample: vocab must be in [1, 2^24]");
-  ASTRAI_GPU_CHECK(b.rows.ndim == 2 && b.rows.size(1) == kSampleRowWords,
-                   "sample: rows must be [R, kSampleRowWords]");
-  const int64_t R = b.rows.size(0);
-  ASTRAI_GPU_CHECK(R <= 65535, "sample: at most 65535 rows");
-  ASTRAI_GPU_CHECK(b.max_top_logprobs >= 0 && b.max_top_logprobs <= kSampleMaxTopLogprobs,
-                   "sample: max_top_logprobs must be in [0, 20]");
+  if (const std::string err = sample_batch_error(b, Device::cuda); !err.empty())
+    ASTRAI_GPU_CHECK(false, "sample: " + err);
+  const int64_t L = b.logits.size(0), V = b.logits.size(1), R = b.rows.size(0);
   const int words = sample_out_words(b.max_top_logprobs);
-  ASTRAI_GPU_CHECK(b.out.ndim == 2 && b.out.size(0) == R && b.out.size(1) == words,
-                   "sample: out must be [R, sample_out_words(max_top_logprobs)]");
-  int64_t E = 0;
-  if (b.edits.data) {
-    check_index(b.edits, "sample", "edits");
-    ASTRAI_GPU_CHECK(b.edits.ndim == 2 && b.edits.size(1) == kSampleEditWords,
-                     "sample: edits must be [E, 4]");
-    E = b.edits.size(0);
-  }
-  if (b.mask.data) {
-    check_index(b.mask, "sample", "mask");
-    ASTRAI_GPU_CHECK(b.mask.ndim == 2 && b.mask.size(0) == L && b.mask.size(1) == (V + 31) / 32,
-                     "sample: mask must be [L, ceil(V / 32)]");
-  }
+  const int64_t E = b.edits.data ? b.edits.size(0) : 0;
   if (R == 0) return;
   ASTRAI_GPU_CHECK(b.workspace.data && b.workspace.device == Device::cuda &&
                        b.workspace.nbytes() >= sample_workspace_bytes(int(R), int(V)),

@@ -72,7 +72,13 @@ void StepRunner::sample(std::span<const SampleRow> rows, std::vector<SampleResul
   be.sample(b);
   if (!on_host) be.download(host_out_.data(), b.out);
   draws.reserve(size_t(R));
-  for (int64_t r = 0; r < R; ++r) draws.push_back(packer_.result(host_out_, size_t(r), vocab_));
+  for (int64_t r = 0; r < R; ++r) {
+    draws.push_back(packer_.result(host_out_, size_t(r), vocab_));
+    // A token outside the vocabulary is a backend bug; the step loop fails the step's requests.
+    if (draws.back().token < 0 || draws.back().token >= vocab_)
+      throw Error(internal_error("sample op returned token " + std::to_string(draws.back().token) +
+                                 " outside the vocabulary of " + std::to_string(vocab_)));
+  }
 }
 
 }  // namespace astrai

@@ -56,6 +56,9 @@ struct SampleBatch {
   Tensor workspace;  // sample_workspace_bytes(R, V) bytes (nothing when that is 0)
   int max_top_logprobs = 0;  // capacity of out's top-logprob pairs, <= kSampleMaxTopLogprobs
 };
+// What is wrong with the batch's shapes, dtypes or devices ("" when nothing); both backends check
+// with it before they touch a tensor (the rows' contents are checked where they are read).
+std::string sample_batch_error(const SampleBatch& batch, Device device);
 
 class Backend {
  public:

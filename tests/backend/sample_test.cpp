@@ -550,6 +550,30 @@ TEST_CASE("sample: a draw from a row outside the logits is an error (cpu)", "[un
   REQUIRE_THROWS_WITH(run_sample(*be, in), Catch::Contains("src_row"));
 }
 
+TEST_CASE("sample: a batch whose shapes disagree is named by sample_batch_error", "[unit]") {
+  std::vector<float> logits(2 * 10, 0.0f);
+  std::vector<int32_t> rows(3 * kSampleRowWords), out(3 * sample_out_words(0)), edits(8), mask(2);
+  SampleBatch b;
+  b.logits = Tensor(logits.data(), DType::f32, {2, 10});
+  b.rows = Tensor(rows.data(), DType::i32, {3, kSampleRowWords});
+  b.out = Tensor(out.data(), DType::i32, {3, sample_out_words(0)});
+  CHECK(sample_batch_error(b, Device::cpu).empty());
+  CHECK_THAT(sample_batch_error(b, Device::cuda), Catch::Contains("logits"));
+  b.max_top_logprobs = 2;  // out no longer has room for the pairs
+  CHECK_THAT(sample_batch_error(b, Device::cpu), Catch::Contains("out must be"));
+  b.max_top_logprobs = 0;
+  b.edits = Tensor(edits.data(), DType::i32, {2, 3});
+  CHECK_THAT(sample_batch_error(b, Device::cpu), Catch::Contains("edits must be"));
+  b.edits = Tensor(edits.data(), DType::i32, {2, kSampleEditWords});
+  b.mask = Tensor(mask.data(), DType::i32, {1, 1});  // one logits row's mask for two rows
+  CHECK_THAT(sample_batch_error(b, Device::cpu), Catch::Contains("mask must be"));
+  b.mask = Tensor(mask.data(), DType::i32, {2, 1});
+  CHECK(sample_batch_error(b, Device::cpu).empty());
+  auto be = cpu_backend();
+  b.max_top_logprobs = 21;
+  REQUIRE_THROWS_WITH(be->sample(b), Catch::Contains("max_top_logprobs"));
+}
+
 // The GPU against the CPU on the same f32 logits, at vocabulary sizes of real models and the
 // largest supported shape: the same token wherever the reference sees no near-tie.
 TEST_CASE("sample: the GPU draws the CPU's tokens on the same logits", "[gpu]") {

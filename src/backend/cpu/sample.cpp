@@ -134,32 +134,12 @@ void sample_one(const float* raw_row, int64_t vocab, const uint32_t* mask_row, c
 }  // namespace
 
 void sample(const SampleBatch& b) {
-  check_f32(b.logits, "sample", "logits");
-  check_i32(b.rows, "sample", "rows");
-  check_i32(b.out, "sample", "out");
-  ASTRAI_OP_CHECK(b.logits.ndim == 2 && b.logits.is_contiguous(),
-                  "sample: logits must be a contiguous [L, V]");
-  const int64_t L = b.logits.size(0), V = b.logits.size(1);
-  ASTRAI_OP_CHECK(b.rows.ndim == 2 && b.rows.size(1) == kSampleRowWords,
-                  "sample: rows must be [R, kSampleRowWords]");
-  const int64_t R = b.rows.size(0);
-  ASTRAI_OP_CHECK(b.max_top_logprobs >= 0 && b.max_top_logprobs <= kSampleMaxTopLogprobs,
-                  "sample: max_top_logprobs must be in [0, 20]");
+  if (const std::string err = sample_batch_error(b, Device::cpu); !err.empty())
+    ASTRAI_OP_CHECK(false, "sample: " + err);
+  const int64_t L = b.logits.size(0), V = b.logits.size(1), R = b.rows.size(0);
   const int words = sample_out_words(b.max_top_logprobs);
-  ASTRAI_OP_CHECK(b.out.ndim == 2 && b.out.size(0) == R && b.out.size(1) == words,
-                  "sample: out must be [R, sample_out_words(max_top_logprobs)]");
-  int64_t E = 0;
-  if (b.edits.data) {
-    check_i32(b.edits, "sample", "edits");
-    ASTRAI_OP_CHECK(b.edits.ndim == 2 && b.edits.size(1) == kSampleEditWords, "sample: edits must be [E, 4]");
-    E = b.edits.size(0);
-  }
+  const int64_t E = b.edits.data ? b.edits.size(0) : 0;
   const int64_t mask_words = (V + 31) / 32;
-  if (b.mask.data) {
-    check_i32(b.mask, "sample", "mask");
-    ASTRAI_OP_CHECK(b.mask.ndim == 2 && b.mask.size(0) == L && b.mask.size(1) == mask_words,
-                    "sample: mask must be [L, ceil(V / 32)]");
-  }
   const auto* rows = static_cast<const SampleRowParams*>(b.rows.data);
   bool any_sampled = false;
   for (int64_t r = 0; r < R; ++r) {
