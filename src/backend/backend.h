@@ -125,9 +125,12 @@ class Backend {
 
   // ---- sampling (SampleBatch above) -----------------------------------------------------------------
   // Draws every row of `batch` into batch.out; reads only device tensors (no host values but sizes).
-  virtual void sample(const SampleBatch& batch) = 0;
-  // Device scratch `sample` needs for `rows` draws over `vocab` tokens (allocate once, at the largest).
-  virtual size_t sample_workspace_bytes(int rows, int vocab) const = 0;
+  // The CPU and CUDA backends implement it; any other inherits a default that throws
+  // "sample: not implemented on the <name> backend" (a backend for tests need not have it).
+  virtual void sample(const SampleBatch& batch);
+  // Device scratch `sample` needs for `rows` draws over `vocab` tokens (allocate once, at the
+  // largest); the default is none.
+  virtual size_t sample_workspace_bytes(int rows, int vocab) const;
 };
 
 struct BackendOptions {

@@ -1,4 +1,5 @@
-// The shape checks of a SampleBatch, shared by the CPU and CUDA implementations of the sample op.
+// The shape checks of a SampleBatch, shared by the CPU and CUDA implementations of the sample op,
+// and the Backend defaults for a backend without the op.
 #include <string>
 
 #include "src/backend/backend.h"
@@ -31,6 +32,14 @@ std::string sample_batch_error(const SampleBatch& b, Device device) {
   if (b.mask.data && (!is_i32_on(b.mask, device, (V + 31) / 32) || b.mask.size(0) != L))
     return "mask must be a contiguous i32 [L, ceil(V / 32)]";
   return {};
+}
+
+void Backend::sample(const SampleBatch&) {
+  throw Error(unsupported("sample: not implemented on the " + name() + " backend"));
+}
+
+size_t Backend::sample_workspace_bytes(int, int) const {
+  return 0;
 }
 
 }  // namespace astrai
