@@ -1,11 +1,13 @@
 // astrai bench decode: decode throughput of Model::forward on one device.
 //   astrai bench decode --device cpu --preset tiny|qwen3-0.6b|... (or --model DIR)
 //                       [--batch 1,8,32] [--prompt-len 128] [--tokens 64] [--no-cuda-graphs]
-//                       [--max-model-len N]
+//                       [--max-model-len N] [--host-sampling]
 // For each batch size B: B random prompts prefilled (chunks of up to 512 tokens per step), then
-// --tokens decode steps of B sequences in lockstep (greedy next token), timed. Prints a table and
-// one JSON line. As in the engine, the step buffers are reserved for B sequences of the whole
-// length (or --max-model-len, as the engine's context would) up front and, on a GPU, decode steps replay a
+// --tokens decode steps of B sequences in lockstep (greedy next token by the backend's sample op,
+// as the step loop does: only the ids come back; --host-sampling downloads the logits and takes the
+// argmax on the host instead, the path before the op), timed. Prints a table and one JSON line. As
+// in the engine, the step buffers are reserved for B sequences of the whole length (or
+// --max-model-len, as the engine's context would) up front and, on a GPU, decode steps replay a
 // CUDA graph per batch bucket (captured before the prefill; --no-cuda-graphs runs them eagerly).
 //
 // Bandwidth reference: at batch 1 a decode step reads every weight once, so it cannot beat
@@ -40,6 +42,7 @@ struct DecodeBenchOptions {
   uint64_t seed = 0;
   bool no_cuda_graphs = false;
   int max_model_len = 0;  // 0: prompt + tokens
+  bool host_sampling = false;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -96,7 +99,7 @@ struct BatchResult {
 };
 
 BatchResult run_batch(Model& model, int B, int prompt_len, int steps, uint64_t seed, bool graphs,
-                      int max_model_len) {
+                      int max_model_len, bool host_sampling) {
   const ModelConfig& cfg = model.config();
   const int page_size = 16;
   const int total_len = prompt_len + steps;
@@ -129,24 +132,49 @@ BatchResult run_batch(Model& model, int B, int prompt_len, int steps, uint64_t s
   auto add = [&](int s, int p0, int p1) {
     batch.add_sequence(seqs[size_t(s)], p0, p1 - p0, pages[size_t(s)], LogitRows::last);
   };
-  // The logits come back into page-locked memory (a fast copy on a GPU) and each row's argmax runs
-  // on its own thread: the host's share of a step, which device sampling will remove, stays small.
-  const Buffer logits = model.backend().alloc_host_pinned(size_t(B) * size_t(cfg.vocab_size) * sizeof(float));
+  // --host-sampling: the logits come back into page-locked memory (a fast copy on a GPU) and each
+  // row's argmax runs on its own thread.
+  Backend& be = model.backend();
+  const Buffer logits =
+      host_sampling ? be.alloc_host_pinned(size_t(B) * size_t(cfg.vocab_size) * sizeof(float)) : Buffer();
   std::vector<int32_t> next(static_cast<size_t>(B));
   double forward_s = 0;  // forward + synchronize: the device's share of the decode steps
+  // The sample op's buffers, at the largest step (B rows): greedy rows, the output, the workspace.
+  std::vector<SampleRowParams> rows(static_cast<size_t>(B));
+  for (int r = 0; r < B; ++r) {
+    rows[size_t(r)].src_row = r;
+    rows[size_t(r)].temperature = 0.0f;
+  }
+  Buffer rows_buf = be.alloc(rows.size() * sizeof(SampleRowParams));
+  Buffer out_buf = be.alloc(size_t(B) * sizeof(int32_t) * sample_out_words(0));
+  const size_t ws_bytes = be.sample_workspace_bytes(B, int(cfg.vocab_size));
+  Buffer ws_buf = ws_bytes ? be.alloc(ws_bytes) : Buffer();
+  std::vector<int32_t> out(size_t(B) * sample_out_words(0));
   // Greedy next token of each sequence from the step's logits (one row per sequence).
   auto step = [&](const std::vector<int>& which) {
     const auto f0 = Clock::now();
     Tensor lt = model.forward(batch.finish(), kv).value();
-    model.backend().synchronize();
+    be.synchronize();
     forward_s += seconds_since(f0);
-    model.backend().download(logits.data(), lt);
-    const float* host = static_cast<const float*>(logits.data());
     const int64_t V = cfg.vocab_size, R = int64_t(which.size());
+    if (host_sampling) {
+      be.download(logits.data(), lt);
+      const float* host = static_cast<const float*>(logits.data());
 #pragma omp parallel for schedule(static) if (R > 1)
-    for (int64_t r = 0; r < R; ++r)
-      next[size_t(r)] = int32_t(std::max_element(host + r * V, host + (r + 1) * V) - (host + r * V));
-    for (size_t r = 0; r < which.size(); ++r) seqs[size_t(which[r])].push_back(next[r]);
+      for (int64_t r = 0; r < R; ++r)
+        next[size_t(r)] = int32_t(std::max_element(host + r * V, host + (r + 1) * V) - (host + r * V));
+      for (size_t r = 0; r < which.size(); ++r) seqs[size_t(which[r])].push_back(next[r]);
+      return;
+    }
+    SampleBatch sb;
+    sb.logits = lt;
+    sb.rows = rows_buf.as(DType::i32, {R, kSampleRowWords});
+    be.upload(sb.rows, rows.data());  // per step, as the step runner does
+    sb.out = out_buf.as(DType::i32, {R, sample_out_words(0)});
+    if (ws_bytes) sb.workspace = ws_buf.as(DType::i32, {int64_t(ws_bytes / 4)});
+    be.sample(sb);
+    be.download(out.data(), sb.out);
+    for (size_t r = 0; r < which.size(); ++r) seqs[size_t(which[r])].push_back(out[r * sample_out_words(0)]);
   };
 
   BatchResult res;
@@ -211,15 +239,17 @@ void run(const DecodeBenchOptions& o) {
   if (read_s > 0)
     std::printf("weight read: %.1f ms (%.1f GB/s) = decode floor of %.1f ms/step at batch 1\n", read_s * 1e3,
                 gbps, read_s * 1e3);
-  std::printf("prompt %d tokens, %d decode steps, CUDA graphs %s\n\n", o.prompt_len, o.tokens,
-              !o.no_cuda_graphs && backend->supports_graphs() ? "on" : "off");
-  // fwd ms/step: the forward alone (to the logits on the device), without the copy of the logits to
-  // the host and the argmax, which device sampling will take off the host.
+  std::printf("prompt %d tokens, %d decode steps, CUDA graphs %s, greedy %s\n\n", o.prompt_len, o.tokens,
+              !o.no_cuda_graphs && backend->supports_graphs() ? "on" : "off",
+              o.host_sampling ? "on the host (logits downloaded)" : "by the backend's sample op");
+  // fwd ms/step: the forward alone (to the logits on the device), without the sampling and the copy
+  // of its result to the host.
   std::printf("%6s %14s %14s %10s %12s %9s\n", "batch", "prefill tok/s", "decode tok/s", "ms/step",
               "fwd ms/step", "x floor");
   std::vector<BatchResult> results;
   for (int B : batches) {
-    BatchResult r = run_batch(*model, B, o.prompt_len, o.tokens, o.seed, !o.no_cuda_graphs, o.max_model_len);
+    BatchResult r = run_batch(*model, B, o.prompt_len, o.tokens, o.seed, !o.no_cuda_graphs, o.max_model_len,
+                              o.host_sampling);
     const double ms = r.decode_s * 1e3 / o.tokens;
     // The floor is measured only on the CPU backend (a timed read of the f32 weights); elsewhere the
     // column says so rather than print 0 (on a GPU, measure the copy bandwidth:
@@ -249,6 +279,8 @@ void run(const DecodeBenchOptions& o) {
       .value(int64_t(o.tokens))
       .key("cuda_graphs")
       .value(!o.no_cuda_graphs && backend->supports_graphs())
+      .key("sampling")
+      .value(o.host_sampling ? "host" : "op")
       .key("weight_bytes")
       .value(int64_t(wbytes))
       .key("weight_read_ms")
@@ -288,6 +320,8 @@ void register_bench_decode(CLI::App& app) {
   sub->add_option("--max-model-len", o->max_model_len,
                   "Context the step buffers are sized for (default: prompt + tokens; serve uses the model's)")
       ->check(CLI::NonNegativeNumber);
+  sub->add_flag("--host-sampling", o->host_sampling,
+                "Download the logits and take the argmax on the host (the path before the sample op)");
   add_common_options(*sub, o->common);
   sub->callback([o] { run(*o); });
 }

@@ -135,6 +135,13 @@ class CudaBackend final : public Backend {
     const Scope scope = enter("convert");
     gpu::convert(stream_, src, dst);
   }
+  void sample(const SampleBatch& batch) override {
+    const Scope scope = enter("sample");
+    gpu::sample(stream_, batch);
+  }
+  size_t sample_workspace_bytes(int rows, int vocab) const override {
+    return gpu::sample_workspace_bytes(rows, vocab);
+  }
 
   // ---- static step inputs and step graphs ----
   Buffer alloc_host_pinned(size_t bytes) override {

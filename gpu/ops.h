@@ -1,9 +1,9 @@
 // The CUDA implementations of the Backend ops, one file per family with the launch sizing in one
 // host function each: norm.cu (rms_norm, add_rms_norm), rope.cu, elementwise.cu (embedding,
-// swiglu, add, gather_rows, convert), attention.cu (kv_store, paged_attention), linear.cpp
-// (cuBLASLt, see linear.h) with linear_kernels.cu (small-M GEMV, fallback). CudaBackend forwards to these on
-// its stream; the argument order and shapes are those of src/backend/backend.h. Activations are bf16 (f32
-// accepted where noted).
+// swiglu, add, gather_rows, convert), attention.cu (kv_store, paged_attention), sample.cu (sample),
+// linear.cpp (cuBLASLt, see linear.h) with linear_kernels.cu (small-M GEMV, fallback). CudaBackend forwards
+// to these on its stream; the argument order and shapes are those of src/backend/backend.h. Activations are
+// bf16 (f32 accepted where noted).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -42,6 +42,9 @@ void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache
                      const AttentionBatch& batch, float scale, Tensor out, Scratch& scratch);
 void gather_rows(cudaStream_t stream, const Tensor& x, const Tensor& rows, Tensor out);
 void convert(cudaStream_t stream, const Tensor& src, Tensor dst);
+// sample.cu: the draws; batch.workspace holds at least sample_workspace_bytes(R, V).
+void sample(cudaStream_t stream, const SampleBatch& batch);
+size_t sample_workspace_bytes(int rows, int vocab);
 // linear's own kernels (linear_kernels.cu; arguments checked by Linear): the small-M GEMV, which
 // returns false when the shape or alignment does not suit it, and the plain path for shapes
 // cuBLASLt has no algorithm for.

@@ -1,4 +1,5 @@
-// Token sampling on the host from one row of f32 logits.
+// Token sampling: the semantics of the backend's sample op (src/backend/backend.h), the per-sequence
+// state the penalties read, and the packing of a step's draws into the op's inputs.
 //
 // Order of operations (the way HF transformers' logits processors and vLLM apply them):
 //   1. logit_bias: logits[t] += bias[t]
@@ -22,6 +23,9 @@
 #include <unordered_set>
 #include <vector>
 
+#include "src/backend/backend.h"
+#include "src/backend/cpu/ops.h"
+#include "src/backend/sample_math.h"  // counter_uniform
 #include "src/engine/request.h"
 
 namespace astrai {
@@ -35,27 +39,44 @@ struct PenaltyState {
 
 bool needs_penalties(const SamplingParams& p);
 
-// Steps 1-2 in place.
-void apply_bias_and_penalties(std::span<float> logits, const SamplingParams& p, const PenaltyState* state);
-
-struct Candidate {
-  int32_t token;
-  double prob;
-};
-// Step 3 for temperature > 0: the surviving tokens, most likely first (ties by id), probabilities
-// renormalised to sum 1.
-std::vector<Candidate> sampling_candidates(std::span<const float> logits, const SamplingParams& p);
-
-// The uniform draw in [0, 1) for (seed, choice, index).
-double counter_uniform(uint64_t seed, uint64_t choice, uint64_t index);
-
 struct SampleResult {
   int32_t token = -1;
   float logprob = 0.0f;
   std::vector<TopLogprob> top;
 };
 
-// The whole pipeline on one row. `scratch` avoids reallocating per token.
+// A step's draws as the sample op's inputs: one SampleRowParams per draw and the edit entries
+// (logit bias, then one penalty entry per token the sequence has seen) of each logits row, shared
+// by the draws of that row. Host work is proportional to the bias list and the sequences' seen
+// tokens, never to the vocabulary. The vectors are reused from step to step.
+class SamplePacker {
+ public:
+  void clear();
+  // The draws for choices [choice, choice + num_choices) at token index `index` from logits row
+  // `src_row`.
+  void add(int src_row, const SamplingParams& p, const PenaltyState* penalties, uint64_t seed, int choice,
+           int num_choices, int index);
+  std::span<const SampleRowParams> rows() const { return rows_; }
+  std::span<const SampleEdit> edits() const { return edits_; }
+  int max_top_logprobs() const { return max_top_; }
+  int out_words() const { return sample_out_words(max_top_); }
+  // Draw r's result from the op's output (out: [rows, out_words()] words) for a vocabulary of `vocab`.
+  SampleResult result(std::span<const int32_t> out, size_t r, int64_t vocab) const;
+
+ private:
+  std::vector<SampleRowParams> rows_;
+  std::vector<SampleEdit> edits_;
+  int max_top_ = 0;
+};
+
+// The op on one host row through the CPU backend's code (tests and host-side references):
+// steps 1-2 in place ...
+void apply_bias_and_penalties(std::span<float> logits, const SamplingParams& p, const PenaltyState* state);
+// ... step 3 for temperature > 0: the surviving tokens, most likely first (ties by id),
+// probabilities renormalised to sum 1 ...
+using Candidate = cpu::SampleCandidate;
+std::vector<Candidate> sampling_candidates(std::span<const float> logits, const SamplingParams& p);
+// ... and the whole pipeline for draw (seed, choice, index). `scratch` is unused (the op keeps its own).
 SampleResult sample_row(std::span<const float> raw_logits, const SamplingParams& p, const PenaltyState* state,
                         uint64_t seed, int choice, int index, std::vector<float>& scratch);
 

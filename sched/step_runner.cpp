@@ -1,5 +1,7 @@
 #include "sched/step_runner.h"
 
+#include <algorithm>
+#include <cstring>
 #include <exception>
 #include <string>
 
@@ -24,22 +26,58 @@ Status StepRunner::forward(const ForwardBatch& batch) {
   return {};
 }
 
+namespace {
+
+// buf holds at least `bytes` (grown, never shrunk, so a warm step loop does not allocate).
+void ensure(Backend& be, Buffer& buf, size_t bytes) {
+  if (buf.size() < bytes) buf = be.alloc(std::max(bytes, buf.size() * 2));
+}
+
+}  // namespace
+
 void StepRunner::sample(std::span<const SampleRow> rows, std::vector<SampleResult>& draws) {
   draws.clear();
   if (rows.empty()) return;
-  const float* host = nullptr;
-  if (logits_.device == Device::cpu) {
-    host = logits_.ptr<float>();
-  } else {
-    host_logits_.resize(size_t(logits_.numel()));
-    model_->backend().download(host_logits_.data(), logits_);
-    host = host_logits_.data();
-  }
+  packer_.clear();
   for (size_t r = 0; r < rows.size(); ++r) {
     const SampleRow& row = rows[r];
-    const std::span<const float> logits(host + r * size_t(vocab_), size_t(vocab_));
-    for (int c = row.choice; c < row.choice + row.num_choices; ++c)
-      draws.push_back(sample_row(logits, *row.params, row.penalties, row.seed, c, row.index, scratch_));
+    packer_.add(int(r), *row.params, row.penalties, row.seed, row.choice, row.num_choices, row.index);
+  }
+  Backend& be = model_->backend();
+  const int64_t R = int64_t(packer_.rows().size()), E = int64_t(packer_.edits().size());
+  const int words = packer_.out_words();
+  host_in_.resize(size_t(R * kSampleRowWords + E * kSampleEditWords));
+  std::memcpy(host_in_.data(), packer_.rows().data(), size_t(R) * sizeof(SampleRowParams));
+  std::memcpy(host_in_.data() + R * kSampleRowWords, packer_.edits().data(), size_t(E) * sizeof(SampleEdit));
+  host_out_.resize(size_t(R * words));
+
+  int32_t* in = host_in_.data();
+  int32_t* out = host_out_.data();
+  const bool on_host = be.device() == Device::cpu;
+  if (!on_host) {
+    ensure(be, dev_in_, host_in_.size() * 4);
+    ensure(be, dev_out_, host_out_.size() * 4);
+    ensure(be, workspace_, be.sample_workspace_bytes(int(R), vocab_));
+    be.upload(dev_in_.as(DType::i32, {int64_t(host_in_.size())}), host_in_.data());
+    in = static_cast<int32_t*>(dev_in_.data());
+    out = static_cast<int32_t*>(dev_out_.data());
+  }
+  SampleBatch b;
+  b.logits = logits_;
+  b.rows = Tensor(in, DType::i32, {R, kSampleRowWords}, be.device());
+  if (E > 0) b.edits = Tensor(in + R * kSampleRowWords, DType::i32, {E, kSampleEditWords}, be.device());
+  b.out = Tensor(out, DType::i32, {R, words}, be.device());
+  if (!on_host) b.workspace = workspace_.as(DType::i32, {int64_t(workspace_.size() / 4)});
+  b.max_top_logprobs = packer_.max_top_logprobs();
+  be.sample(b);
+  if (!on_host) be.download(host_out_.data(), b.out);
+  draws.reserve(size_t(R));
+  for (int64_t r = 0; r < R; ++r) {
+    draws.push_back(packer_.result(host_out_, size_t(r), vocab_));
+    // A token outside the vocabulary is a backend bug; the step loop fails the step's requests.
+    if (draws.back().token < 0 || draws.back().token >= vocab_)
+      throw Error(internal_error("sample op returned token " + std::to_string(draws.back().token) +
+                                 " outside the vocabulary of " + std::to_string(vocab_)));
   }
 }
 

@@ -1,4 +1,5 @@
-// Run: one step's forward on the backend, then the draws from its logits on the host. The runner
+// Run: one step's forward on the backend, then the draws from its logits by the backend's sample op
+// (only the sampled ids and the logprobs asked for come back to the host). The runner
 // owns the backend, the model and its KV cache; it knows nothing of requests, sequences or pages
 // beyond what the ForwardBatch and the SampleRows say (sched/batch_builder.h).
 #pragma once
@@ -35,9 +36,13 @@ class StepRunner {
   std::unique_ptr<Model> model_;
   KvCache kv_;
   const int vocab_;
-  Tensor logits_;                   // the last forward's [R, vocab], on the backend's device
-  std::vector<float> host_logits_;  // its copy on the host when the device is not the CPU
-  std::vector<float> scratch_;      // the sampler's
+  Tensor logits_;  // the last forward's [R, vocab], on the backend's device
+  SamplePacker packer_;
+  // The op's inputs (rows, then edits) and outputs. On a device they live in device buffers, grown
+  // to the largest step seen (so no allocation once warm), filled by one upload and read back by one
+  // download; on the CPU the op reads and writes the host vectors directly.
+  std::vector<int32_t> host_in_, host_out_;
+  Buffer dev_in_, dev_out_, workspace_;
 };
 
 }  // namespace astrai

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "src/backend/sample_math.h"
 #include "src/core/status.h"
 #include "src/core/tensor.h"
 
@@ -28,6 +29,36 @@ struct AttentionBatch {
   int max_q_len = 0;   // longest query run (launch sizing on the GPU)
   int max_kv_len = 0;  // longest kv_len
 };
+
+// ---- sampling -----------------------------------------------------------------------------------
+// One step's draws from the forward's logits (the semantics of sched/sampler.h, on the device).
+// For draw r, with l = logits[rows[r].src_row, :] (V = vocab):
+//   0. mask (optional): l[t] = -inf where bit t of mask[src_row] is clear
+//   1. bias entries in order: l[t] += bias
+//   2. penalty entries: l[t] = seen ? (l[t] > 0 ? l[t] / rep : l[t] * rep) : l[t];
+//                       l[t] -= frequency * count + presence * (count > 0)
+//   3. temperature <= 0: token = argmax l (lowest id on ties). Otherwise e[t] = exp((l[t] - max l) / T)
+//      over the tokens where it is > 0, in (e desc, id asc) order; keep the first top_k (when
+//      0 < top_k), then the shortest prefix whose mass reaches top_p of that set, then the tokens
+//      with e >= min_p * e_max (at least one). All three keep a prefix of the order.
+//   4. u = counter_uniform(seed, choice, index) (src/backend/sample_math.h); the token is the first
+//      of the kept prefix whose cumulative mass exceeds u * (its mass), else its last.
+//   5. logprob = raw[token] - logsumexp(raw) and the top_logprobs most likely tokens of the raw
+//      (unedited) row, (raw desc, id asc), with their logprobs.
+// The GPU computes the masses in f32 and sums them in f64: it draws the CPU's token whenever u is
+// not within float rounding of a cumulative boundary.
+struct SampleBatch {
+  Tensor logits;     // [L, V] f32
+  Tensor rows;       // [R, kSampleRowWords] i32: SampleRowParams per draw
+  Tensor edits;      // [E, kSampleEditWords] i32: SampleEdit entries the rows point into (E may be 0)
+  Tensor mask;       // optional [L, ceil(V / 32)] i32 bit sets of allowed tokens; data == nullptr: none
+  Tensor out;        // [R, sample_out_words(max_top_logprobs)] i32
+  Tensor workspace;  // sample_workspace_bytes(R, V) bytes (nothing when that is 0)
+  int max_top_logprobs = 0;  // capacity of out's top-logprob pairs, <= kSampleMaxTopLogprobs
+};
+// What is wrong with the batch's shapes, dtypes or devices ("" when nothing); both backends check
+// with it before they touch a tensor (the rows' contents are checked where they are read).
+std::string sample_batch_error(const SampleBatch& batch, Device device);
 
 class Backend {
  public:
@@ -91,6 +122,15 @@ class Backend {
 
   // Converts between dtypes (f32 <-> bf16/f16), same shape.
   virtual void convert(const Tensor& src, Tensor dst) = 0;
+
+  // ---- sampling (SampleBatch above) -----------------------------------------------------------------
+  // Draws every row of `batch` into batch.out; reads only device tensors (no host values but sizes).
+  // The CPU and CUDA backends implement it; any other inherits a default that throws
+  // "sample: not implemented on the <name> backend" (a backend for tests need not have it).
+  virtual void sample(const SampleBatch& batch);
+  // Device scratch `sample` needs for `rows` draws over `vocab` tokens (allocate once, at the
+  // largest); the default is none.
+  virtual size_t sample_workspace_bytes(int rows, int vocab) const;
 
   // ---- training ops ----------------------------------------------------------------------------
   // Forward/backward pairs for train/ (llm.c style: each op's math and shapes above it; the

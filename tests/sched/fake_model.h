@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "src/backend/backend.h"
+#include "src/backend/cpu/ops.h"
 #include "src/model/model.h"
 
 namespace astrai::test {
@@ -43,6 +44,9 @@ class NullBackend final : public Backend {
   }
   void gather_rows(const Tensor&, const Tensor&, Tensor) override { fail(); }
   void convert(const Tensor&, Tensor) override { fail(); }
+  // The fake logits are host memory: the step runner samples them with the CPU backend's op.
+  void sample(const SampleBatch& batch) override { cpu::sample(batch); }
+  size_t sample_workspace_bytes(int, int) const override { return 0; }
 
  private:
   [[noreturn]] static void fail();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <numeric>
 #include <random>
@@ -195,4 +196,109 @@ TEST_CASE("the counter-based draw depends only on (seed, choice, index)", "[unit
   double mean = 0;
   for (uint64_t i = 0; i < 100000; ++i) mean += counter_uniform(42, 0, i);
   CHECK(mean / 100000 == Approx(0.5).margin(0.01));
+}
+
+TEST_CASE("the counter-based draw keeps its values (seeded outputs do not change across releases or devices)",
+          "[unit]") {
+  // Pinned from the generator as it was before it moved into src/backend/sample_math.h.
+  CHECK(counter_uniform(0, 0, 0) == 0.36784485786088128);
+  CHECK(counter_uniform(42, 1, 7) == 0.66157264626784407);
+  CHECK(counter_uniform(0xDEADBEEFull, 3, 123456) == 0.81272470250726714);
+}
+
+TEST_CASE("SamplePacker packs bias entries in order, one penalty entry per seen token, shared by the choices",
+          "[unit]") {
+  const uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  SamplingParams p;
+  p.temperature = 0.8f;
+  p.top_k = 7;
+  p.repetition_penalty = 1.2f;
+  p.frequency_penalty = 0.3f;
+  p.logit_bias = {{5, 1.0f}, {2, -3.0f}, {5, 0.5f}};  // token 5 twice: both, in order
+  PenaltyState st;
+  for (int i = 0; i < 20; ++i) st.prompt_tokens.insert(int32_t(rng() % 40));
+  for (int i = 0; i < 30; ++i) st.add_output(int32_t(rng() % 40));
+  SamplePacker packer;
+  packer.add(0, SamplingParams{}, nullptr, 1, 0, 1, 0);  // a plain row first: no edits
+  packer.add(3, p, &st, 99, 1, 3, 12);
+  REQUIRE(packer.rows().size() == 4);
+  CHECK(packer.rows()[0].edit_begin == packer.rows()[0].edit_end);
+  for (int c = 0; c < 3; ++c) {
+    const SampleRowParams& r = packer.rows()[size_t(1 + c)];
+    CHECK(r.src_row == 3);
+    CHECK(r.choice == 1 + c);
+    CHECK(r.index == 12);
+    CHECK(r.seed == 99);
+    CHECK(r.edit_begin == packer.rows()[1].edit_begin);
+    CHECK(r.edit_end == packer.rows()[1].edit_end);
+  }
+  const SampleRowParams& r = packer.rows()[1];
+  const auto edits = packer.edits();
+  REQUIRE(r.penalty_begin - r.edit_begin == 3);
+  CHECK(edits[size_t(r.edit_begin)].token == 5);
+  CHECK(edits[size_t(r.edit_begin + 1)].token == 2);
+  CHECK(edits[size_t(r.edit_begin + 2)].bias == 0.5f);
+  std::set<int32_t> seen_tokens;
+  for (int32_t e = r.penalty_begin; e < r.edit_end; ++e) {
+    const SampleEdit& ed = edits[size_t(e)];
+    REQUIRE(seen_tokens.insert(ed.token).second);  // each token once
+    CHECK(ed.seen == 1);
+    const auto it = st.output_counts.find(ed.token);
+    CHECK(ed.count == (it == st.output_counts.end() ? 0 : it->second));
+    CHECK((st.prompt_tokens.count(ed.token) || it != st.output_counts.end()));
+  }
+  std::set<int32_t> want(st.prompt_tokens.begin(), st.prompt_tokens.end());
+  for (const auto& [t, c] : st.output_counts) want.insert(t);
+  CHECK(seen_tokens == want);
+}
+
+TEST_CASE("the packed draws through the CPU op equal sample_row, choice by choice", "[unit]") {
+  const uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  const int V = 300, L = 3;
+  std::vector<float> logits;
+  for (int r = 0; r < L; ++r) {
+    auto l = random_logits(rng, V);
+    logits.insert(logits.end(), l.begin(), l.end());
+  }
+  SamplingParams p;
+  p.temperature = 1.1f;
+  p.top_p = 0.9f;
+  p.presence_penalty = 0.5f;
+  p.logit_bias = {{int32_t(rng() % V), 4.0f}};
+  p.logprobs = true;
+  p.top_logprobs = 3;
+  PenaltyState st;
+  for (int i = 0; i < 40; ++i) st.add_output(int32_t(rng() % V));
+  SamplePacker packer;
+  packer.add(2, p, &st, 7, 0, 4, 0);
+  packer.add(0, p, nullptr, 8, 2, 1, 5);
+  std::vector<int32_t> rows(packer.rows().size() * kSampleRowWords);
+  std::memcpy(rows.data(), packer.rows().data(), rows.size() * 4);
+  std::vector<int32_t> edits(packer.edits().size() * kSampleEditWords);
+  std::memcpy(edits.data(), packer.edits().data(), edits.size() * 4);
+  std::vector<int32_t> out(packer.rows().size() * size_t(packer.out_words()));
+  SampleBatch b;
+  b.logits = Tensor(logits.data(), DType::f32, {L, V});
+  b.rows = Tensor(rows.data(), DType::i32, {int64_t(packer.rows().size()), kSampleRowWords});
+  b.edits = Tensor(edits.data(), DType::i32, {int64_t(packer.edits().size()), kSampleEditWords});
+  b.out = Tensor(out.data(), DType::i32, {int64_t(packer.rows().size()), packer.out_words()});
+  b.max_top_logprobs = packer.max_top_logprobs();
+  auto be = make_backend(BackendOptions{}).value();
+  be->sample(b);
+  std::vector<float> scratch;
+  for (size_t r = 0; r < packer.rows().size(); ++r) {
+    const SampleRowParams& q = packer.rows()[r];
+    const std::span<const float> row(logits.data() + q.src_row * V, size_t(V));
+    const SampleResult want = sample_row(row, p, r < 4 ? &st : nullptr, q.seed, q.choice, q.index, scratch);
+    const SampleResult got = packer.result(out, r, V);
+    INFO("draw " << r);
+    CHECK(got.token == want.token);
+    CHECK(got.logprob == want.logprob);
+    REQUIRE(got.top.size() == 3);
+    for (size_t i = 0; i < 3; ++i) CHECK(got.top[i].token == want.top[i].token);
+  }
 }

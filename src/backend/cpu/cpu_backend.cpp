@@ -69,6 +69,8 @@ class CpuBackend final : public Backend {
     cpu::gather_rows(x, rows, out);
   }
   void convert(const Tensor& src, Tensor dst) override { cpu::convert(src, dst); }
+  void sample(const SampleBatch& batch) override { cpu::sample(batch); }
+  size_t sample_workspace_bytes(int, int) const override { return 0; }  // per-thread host scratch
 
   bool supports_training() const override { return true; }
   void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float alpha, float beta,

@@ -1,10 +1,13 @@
 // The CPU implementations of the Backend ops (f32), one file per family:
 //   linear.cpp (OpenBLAS), norm.cpp, rope.cpp, elementwise.cpp (embedding, swiglu, add, gather,
-//   convert), attention.cpp (kv_store, paged_attention); the training ops beside their forwards
-//   (gemm and linear_backward in linear.cpp, rms_norm_train/backward in norm.cpp, ...) and in
-//   attention_train.cpp and cross_entropy.cpp. CpuBackend forwards to these; the argument order and
-//   shapes are those of src/backend/backend.h.
+//   convert), attention.cpp (kv_store, paged_attention), sample.cpp; the training ops beside their
+//   forwards (gemm and linear_backward in linear.cpp, rms_norm_train/backward in norm.cpp, ...) and
+//   in attention_train.cpp and cross_entropy.cpp. CpuBackend forwards to these; the argument order
+//   and shapes are those of src/backend/backend.h.
 #pragma once
+
+#include <span>
+#include <vector>
 
 #include "src/backend/backend.h"
 
@@ -22,6 +25,19 @@ void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
                      const AttentionBatch& batch, float scale, Tensor out);
 void gather_rows(const Tensor& x, const Tensor& rows, Tensor out);
 void convert(const Tensor& src, Tensor dst);
+void sample(const SampleBatch& batch);
+
+// sample.cpp's steps, also used by sched/sampler.cpp (the host sampler is this code):
+// logits edits 1-2 of one draw in place (edits: the batch's entries the row points into) ...
+void apply_sample_edits(std::span<float> logits, const SampleRowParams& p, const SampleEdit* edits);
+// ... and step 3 for temperature > 0: the kept tokens, most likely first (ties by id), with their
+// probabilities renormalised to sum 1 (float64).
+struct SampleCandidate {
+  int32_t token;
+  double prob;
+};
+void sampling_candidates(std::span<const float> logits, float temperature, int top_k, float top_p,
+                         float min_p, std::vector<SampleCandidate>& out);
 
 // Training ops (backend.h, "training ops").
 void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float alpha, float beta, Tensor c);

@@ -1,0 +1,171 @@
+// The sample op on the CPU (src/backend/backend.h, "sampling"): the host sampler, one draw at a
+// time in float64 after the f32 edits. sched/sampler.cpp's helpers call into this file, so the
+// host has one implementation of the math.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "src/backend/cpu/ops.h"
+#include "src/backend/cpu/rows.h"
+
+namespace astrai::cpu {
+
+void sampling_candidates(std::span<const float> logits, float temperature, int top_k, float top_p,
+                         float min_p, std::vector<SampleCandidate>& c) {
+  const size_t vocab = logits.size();
+  float max_logit = -std::numeric_limits<float>::infinity();
+  for (float l : logits) max_logit = std::max(max_logit, l);
+  c.clear();
+  c.reserve(vocab);
+  for (size_t t = 0; t < vocab; ++t) {
+    const double e = std::exp((double(logits[t]) - double(max_logit)) / double(temperature));
+    if (e > 0) c.push_back({int32_t(t), e});
+  }
+  auto more_likely = [](const SampleCandidate& a, const SampleCandidate& b) {
+    return a.prob != b.prob ? a.prob > b.prob : a.token < b.token;
+  };
+  if (top_k > 0 && size_t(top_k) < c.size()) {
+    std::nth_element(c.begin(), c.begin() + top_k, c.end(), more_likely);
+    c.resize(size_t(top_k));
+  }
+  std::sort(c.begin(), c.end(), more_likely);
+  auto normalise = [&] {
+    double sum = 0;
+    for (const auto& x : c) sum += x.prob;
+    for (auto& x : c) x.prob /= sum;
+  };
+  normalise();
+  if (top_p < 1.0f) {
+    double cum = 0;
+    size_t keep = 0;
+    while (keep < c.size() && (keep == 0 || cum < double(top_p))) cum += c[keep++].prob;
+    c.resize(keep);
+  }
+  if (min_p > 0.0f && !c.empty()) {
+    const double floor = double(min_p) * c.front().prob;
+    size_t keep = 1;
+    while (keep < c.size() && c[keep].prob >= floor) ++keep;
+    c.resize(keep);
+  }
+  normalise();
+}
+
+void apply_sample_edits(std::span<float> logits, const SampleRowParams& p, const SampleEdit* edits) {
+  const int64_t vocab = int64_t(logits.size());
+  for (int32_t e = p.edit_begin; e < p.penalty_begin; ++e)
+    if (edits[e].token >= 0 && edits[e].token < vocab)
+      logits[size_t(edits[e].token)] = sample_math::add_rn(logits[size_t(edits[e].token)], edits[e].bias);
+  for (int32_t e = p.penalty_begin; e < p.edit_end; ++e) {
+    if (edits[e].token < 0 || edits[e].token >= vocab) continue;
+    float& l = logits[size_t(edits[e].token)];
+    l = sample_math::apply_penalty(l, edits[e], p.repetition_penalty, p.frequency_penalty,
+                                   p.presence_penalty);
+  }
+}
+
+namespace {
+
+// Scratch reused across steps by each thread that samples.
+struct RowScratch {
+  std::vector<float> logits;
+  std::vector<SampleCandidate> candidates;
+  std::vector<int32_t> ids;
+};
+
+void sample_one(const float* raw_row, int64_t vocab, const uint32_t* mask_row, const SampleRowParams& p,
+                const SampleEdit* edits, int32_t* out, RowScratch& s) {
+  const std::span<const float> raw(raw_row, size_t(vocab));
+  s.logits.assign(raw.begin(), raw.end());
+  std::span<float> logits(s.logits);
+  if (mask_row)
+    for (int64_t t = 0; t < vocab; ++t)
+      if (!((mask_row[t >> 5] >> (t & 31)) & 1u)) logits[size_t(t)] = -std::numeric_limits<float>::infinity();
+  apply_sample_edits(logits, p, edits);
+
+  auto argmax = [&] { return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()); };
+  int32_t token = 0;
+  if (p.temperature <= 0.0f) {
+    token = argmax();
+  } else {
+    sampling_candidates(logits, p.temperature, p.top_k, p.top_p, p.min_p, s.candidates);
+    if (s.candidates.empty()) {  // only when every logit is -inf or NaN
+      token = argmax();
+    } else {
+      const double u = counter_uniform(p.seed, uint64_t(p.choice), uint64_t(p.index));
+      double cum = 0;
+      token = s.candidates.back().token;
+      for (const auto& c : s.candidates) {
+        cum += c.prob;
+        if (u < cum) {
+          token = c.token;
+          break;
+        }
+      }
+    }
+  }
+  out[0] = token;
+  float logprob = 0.0f;
+  if (p.want_logprob || p.top_logprobs > 0) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (float l : raw) m = std::max(m, l);
+    double z = 0;
+    for (float l : raw) z += std::exp(double(l) - double(m));
+    const double lse = double(m) + std::log(z);
+    logprob = float(double(raw[size_t(token)]) - lse);
+    if (p.top_logprobs > 0) {
+      const size_t k = std::min(size_t(p.top_logprobs), raw.size());
+      s.ids.resize(raw.size());
+      for (size_t i = 0; i < s.ids.size(); ++i) s.ids[i] = int32_t(i);
+      std::partial_sort(s.ids.begin(), s.ids.begin() + ptrdiff_t(k), s.ids.end(), [&](int32_t a, int32_t b) {
+        return raw[size_t(a)] != raw[size_t(b)] ? raw[size_t(a)] > raw[size_t(b)] : a < b;
+      });
+      for (size_t i = 0; i < k; ++i) {
+        const float lp = float(double(raw[size_t(s.ids[i])]) - lse);
+        out[2 + 2 * i] = s.ids[i];
+        std::memcpy(&out[3 + 2 * i], &lp, 4);
+      }
+    }
+  }
+  std::memcpy(&out[1], &logprob, 4);
+}
+
+}  // namespace
+
+void sample(const SampleBatch& b) {
+  if (const std::string err = sample_batch_error(b, Device::cpu); !err.empty())
+    ASTRAI_OP_CHECK(false, "sample: " + err);
+  const int64_t L = b.logits.size(0), V = b.logits.size(1), R = b.rows.size(0);
+  const int words = sample_out_words(b.max_top_logprobs);
+  const int64_t E = b.edits.data ? b.edits.size(0) : 0;
+  const int64_t mask_words = (V + 31) / 32;
+  const auto* rows = static_cast<const SampleRowParams*>(b.rows.data);
+  bool any_sampled = false;
+  for (int64_t r = 0; r < R; ++r) {
+    const SampleRowParams& p = rows[r];
+    any_sampled = any_sampled || p.temperature > 0.0f;
+    ASTRAI_OP_CHECK(p.src_row >= 0 && p.src_row < L, "sample: a row's src_row is outside the logits");
+    ASTRAI_OP_CHECK(0 <= p.edit_begin && p.edit_begin <= p.penalty_begin && p.penalty_begin <= p.edit_end &&
+                        p.edit_end <= E,
+                    "sample: a row's edit range is outside the edits");
+    ASTRAI_OP_CHECK(p.top_logprobs >= 0 && p.top_logprobs <= b.max_top_logprobs,
+                    "sample: a row asks for more top logprobs than out holds");
+  }
+  const auto* edits = static_cast<const SampleEdit*>(b.edits.data);
+  const float* logits = b.logits.ptr<float>();
+  const auto* mask = static_cast<const uint32_t*>(b.mask.data);
+  int32_t* out = b.out.ptr<int32_t>();
+  // Rows are independent: a batch with sampled rows (milliseconds each: float64 exp over the row, a
+  // sort) spreads them over the threads, each with its scratch. Greedy rows (a copy and an argmax,
+  // memory-bound) stay on this thread, where a parallel region costs more than it saves.
+#pragma omp parallel for schedule(dynamic, 1) if (R > 1 && any_sampled)
+  for (int64_t r = 0; r < R; ++r) {
+    thread_local RowScratch scratch;
+    const SampleRowParams& p = rows[r];
+    sample_one(logits + p.src_row * V, V, mask ? mask + p.src_row * mask_words : nullptr, p, edits,
+               out + r * words, scratch);
+  }
+}
+
+}  // namespace astrai::cpu

@@ -1,0 +1,45 @@
+// The shape checks of a SampleBatch, shared by the CPU and CUDA implementations of the sample op,
+// and the Backend defaults for a backend without the op.
+#include <string>
+
+#include "src/backend/backend.h"
+
+namespace astrai {
+namespace {
+
+bool is_i32_on(const Tensor& t, Device device, int64_t cols) {
+  return t.dtype == DType::i32 && t.device == device && t.ndim == 2 && t.is_contiguous() && t.size(1) == cols;
+}
+
+}  // namespace
+
+std::string sample_batch_error(const SampleBatch& b, Device device) {
+  if (b.logits.dtype != DType::f32 || b.logits.device != device || b.logits.ndim != 2 ||
+      !b.logits.is_contiguous())
+    return "logits must be a contiguous f32 [L, V] on the backend's device";
+  const int64_t L = b.logits.size(0), V = b.logits.size(1);
+  if (V < 1 || V > (int64_t(1) << 24)) return "vocab must be in [1, 2^24]";
+  if (!is_i32_on(b.rows, device, kSampleRowWords))
+    return "rows must be a contiguous i32 [R, kSampleRowWords]";
+  const int64_t R = b.rows.size(0);
+  if (R > 65535) return "at most 65535 rows";
+  if (b.max_top_logprobs < 0 || b.max_top_logprobs > kSampleMaxTopLogprobs)
+    return "max_top_logprobs must be in [0, 20]";
+  if (!is_i32_on(b.out, device, sample_out_words(b.max_top_logprobs)) || b.out.size(0) != R)
+    return "out must be a contiguous i32 [R, sample_out_words(max_top_logprobs)]";
+  if (b.edits.data && !is_i32_on(b.edits, device, kSampleEditWords))
+    return "edits must be a contiguous i32 [E, 4]";
+  if (b.mask.data && (!is_i32_on(b.mask, device, (V + 31) / 32) || b.mask.size(0) != L))
+    return "mask must be a contiguous i32 [L, ceil(V / 32)]";
+  return {};
+}
+
+void Backend::sample(const SampleBatch&) {
+  throw Error(unsupported("sample: not implemented on the " + name() + " backend"));
+}
+
+size_t Backend::sample_workspace_bytes(int, int) const {
+  return 0;
+}
+
+}  // namespace astrai
