@@ -5,6 +5,7 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -32,6 +33,14 @@ constexpr size_t kHeaderLimit = 16 * 1024;
 
 std::chrono::steady_clock::duration seconds(double s) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
+}
+
+// 2 -> "2", 0.5 -> "0.5": the setting as the operator wrote it.
+std::string format_seconds(double s) {
+  std::string t = std::to_string(s);
+  t.erase(t.find_last_not_of('0') + 1);
+  if (t.back() == '.') t.pop_back();
+  return t;
 }
 
 void add_cors(const ServerState& st, std::vector<std::pair<std::string, std::string>>& h) {
@@ -87,7 +96,7 @@ bool peer_gone(asio::ip::tcp::socket& s) {
 // Runs one generation and writes it (SSE when streaming, one JSON body otherwise). Returns false
 // when the connection must close (client gone or write failed).
 asio::awaitable<bool> serve_generation(beast::tcp_stream& stream, ServerState& st, GenerationJob job,
-                                       bool keep_alive, int& status) {
+                                       bool keep_alive, bool http10, int& status) {
   auto ex = co_await asio::this_coro::executor;
   auto waker = std::make_shared<Waker>(ex);
   auto started =
@@ -107,7 +116,11 @@ asio::awaitable<bool> serve_generation(beast::tcp_stream& stream, ServerState& s
 
   std::vector<std::pair<std::string, std::string>> headers;
   add_cors(st, headers);
-  SseWriter sse(stream, keep_alive, headers);
+  // HTTP/1.0 clients cannot read chunked framing (RFC 9112 7.1): their stream is sent unframed and
+  // ends when the connection closes.
+  const auto framing = http10 ? SseWriter::Framing::until_close : SseWriter::Framing::chunked;
+  if (fmt.streaming() && http10) keep_alive = false;
+  SseWriter sse(stream, keep_alive, framing, headers);
   if (fmt.streaming()) {
     if (auto ec = co_await sse.begin()) co_return false;
     if (auto ec = co_await sse.write(fmt.begin())) co_return false;
@@ -163,10 +176,22 @@ asio::awaitable<bool> serve_generation(beast::tcp_stream& stream, ServerState& s
   co_return !ec && keep_alive;
 }
 
-// An error answer for a request we could not parse; the connection closes after it.
+// Runs one read under a deadline. tcp_stream::expires_after would close the socket when it fires;
+// this cancels only the read, so a timeout can still be answered (408). Returns beast::error::timeout
+// when the deadline won.
+template <class Read>
+asio::awaitable<beast::error_code> read_within(beast::tcp_stream& stream, double limit_s, Read read) {
+  stream.expires_never();
+  asio::steady_timer deadline(stream.get_executor(), seconds(limit_s));
+  auto first = co_await (read() || deadline.async_wait(asio::as_tuple(asio::use_awaitable)));
+  if (first.index() == 1) co_return beast::error::timeout;
+  co_return std::get<0>(std::get<0>(first));
+}
+
+// An error answer for a request we could not read; the connection closes after it.
 asio::awaitable<void> write_and_close(beast::tcp_stream& stream, ServerState& st, int status,
-                                      const std::string& msg) {
-  HttpResponse r = error_response(ApiError{status, msg, "", "invalid_request_error", ""}, Dialect::openai);
+                                      const std::string& msg, Dialect dialect = Dialect::openai) {
+  HttpResponse r = error_response(ApiError{status, msg, "", "invalid_request_error", ""}, dialect);
   count_status(st, status);
   auto res = to_beast(std::move(r), false, st);
   stream.expires_after(std::chrono::seconds(5));
@@ -201,18 +226,21 @@ asio::awaitable<void> run_connection(asio::ip::tcp::socket socket, ServerState& 
       parser.body_limit(uint64_t(st.config.max_body));
       // The whole header must arrive within header_timeout (slowloris cannot trickle bytes forever);
       // an idle keep-alive connection gets idle_timeout before its next request.
-      stream.expires_after(seconds(first ? st.config.header_timeout
-                                         : std::max(st.config.idle_timeout, st.config.header_timeout)));
+      const double header_limit =
+          first ? st.config.header_timeout : std::max(st.config.idle_timeout, st.config.header_timeout);
       first = false;
-      auto [ec, n] =
-          co_await http::async_read_header(stream, buffer, parser, asio::as_tuple(asio::use_awaitable));
-      (void)n;
+      const beast::error_code ec = co_await read_within(stream, header_limit, [&] {
+        return http::async_read_header(stream, buffer, parser, asio::as_tuple(asio::use_awaitable));
+      });
       if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||
           ec == asio::error::operation_aborted)
         break;
       if (ec == beast::error::timeout) {
+        // A connection that has sent nothing of a next request is just idle: close it silently.
         if (buffer.size() > 0 || parser.got_some())
-          co_await write_and_close(stream, st, 408, "request header timeout");
+          co_await write_and_close(
+              stream, st, 408,
+              "request headers not received within header_timeout (" + format_seconds(header_limit) + " s)");
         break;
       }
       if (ec == http::error::header_limit) {
@@ -234,27 +262,34 @@ asio::awaitable<void> run_connection(asio::ip::tcp::socket socket, ServerState& 
       // Clients that send "Expect: 100-continue" (curl, for large bodies) wait for this first.
       if (beast::iequals(hdr[http::field::expect], "100-continue")) {
         http::response<http::empty_body> cont{http::status::continue_, 11};
+        stream.expires_after(std::chrono::seconds(5));
         co_await http::async_write(stream, cont, asio::as_tuple(asio::use_awaitable));
       }
-      stream.expires_after(seconds(st.config.body_timeout));
-      auto [bec, bn] = co_await http::async_read(stream, buffer, parser, asio::as_tuple(asio::use_awaitable));
-      (void)bn;
+      // The route is known now: its errors take that route's JSON shape.
+      const Dialect dialect = dialect_of(std::string_view(hdr.target()));
+      const beast::error_code bec = co_await read_within(stream, st.config.body_timeout, [&] {
+        return http::async_read(stream, buffer, parser, asio::as_tuple(asio::use_awaitable));
+      });
       if (bec == http::error::body_limit) {
         co_await write_and_close(
             stream, st, 413,
-            "request body is larger than max_body (" + std::to_string(st.config.max_body) + " bytes)");
+            "request body is larger than max_body (" + std::to_string(st.config.max_body) + " bytes)",
+            dialect);
         break;
       }
       if (bec == beast::error::timeout) {
-        co_await write_and_close(stream, st, 408, "request body timeout");
+        co_await write_and_close(stream, st, 408,
+                                 "request body not received within body_timeout (" +
+                                     format_seconds(st.config.body_timeout) + " s)",
+                                 dialect);
         break;
       }
       if (bec) {
         if (bec != http::error::end_of_stream && bec != asio::error::eof)
-          co_await write_and_close(stream, st, 400, std::string("malformed HTTP request: ") + bec.message());
+          co_await write_and_close(stream, st, 400, std::string("malformed HTTP request: ") + bec.message(),
+                                   dialect);
         break;
       }
-      stream.expires_never();
       http::request<http::string_body> req = parser.release();
       const bool keep_alive = req.keep_alive() && !st.draining.load(std::memory_order_relaxed);
       st.metrics.http_requests.fetch_add(1, std::memory_order_relaxed);
@@ -281,7 +316,8 @@ asio::awaitable<void> run_connection(asio::ip::tcp::socket socket, ServerState& 
       int status = rr.response.status;
       bool keep = keep_alive;
       if (rr.job) {
-        keep = co_await serve_generation(stream, st, std::move(*rr.job), keep_alive, status);
+        keep =
+            co_await serve_generation(stream, st, std::move(*rr.job), keep_alive, req.version() < 11, status);
       } else {
         auto res = to_beast(std::move(rr.response), keep_alive, st);
         stream.expires_after(std::chrono::seconds(60));

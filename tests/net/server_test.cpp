@@ -235,6 +235,85 @@ TEST_CASE("slowloris headers are cut off while other clients are served", "[inte
   CHECK(healthy(s.port()));
 }
 
+TEST_CASE("headers that stop arriving get a 408 in OpenAI's shape, then a close (issue 12)",
+          "[integration]") {
+  auto& s = shared_server();  // --header-timeout 2
+  const auto t0 = steady_clock::now();
+  auto r = raw_exchange(s.port(), "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Le", seconds(30));
+  CHECK(r.status == 408);
+  CHECK(r.closed);
+  CHECK(steady_clock::now() - t0 < seconds(25));  // the server's deadline, not the client's, ended it
+  // The route is not known before the headers end: OpenAI's error shape.
+  CHECK(json_str(r.body, "error", "type") == "invalid_request_error");
+  CHECK(json_str(r.body, "error", "message").find("header_timeout") != std::string::npos);
+  CHECK(r.headers.find("Connection: close") != std::string::npos);
+  CHECK(healthy(s.port()));
+}
+
+TEST_CASE("a body that stops arriving gets a 408 in its route's shape, then a close (issue 12)",
+          "[integration]") {
+  auto& s = shared_server();  // --body-timeout 2
+  const std::string partial = R"({"messages":[{"role":"user","content":"hel)";
+  auto head = [&](const std::string& path) {
+    return "POST " + path +
+           " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n" + partial;
+  };
+  auto a = raw_exchange(s.port(), head("/v1/messages"), seconds(30));
+  CHECK(a.status == 408);
+  CHECK(a.closed);
+  CHECK(json_str(a.body, "type") == "error");
+  CHECK(json_str(a.body, "error", "message").find("body_timeout") != std::string::npos);
+  auto o = raw_exchange(s.port(), head("/v1/chat/completions"), seconds(30));
+  CHECK(o.status == 408);
+  CHECK(o.closed);
+  CHECK(json_str(o.body, "error", "type") == "invalid_request_error");
+  CHECK(json_str(o.body, "error", "message").find("body_timeout") != std::string::npos);
+  CHECK(healthy(s.port()));
+}
+
+TEST_CASE("a streaming request over HTTP/1.0 is sent unframed and ends with the connection (issue 12)",
+          "[integration]") {
+  auto& s = shared_server();
+  const std::string body = R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":5,"stream":true})";
+  // Keep-alive asked for or not: an unframed body can only end with the connection.
+  for (const std::string connection : {"", "Connection: keep-alive\r\n"}) {
+    const std::string req =
+        "POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\n" + connection +
+        "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    auto r = raw_exchange(s.port(), req, seconds(60));
+    REQUIRE(r.status == 200);
+    CHECK(r.closed);
+    std::string lower = r.headers;
+    for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+    CHECK(lower.find("transfer-encoding") == std::string::npos);
+    CHECK(lower.find("content-length") == std::string::npos);
+    CHECK(lower.find("connection: close") != std::string::npos);
+    // The body is the events themselves, no chunk sizes between them.
+    CHECK(r.body.rfind("data: {", 0) == 0);
+    REQUIRE(r.body.size() > 14);
+    CHECK(r.body.substr(r.body.size() - 14) == "data: [DONE]\n\n");
+    size_t events = 0;
+    for (size_t pos = 0; pos < r.body.size();) {
+      const size_t end = r.body.find("\n\n", pos);
+      REQUIRE(end != std::string::npos);
+      CHECK(r.body.compare(pos, 6, "data: ") == 0);
+      pos = end + 2;
+      ++events;
+    }
+    CHECK(events >= 3);
+  }
+  // A non-streaming HTTP/1.0 request keeps its Content-Length framing.
+  const std::string plain = R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":3})";
+  auto r = raw_exchange(s.port(),
+                        "POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\n"
+                        "Content-Length: " +
+                            std::to_string(plain.size()) + "\r\n\r\n" + plain,
+                        seconds(60));
+  CHECK(r.status == 200);
+  CHECK(r.headers.find("Content-Length: " + std::to_string(r.body.size())) != std::string::npos);
+  CHECK(healthy(s.port()));
+}
+
 TEST_CASE("binary garbage on the socket gets a 400 and a close", "[integration]") {
   auto& s = shared_server();
   std::mt19937 rng{static_cast<uint32_t>(fresh_seed())};
