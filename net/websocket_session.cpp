@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/compose.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -10,9 +11,11 @@
 #include <boost/beast/websocket.hpp>
 #include <deque>
 #include <map>
+#include <optional>
 
 #include "net/router.h"
 #include "net/waker.h"
+#include "net/websocket_close_filter.h"
 #include "net/websocket_frames.h"
 #include "src/engine/generation.h"
 
@@ -25,6 +28,74 @@ using namespace asio::experimental::awaitable_operators;
 
 namespace {
 
+// The TCP stream under the WebSocket, with the client's bytes passed through a CloseCodeFilter on the
+// way in, so that Beast answers a forbidden close code with 1002 instead of echoing it.
+class CloseCheckedStream {
+ public:
+  using executor_type = beast::tcp_stream::executor_type;
+  using next_layer_type = beast::tcp_stream;
+
+  explicit CloseCheckedStream(beast::tcp_stream s) : next_(std::move(s)) {}
+  executor_type get_executor() noexcept { return next_.get_executor(); }
+  next_layer_type& next_layer() noexcept { return next_; }
+  const next_layer_type& next_layer() const noexcept { return next_; }
+
+  template <class ConstBuffers, class Token>
+  auto async_write_some(const ConstBuffers& buffers, Token&& token) {
+    return next_.async_write_some(buffers, std::forward<Token>(token));
+  }
+
+  // Reads into the first non-empty buffer only (a read_some may fill less than it is given). A byte
+  // the filter holds back is kept here and put in front of the next read.
+  template <class MutableBuffers, class Token>
+  auto async_read_some(const MutableBuffers& buffers, Token&& token) {
+    asio::mutable_buffer dst;
+    for (auto it = asio::buffer_sequence_begin(buffers); it != asio::buffer_sequence_end(buffers); ++it)
+      if (asio::mutable_buffer(*it).size() > 0) {
+        dst = *it;
+        break;
+      }
+    return asio::async_compose<Token, void(beast::error_code, size_t)>(
+        [this, dst, have = size_t(0), started = false](auto& self, beast::error_code ec = {},
+                                                       size_t n = 0) mutable {
+          auto* p = static_cast<uint8_t*>(dst.data());
+          if (!started) {
+            started = true;
+            // Too small to hold a held-back byte and its partner: pass through unfiltered (Beast
+            // never reads this little).
+            if (dst.size() < 2) return next_.async_read_some(dst, std::move(self));
+            if (held_) p[have++] = *std::exchange(held_, std::nullopt);
+            return next_.async_read_some(asio::buffer(p + have, dst.size() - have), std::move(self));
+          }
+          if (dst.size() < 2) return self.complete(ec, n);
+          const size_t total = have + n;
+          const size_t pass = filter_.scan(std::span<uint8_t>(p, total));
+          if (pass < total) held_ = p[pass];
+          if (pass == 0 && !ec) {  // only the held byte so far: read on behind it
+            have = 0;
+            p[have++] = *std::exchange(held_, std::nullopt);
+            return next_.async_read_some(asio::buffer(p + have, dst.size() - have), std::move(self));
+          }
+          self.complete(ec, pass);
+        },
+        token, next_);
+  }
+
+  // Closing the WebSocket tears down the TCP stream beneath (found by Beast through ADL).
+  friend void teardown(beast::role_type role, CloseCheckedStream& s, beast::error_code& ec) {
+    teardown(role, s.next_, ec);
+  }
+  template <class Handler>
+  friend void async_teardown(beast::role_type role, CloseCheckedStream& s, Handler&& handler) {
+    async_teardown(role, s.next_, std::forward<Handler>(handler));
+  }
+
+ private:
+  beast::tcp_stream next_;
+  CloseCodeFilter filter_;
+  std::optional<uint8_t> held_;
+};
+
 // One socket and the generations multiplexed on it. It lives in run_websocket_session's frame; the
 // reader and the writer are two halves of one `&&` in that frame, so both may use it by reference.
 // Everything runs on the connection's strand: no locks.
@@ -33,7 +104,7 @@ class WsSession {
   WsSession(beast::tcp_stream stream, ServerState& st)
       : ws_(std::move(stream)), st_(st), wake_(std::make_shared<Waker>(ws_.get_executor())) {}
 
-  websocket::stream<beast::tcp_stream>& socket() { return ws_; }
+  websocket::stream<CloseCheckedStream>& socket() { return ws_; }
 
   // Reads client frames until the socket ends, then stops the writer.
   asio::awaitable<void> read_frames() {
@@ -145,7 +216,7 @@ class WsSession {
     }
   }
 
-  websocket::stream<beast::tcp_stream> ws_;
+  websocket::stream<CloseCheckedStream> ws_;
   ServerState& st_;
   // Shared with the engine's notify hooks, which may fire after a generation has ended.
   std::shared_ptr<Waker> wake_;

@@ -344,6 +344,68 @@ TEST_CASE("WebSocket garbage frames close the socket with 1002", "[integration]"
   CHECK(healthy(s.port()));
 }
 
+namespace {
+
+int open_websocket(int port) {
+  const int fd = connect_to(port);
+  send_all(fd,
+           "GET /v1/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+           "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
+  const std::string hs = read_until(fd, "\r\n\r\n");
+  REQUIRE(hs.find(" 101 ") != std::string::npos);
+  return fd;
+}
+
+// Sends a masked close frame with this status code (its two code bytes in separate TCP segments when
+// split) and returns the status code of the server's close frame (-1: none).
+int close_answer(int port, uint32_t code, bool split) {
+  const int fd = open_websocket(port);
+  const uint8_t mask[4] = {0x37, 0xfa, 0x21, 0x3d};
+  std::string frame = {char(0x88),
+                       char(0x82),
+                       char(mask[0]),
+                       char(mask[1]),
+                       char(mask[2]),
+                       char(mask[3]),
+                       char(uint8_t(code >> 8) ^ mask[0]),
+                       char(uint8_t(code) ^ mask[1])};
+  if (split) {
+    send_all(fd, frame.substr(0, 7));
+    std::this_thread::sleep_for(milliseconds(200));  // Beast reads the first part on its own
+    send_all(fd, frame.substr(7));
+  } else {
+    send_all(fd, frame);
+  }
+  // The server ends the close handshake by closing the connection; its close frame is 0x88, the
+  // length, then the code (2 bytes).
+  std::string reply;
+  char buf[256];
+  for (pollfd p{fd, POLLIN, 0}; ::poll(&p, 1, 10000) > 0;) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    reply.append(buf, size_t(n));
+  }
+  ::close(fd);
+  const size_t at = reply.find('\x88');
+  if (at == std::string::npos || reply.size() < at + 4) return -1;
+  return int(uint8_t(reply[at + 2])) << 8 | int(uint8_t(reply[at + 3]));
+}
+
+}  // namespace
+
+TEST_CASE("a WebSocket close code the RFC forbids is answered with 1002, an allowed one echoed (issue 12)",
+          "[integration]") {
+  auto& s = shared_server();
+  for (const bool split : {false, true}) {
+    INFO("code bytes in separate segments: " << split);
+    for (const uint32_t code : {5000u, 5001u, 65535u, 1004u, 1005u, 1006u, 1015u, 999u, 0u, 2999u})
+      CHECK(close_answer(s.port(), code, split) == 1002);
+    for (const uint32_t code : {1000u, 1001u, 1011u, 3000u, 4999u})
+      CHECK(close_answer(s.port(), code, split) == int(code));
+  }
+  CHECK(healthy(s.port()));
+}
+
 TEST_CASE("wrong routes and methods: 404 and 405", "[integration]") {
   auto& s = shared_server();
   CHECK(http(s.port(), "GET", "/v2/nothing").status == 404);
