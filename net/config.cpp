@@ -116,6 +116,10 @@ std::vector<ConfigKey> make_keys() {
       str_key(&ServeConfig::log_level, {"trace", "debug", "info", "warn", "error", "off"}, "log_level"));
   add("net_threads", "Threads running the network event loop", true,
       int_key(&ServeConfig::net_threads, 1, 256, "net_threads"));
+  add("worker_threads",
+      "Threads for CPU-heavy request work (tokenizing, chat templates, detokenizing), so that the net "
+      "threads stay responsive",
+      true, int_key(&ServeConfig::worker_threads, 1, 256, "worker_threads"));
   add("api_key", "Require this key (Authorization: Bearer or x-api-key)", true,
       str_key(&ServeConfig::api_key, {}, "api_key"));
   add("cors", "Access-Control-Allow-Origin value (e.g. '*'); empty: CORS off", true,

@@ -23,6 +23,7 @@ struct ServeConfig {
   int threads = 0;
   std::string log_level = "info";
   int net_threads = 1;
+  int worker_threads = 2;         // CPU-heavy request work (tokenizing, templates), off the net threads
   std::string api_key;            // "" = no authentication
   std::string cors;               // "" = off, else the Access-Control-Allow-Origin value ("*")
   int64_t max_body = 8 << 20;     // bytes

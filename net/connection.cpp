@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -69,7 +70,8 @@ void count_status(ServerState& st, int status) {
     st.metrics.http_errors_4xx.fetch_add(1, std::memory_order_relaxed);
 }
 
-HttpRequest to_plain(const http::request<http::string_body>& req, const std::string& peer) {
+// Moves the body out of `req` (a request body can be max_body large; this runs on the net thread).
+HttpRequest to_plain(http::request<http::string_body>& req, const std::string& peer) {
   HttpRequest r;
   r.method = std::string(req.method_string());
   r.target = std::string(req.target());
@@ -79,7 +81,7 @@ HttpRequest to_plain(const http::request<http::string_body>& req, const std::str
     for (char& c : name) c = char(std::tolower(static_cast<unsigned char>(c)));
     r.headers.emplace_back(std::move(name), std::string(f.value()));
   }
-  r.body = req.body();
+  r.body = std::move(req.body());
   r.peer = peer;
   return r;
 }
@@ -200,6 +202,17 @@ asio::awaitable<void> write_and_close(beast::tcp_stream& stream, ServerState& st
   stream.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ec);
 }
 
+// Routes a request: on the worker pool when it has a body to work through, else here.
+asio::awaitable<RouteResult> route_request(const HttpRequest& req, ServerState& st, WorkExecutor work) {
+  auto run = [&] {
+    if (st.on_route) st.on_route();
+    return route(req, st);
+  };
+  if (req.method != "POST") co_return run();
+  co_return co_await asio::co_spawn(
+      work, [&]() -> asio::awaitable<RouteResult> { co_return run(); }, asio::use_awaitable);
+}
+
 struct OpenConnection {
   explicit OpenConnection(ServerState& s) : st(s) { st.metrics.open_connections.fetch_add(1); }
   ~OpenConnection() { st.metrics.open_connections.fetch_sub(1); }
@@ -208,7 +221,7 @@ struct OpenConnection {
 
 }  // namespace
 
-asio::awaitable<void> run_connection(asio::ip::tcp::socket socket, ServerState& st) {
+asio::awaitable<void> run_connection(asio::ip::tcp::socket socket, ServerState& st, WorkExecutor work) {
   OpenConnection open(st);
   std::string peer;
   {
@@ -308,11 +321,12 @@ asio::awaitable<void> run_connection(asio::ip::tcp::socket socket, ServerState& 
           break;
         }
         if (st.config.access_log) spdlog::info("{} GET /v1/ws 101", peer);
-        co_await run_websocket_session(std::move(stream), std::move(req), st);
+        co_await run_websocket_session(std::move(stream), std::move(req), st, work);
         co_return;
       }
 
-      RouteResult rr = route(to_plain(req, peer), st);
+      const HttpRequest plain = to_plain(req, peer);
+      RouteResult rr = co_await route_request(plain, st, work);
       int status = rr.response.status;
       bool keep = keep_alive;
       if (rr.job) {

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/compose.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -101,8 +102,8 @@ class CloseCheckedStream {
 // Everything runs on the connection's strand: no locks.
 class WsSession {
  public:
-  WsSession(beast::tcp_stream stream, ServerState& st)
-      : ws_(std::move(stream)), st_(st), wake_(std::make_shared<Waker>(ws_.get_executor())) {}
+  WsSession(beast::tcp_stream stream, ServerState& st, asio::thread_pool::executor_type work)
+      : ws_(std::move(stream)), st_(st), work_(work), wake_(std::make_shared<Waker>(ws_.get_executor())) {}
 
   websocket::stream<CloseCheckedStream>& socket() { return ws_; }
 
@@ -127,7 +128,7 @@ class WsSession {
             asio::as_tuple(asio::use_awaitable));
         break;
       }
-      on_frame(beast::buffers_to_string(buf.data()));
+      co_await on_frame(beast::buffers_to_string(buf.data()));
       wake_->wake();
     }
     closed_ = true;
@@ -172,23 +173,33 @@ class WsSession {
     if (!closed_) outbox_.push_back(std::move(frame));
   }
 
-  void on_frame(const std::string& text) {
+  // Frames are handled one at a time, in order: the reader waits while a generate frame's job is
+  // worked out on the worker pool (the writer keeps streaming meanwhile).
+  asio::awaitable<void> on_frame(const std::string& text) {
     ClientFrame frame;
-    if (auto e = parse_client_frame(text, frame)) return queue(ws_error_frame(frame.id, e->message));
+    if (auto e = parse_client_frame(text, frame)) co_return queue(ws_error_frame(frame.id, e->message));
     if (frame.type == "cancel") {
       auto it = running_.find(frame.id);
-      if (it == running_.end()) return queue(ws_error_frame(frame.id, "no running generation with this id"));
+      if (it == running_.end())
+        co_return queue(ws_error_frame(frame.id, "no running generation with this id"));
       it->second.gen->cancel();  // the engine answers with a finish event: a done frame follows
-      return;
+      co_return;
     }
     if (running_.count(frame.id))
-      return queue(ws_error_frame(frame.id, "a generation with this id is already running"));
+      co_return queue(ws_error_frame(frame.id, "a generation with this id is already running"));
     GenerationJob job;
-    if (auto e = websocket_generate_job(text, st_, job)) return queue(ws_error_frame(frame.id, e->message));
-    if (closed_) return;
+    auto error = co_await asio::co_spawn(
+        work_,
+        [&]() -> asio::awaitable<std::optional<ApiError>> {
+          if (st_.on_route) st_.on_route();
+          co_return websocket_generate_job(text, st_, job);
+        },
+        asio::use_awaitable);
+    if (error) co_return queue(ws_error_frame(frame.id, error->message));
+    if (closed_) co_return;
     auto started =
         Generation::start(*st_.engine, *st_.tokenizer, std::move(job.spec), wake_->hook(), &st_.metrics);
-    if (!started.ok()) return queue(ws_error_frame(frame.id, submit_error(started.status()).message));
+    if (!started.ok()) co_return queue(ws_error_frame(frame.id, submit_error(started.status()).message));
     running_.emplace(
         frame.id, WsGeneration{std::move(started).value(), make_ws_formatter(frame.id), std::move(job.slot)});
   }
@@ -218,6 +229,7 @@ class WsSession {
 
   websocket::stream<CloseCheckedStream> ws_;
   ServerState& st_;
+  asio::thread_pool::executor_type work_;
   // Shared with the engine's notify hooks, which may fire after a generation has ended.
   std::shared_ptr<Waker> wake_;
   std::deque<std::string> outbox_;
@@ -228,8 +240,8 @@ class WsSession {
 }  // namespace
 
 asio::awaitable<void> run_websocket_session(beast::tcp_stream stream, http::request<http::string_body> req,
-                                            ServerState& st) {
-  WsSession s(std::move(stream), st);
+                                            ServerState& st, asio::thread_pool::executor_type work) {
+  WsSession s(std::move(stream), st, work);
   auto& ws = s.socket();
   beast::get_lowest_layer(ws).expires_never();
   ws.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
