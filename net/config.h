@@ -10,6 +10,7 @@
 
 #include "src/core/status.h"
 #include "src/engine/engine.h"
+#include "src/tokenizer/chat_template_limits.h"
 
 namespace astrai::net {
 
@@ -34,6 +35,8 @@ struct ServeConfig {
   double idle_timeout = 60;       // seconds a keep-alive connection may sit idle
   std::string served_model_name;  // "" = the model directory's name (or the preset's)
   bool access_log = true;
+  // The model's chat template runs under these (template_max_steps, ..._output, ..._memory, ..._depth).
+  ChatTemplateLimits template_limits;
   EngineOptions engine;
 };
 

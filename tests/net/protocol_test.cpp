@@ -211,6 +211,33 @@ TEST_CASE("serve.yaml keys are read, checked, and each has a flag", "[unit]") {
   CHECK(flag_name("max_concurrent") == "--max-concurrent");
 }
 
+TEST_CASE("chat template limits are serve.yaml keys (and flags) with checked ranges", "[unit]") {
+  astrai::test::TempDir dir("serveyaml");
+  astrai::test::write_file(dir / "serve.yaml",
+                           "template_max_steps: 20000\ntemplate_max_output: 64K\ntemplate_max_memory: 4M\n"
+                           "template_max_depth: 64\n");
+  ServeConfig c;
+  REQUIRE(load_serve_yaml(dir / "serve.yaml", c).ok());
+  CHECK(c.template_limits.max_steps == 20000);
+  CHECK(c.template_limits.max_output_bytes == 64 * 1024);
+  CHECK(c.template_limits.max_memory_bytes == 4 * 1024 * 1024);
+  CHECK(c.template_limits.max_value_depth == 64);
+  // The limits a template is parsed with otherwise stay at their defaults.
+  CHECK(c.template_limits.max_nesting == astrai::ChatTemplateLimits{}.max_nesting);
+  for (const char* bad : {"template_max_steps: 10", "template_max_depth: 100000", "template_max_output: 12",
+                          "template_max_memory: lots", "template_max_depth: -1"}) {
+    astrai::test::write_file(dir / "bad.yaml", std::string(bad) + "\n");
+    const auto s = load_serve_yaml(dir / "bad.yaml", c);
+    INFO(bad);
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.message().find(std::string(bad).substr(0, std::string(bad).find(':'))) != std::string::npos);
+  }
+  size_t flags = 0;
+  for (const auto& k : serve_config_keys())
+    if (k.name.rfind("template_", 0) == 0 && k.is_flag) ++flags;
+  CHECK(flags == 4);
+}
+
 TEST_CASE("each dialect keeps its documented ranges, then the engine's ranges name the client's field",
           "[unit]") {
   const std::string msgs = R"("messages": [{"role": "user", "content": "x"}])";

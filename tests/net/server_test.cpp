@@ -579,6 +579,24 @@ TEST_CASE("serve.yaml settings apply and flags override them", "[integration]") 
   }
 }
 
+TEST_CASE("--template-max-steps bounds the model's chat template in the server", "[integration]") {
+  // 200 messages cost the built-in template far more than 1,000 steps; the default budget (shared
+  // server) renders them.
+  std::string messages = "[";
+  for (int i = 0; i < 200; ++i) messages += std::string(i ? "," : "") + R"({"role":"user","content":"m"})";
+  const std::string body = R"({"messages":)" + messages + "]}";
+  CHECK(http(shared_server().port(), "POST", "/apply-template", body).status == 200);
+  ServerProcess s({"--template-max-steps", "1000"});
+  auto r = http(s.port(), "POST", "/apply-template", body);
+  CHECK(r.status == 400);
+  CHECK(json_str(r.body, "error", "message").find("max_steps = 1000") != std::string::npos);
+  // A short conversation still fits.
+  CHECK(
+      http(s.port(), "POST", "/apply-template", R"({"messages":[{"role":"user","content":"hi"}]})").status ==
+      200);
+  CHECK(s.terminate() == 0);
+}
+
 TEST_CASE("a model that fails to load leaves /health at 503 and the server up", "[integration]") {
   TempDir dir("badmodel");
   write_file(dir / "config.json", "{not json");
