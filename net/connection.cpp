@@ -70,22 +70,6 @@ void count_status(ServerState& st, int status) {
     st.metrics.http_errors_4xx.fetch_add(1, std::memory_order_relaxed);
 }
 
-// Moves the body out of `req` (a request body can be max_body large; this runs on the net thread).
-HttpRequest to_plain(http::request<http::string_body>& req, const std::string& peer) {
-  HttpRequest r;
-  r.method = std::string(req.method_string());
-  r.target = std::string(req.target());
-  r.path = r.target.substr(0, r.target.find('?'));
-  for (const auto& f : req) {
-    std::string name(f.name_string());
-    for (char& c : name) c = char(std::tolower(static_cast<unsigned char>(c)));
-    r.headers.emplace_back(std::move(name), std::string(f.value()));
-  }
-  r.body = std::move(req.body());
-  r.peer = peer;
-  return r;
-}
-
 // The client closed its end (or reset) while we were generating? A readable socket with no data.
 bool peer_gone(asio::ip::tcp::socket& s) {
   char b;
@@ -220,6 +204,22 @@ struct OpenConnection {
 };
 
 }  // namespace
+
+// Moves rather than copies the body: it can be max_body large, and this runs on the net thread.
+HttpRequest to_plain(http::request<http::string_body>& req, const std::string& peer) {
+  HttpRequest r;
+  r.method = std::string(req.method_string());
+  r.target = std::string(req.target());
+  r.path = r.target.substr(0, r.target.find('?'));
+  for (const auto& f : req) {
+    std::string name(f.name_string());
+    for (char& c : name) c = char(std::tolower(static_cast<unsigned char>(c)));
+    r.headers.emplace_back(std::move(name), std::string(f.value()));
+  }
+  r.body = std::move(req.body());
+  r.peer = peer;
+  return r;
+}
 
 asio::awaitable<void> run_connection(asio::ip::tcp::socket socket, ServerState& st, WorkExecutor work) {
   OpenConnection open(st);

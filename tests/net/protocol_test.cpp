@@ -117,6 +117,45 @@ TEST_CASE("completion prompts: a string or token ids", "[unit]") {
   CHECK(e->param == "prompt");
 }
 
+TEST_CASE("raw JSON passed through (tool calls, tools, tool inputs) must be valid (found by fuzz_api_json)",
+          "[unit]") {
+  ChatRequest r;
+  auto e = parse_chat_request(
+      R"({"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c","typ"f"e:function"}]}]})",
+      r);
+  REQUIRE(e);
+  CHECK(e->param == "messages[0].tool_calls");
+  MessagesRequest m;
+  e = parse_messages_request(
+      R"({"max_tokens":5,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{"a" 1}}]}]})",
+      m, true);
+  REQUIRE(e);
+  CHECK(e->message.find("input") != std::string::npos);
+  // Valid raw JSON still passes through as written.
+  REQUIRE_FALSE(parse_chat_request(
+      R"({"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}]})",
+      r));
+  CHECK(r.messages_json.find(R"("tool_calls":[{"id":"c","type":"function")") != std::string::npos);
+}
+
+TEST_CASE("an integer beyond int64 is a range error that prints it (found by fuzz_api_json)", "[unit]") {
+  // Converting 2.3e68 to int64 for the message was undefined behaviour (UBSan in the fuzz build).
+  CompletionRequest c;
+  auto e = parse_completion_request(
+      R"({"prompt": [1, 23333333333333333333333333333333333333333333333333333333333333333333]})", c);
+  REQUIRE(e);
+  CHECK(e->param == "prompt[1]");
+  CHECK(e->message.find("got 2.33333e+67") != std::string::npos);
+  ChatRequest r;
+  e = parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"max_tokens":-1e300})", r);
+  REQUIRE(e);
+  CHECK(e->message.find("got -1e+300") != std::string::npos);
+  // In int64's range the value prints as an integer, as before.
+  e = parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"max_tokens":-3000000000})", r);
+  REQUIRE(e);
+  CHECK(e->message.find("got -3000000000") != std::string::npos);
+}
+
 TEST_CASE("anthropic requests become template messages with system, tool_use and tool_result", "[unit]") {
   MessagesRequest r;
   const auto e = parse_messages_request(R"({
