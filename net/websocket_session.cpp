@@ -82,10 +82,8 @@ class CloseCheckedStream {
         token, next_);
   }
 
-  // Closing the WebSocket tears down the TCP stream beneath (found by Beast through ADL).
-  friend void teardown(beast::role_type role, CloseCheckedStream& s, beast::error_code& ec) {
-    teardown(role, s.next_, ec);
-  }
+  // Closing the WebSocket tears down the TCP stream beneath (found by Beast through ADL; the session
+  // uses only asynchronous operations, so only the asynchronous teardown is needed).
   template <class Handler>
   friend void async_teardown(beast::role_type role, CloseCheckedStream& s, Handler&& handler) {
     async_teardown(role, s.next_, std::forward<Handler>(handler));
@@ -103,7 +101,10 @@ class CloseCheckedStream {
 class WsSession {
  public:
   WsSession(beast::tcp_stream stream, ServerState& st, asio::thread_pool::executor_type work)
-      : ws_(std::move(stream)), st_(st), work_(work), wake_(std::make_shared<Waker>(ws_.get_executor())) {}
+      : ws_(std::move(stream)),
+        st_(st),
+        work_(std::move(work)),
+        wake_(std::make_shared<Waker>(ws_.get_executor())) {}
 
   websocket::stream<CloseCheckedStream>& socket() { return ws_; }
 
