@@ -77,6 +77,22 @@ std::function<Status(ServeConfig&, const std::string&)> engine_int(T EngineOptio
   };
 }
 
+// A ChatTemplateLimits field: an integer in [lo, hi], given as a byte size (K/M/G) when `bytes`.
+template <typename T>
+std::function<Status(ServeConfig&, const std::string&)> template_key(T ChatTemplateLimits::*field, int64_t lo,
+                                                                     int64_t hi, bool bytes,
+                                                                     const char* name) {
+  return [=](ServeConfig& c, const std::string& v) {
+    int64_t x = 0;
+    ASTRAI_RETURN_IF_ERROR(bytes ? parse_bytes(name, v, x) : parse_int(name, v, lo, hi, x));
+    if (x < lo || x > hi)
+      return invalid_argument(std::string(name) + ": expected a size in [" + std::to_string(lo) + ", " +
+                              std::to_string(hi) + "] bytes, got '" + v + "'");
+    c.template_limits.*field = T(x);
+    return Status{};
+  };
+}
+
 std::function<Status(ServeConfig&, const std::string&)> dbl_key(double ServeConfig::*field, double lo,
                                                                 double hi, const char* name) {
   return [=](ServeConfig& c, const std::string& v) { return parse_double(name, v, lo, hi, c.*field); };
@@ -116,6 +132,10 @@ std::vector<ConfigKey> make_keys() {
       str_key(&ServeConfig::log_level, {"trace", "debug", "info", "warn", "error", "off"}, "log_level"));
   add("net_threads", "Threads running the network event loop", true,
       int_key(&ServeConfig::net_threads, 1, 256, "net_threads"));
+  add("worker_threads",
+      "Threads for CPU-heavy request work (tokenizing, chat templates, detokenizing), so that the net "
+      "threads stay responsive",
+      true, int_key(&ServeConfig::worker_threads, 1, 256, "worker_threads"));
   add("api_key", "Require this key (Authorization: Bearer or x-api-key)", true,
       str_key(&ServeConfig::api_key, {}, "api_key"));
   add("cors", "Access-Control-Allow-Origin value (e.g. '*'); empty: CORS off", true,
@@ -136,6 +156,21 @@ std::vector<ConfigKey> make_keys() {
       str_key(&ServeConfig::served_model_name, {}, "served_model_name"));
   add("access_log", "Log one line per request", true,
       [](ServeConfig& c, const std::string& v) { return parse_bool("access_log", v, c.access_log); });
+  // Chat-template budgets (chat_template_limits.h): templates come with model files, untrusted.
+  add("template_max_steps", "Chat template: steps one render may take (statements, expressions, elements)",
+      true,
+      template_key(&ChatTemplateLimits::max_steps, 1000, int64_t(1) << 40, false, "template_max_steps"));
+  add("template_max_output", "Chat template: largest rendered text or string built, bytes (K/M/G suffixes)",
+      true,
+      template_key(&ChatTemplateLimits::max_output_bytes, 1024, int64_t(1) << 32, true,
+                   "template_max_output"));
+  add("template_max_memory",
+      "Chat template: strings, lists and dicts one render may hold at once, bytes (K/M/G suffixes)", true,
+      template_key(&ChatTemplateLimits::max_memory_bytes, 1 << 20, int64_t(1) << 34, true,
+                   "template_max_memory"));
+  // Value walks recurse once per level: 1024 levels stay far inside a worker's 8 MiB stack.
+  add("template_max_depth", "Chat template: nesting of lists/dicts, in the messages and built at run time",
+      true, template_key(&ChatTemplateLimits::max_value_depth, 8, 1024, false, "template_max_depth"));
   add("page_size", "KV cache page size in tokens", true,
       engine_int(&EngineOptions::page_size, 1, 4096, "page_size"));
   add("max_pages", "Exact KV pool size in pages (0: size from memory)", true,

@@ -10,6 +10,7 @@
 
 #include "src/core/status.h"
 #include "src/engine/engine.h"
+#include "src/tokenizer/chat_template_limits.h"
 
 namespace astrai::net {
 
@@ -23,6 +24,7 @@ struct ServeConfig {
   int threads = 0;
   std::string log_level = "info";
   int net_threads = 1;
+  int worker_threads = 2;         // CPU-heavy request work (tokenizing, templates), off the net threads
   std::string api_key;            // "" = no authentication
   std::string cors;               // "" = off, else the Access-Control-Allow-Origin value ("*")
   int64_t max_body = 8 << 20;     // bytes
@@ -33,6 +35,8 @@ struct ServeConfig {
   double idle_timeout = 60;       // seconds a keep-alive connection may sit idle
   std::string served_model_name;  // "" = the model directory's name (or the preset's)
   bool access_log = true;
+  // The model's chat template runs under these (template_max_steps, ..._output, ..._memory, ..._depth).
+  ChatTemplateLimits template_limits;
   EngineOptions engine;
 };
 

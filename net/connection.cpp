@@ -4,7 +4,9 @@
 #include <sys/socket.h>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -34,6 +36,14 @@ std::chrono::steady_clock::duration seconds(double s) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
 }
 
+// 2 -> "2", 0.5 -> "0.5": the setting as the operator wrote it.
+std::string format_seconds(double s) {
+  std::string t = std::to_string(s);
+  t.erase(t.find_last_not_of('0') + 1);
+  if (t.back() == '.') t.pop_back();
+  return t;
+}
+
 void add_cors(const ServerState& st, std::vector<std::pair<std::string, std::string>>& h) {
   if (st.config.cors.empty()) return;
   h.emplace_back("Access-Control-Allow-Origin", st.config.cors);
@@ -60,21 +70,6 @@ void count_status(ServerState& st, int status) {
     st.metrics.http_errors_4xx.fetch_add(1, std::memory_order_relaxed);
 }
 
-HttpRequest to_plain(const http::request<http::string_body>& req, const std::string& peer) {
-  HttpRequest r;
-  r.method = std::string(req.method_string());
-  r.target = std::string(req.target());
-  r.path = r.target.substr(0, r.target.find('?'));
-  for (const auto& f : req) {
-    std::string name(f.name_string());
-    for (char& c : name) c = char(std::tolower(static_cast<unsigned char>(c)));
-    r.headers.emplace_back(std::move(name), std::string(f.value()));
-  }
-  r.body = req.body();
-  r.peer = peer;
-  return r;
-}
-
 // The client closed its end (or reset) while we were generating? A readable socket with no data.
 bool peer_gone(asio::ip::tcp::socket& s) {
   char b;
@@ -87,7 +82,7 @@ bool peer_gone(asio::ip::tcp::socket& s) {
 // Runs one generation and writes it (SSE when streaming, one JSON body otherwise). Returns false
 // when the connection must close (client gone or write failed).
 asio::awaitable<bool> serve_generation(beast::tcp_stream& stream, ServerState& st, GenerationJob job,
-                                       bool keep_alive, int& status) {
+                                       bool keep_alive, bool http10, int& status) {
   auto ex = co_await asio::this_coro::executor;
   auto waker = std::make_shared<Waker>(ex);
   auto started =
@@ -107,7 +102,11 @@ asio::awaitable<bool> serve_generation(beast::tcp_stream& stream, ServerState& s
 
   std::vector<std::pair<std::string, std::string>> headers;
   add_cors(st, headers);
-  SseWriter sse(stream, keep_alive, headers);
+  // HTTP/1.0 clients cannot read chunked framing (RFC 9112 7.1): their stream is sent unframed and
+  // ends when the connection closes.
+  const auto framing = http10 ? SseWriter::Framing::until_close : SseWriter::Framing::chunked;
+  if (fmt.streaming() && http10) keep_alive = false;
+  SseWriter sse(stream, keep_alive, framing, headers);
   if (fmt.streaming()) {
     if (auto ec = co_await sse.begin()) co_return false;
     if (auto ec = co_await sse.write(fmt.begin())) co_return false;
@@ -163,16 +162,39 @@ asio::awaitable<bool> serve_generation(beast::tcp_stream& stream, ServerState& s
   co_return !ec && keep_alive;
 }
 
-// An error answer for a request we could not parse; the connection closes after it.
+// Runs one read under a deadline. tcp_stream::expires_after would close the socket when it fires;
+// this cancels only the read, so a timeout can still be answered (408). Returns beast::error::timeout
+// when the deadline won.
+template <class Read>
+asio::awaitable<beast::error_code> read_within(beast::tcp_stream& stream, double limit_s, Read read) {
+  stream.expires_never();
+  asio::steady_timer deadline(stream.get_executor(), seconds(limit_s));
+  auto first = co_await (read() || deadline.async_wait(asio::as_tuple(asio::use_awaitable)));
+  if (first.index() == 1) co_return beast::error::timeout;
+  co_return std::get<0>(std::get<0>(first));
+}
+
+// An error answer for a request we could not read; the connection closes after it.
 asio::awaitable<void> write_and_close(beast::tcp_stream& stream, ServerState& st, int status,
-                                      const std::string& msg) {
-  HttpResponse r = error_response(ApiError{status, msg, "", "invalid_request_error", ""}, Dialect::openai);
+                                      const std::string& msg, Dialect dialect = Dialect::openai) {
+  HttpResponse r = error_response(ApiError{status, msg, "", "invalid_request_error", ""}, dialect);
   count_status(st, status);
   auto res = to_beast(std::move(r), false, st);
   stream.expires_after(std::chrono::seconds(5));
   co_await http::async_write(stream, res, asio::as_tuple(asio::use_awaitable));
   beast::error_code ec;
   stream.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ec);
+}
+
+// Routes a request: on the worker pool when it has a body to work through, else here.
+asio::awaitable<RouteResult> route_request(const HttpRequest& req, ServerState& st, WorkExecutor work) {
+  auto run = [&] {
+    if (st.on_route) st.on_route();
+    return route(req, st);
+  };
+  if (req.method != "POST") co_return run();
+  co_return co_await asio::co_spawn(
+      work, [&]() -> asio::awaitable<RouteResult> { co_return run(); }, asio::use_awaitable);
 }
 
 struct OpenConnection {
@@ -183,7 +205,23 @@ struct OpenConnection {
 
 }  // namespace
 
-asio::awaitable<void> run_connection(asio::ip::tcp::socket socket, ServerState& st) {
+// Moves rather than copies the body: it can be max_body large, and this runs on the net thread.
+HttpRequest to_plain(http::request<http::string_body>& req, const std::string& peer) {
+  HttpRequest r;
+  r.method = std::string(req.method_string());
+  r.target = std::string(req.target());
+  r.path = r.target.substr(0, r.target.find('?'));
+  for (const auto& f : req) {
+    std::string name(f.name_string());
+    for (char& c : name) c = char(std::tolower(static_cast<unsigned char>(c)));
+    r.headers.emplace_back(std::move(name), std::string(f.value()));
+  }
+  r.body = std::move(req.body());
+  r.peer = peer;
+  return r;
+}
+
+asio::awaitable<void> run_connection(asio::ip::tcp::socket socket, ServerState& st, WorkExecutor work) {
   OpenConnection open(st);
   std::string peer;
   {
@@ -201,18 +239,21 @@ asio::awaitable<void> run_connection(asio::ip::tcp::socket socket, ServerState& 
       parser.body_limit(uint64_t(st.config.max_body));
       // The whole header must arrive within header_timeout (slowloris cannot trickle bytes forever);
       // an idle keep-alive connection gets idle_timeout before its next request.
-      stream.expires_after(seconds(first ? st.config.header_timeout
-                                         : std::max(st.config.idle_timeout, st.config.header_timeout)));
+      const double header_limit =
+          first ? st.config.header_timeout : std::max(st.config.idle_timeout, st.config.header_timeout);
       first = false;
-      auto [ec, n] =
-          co_await http::async_read_header(stream, buffer, parser, asio::as_tuple(asio::use_awaitable));
-      (void)n;
+      const beast::error_code ec = co_await read_within(stream, header_limit, [&] {
+        return http::async_read_header(stream, buffer, parser, asio::as_tuple(asio::use_awaitable));
+      });
       if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||
           ec == asio::error::operation_aborted)
         break;
       if (ec == beast::error::timeout) {
+        // A connection that has sent nothing of a next request is just idle: close it silently.
         if (buffer.size() > 0 || parser.got_some())
-          co_await write_and_close(stream, st, 408, "request header timeout");
+          co_await write_and_close(
+              stream, st, 408,
+              "request headers not received within header_timeout (" + format_seconds(header_limit) + " s)");
         break;
       }
       if (ec == http::error::header_limit) {
@@ -234,27 +275,34 @@ asio::awaitable<void> run_connection(asio::ip::tcp::socket socket, ServerState& 
       // Clients that send "Expect: 100-continue" (curl, for large bodies) wait for this first.
       if (beast::iequals(hdr[http::field::expect], "100-continue")) {
         http::response<http::empty_body> cont{http::status::continue_, 11};
+        stream.expires_after(std::chrono::seconds(5));
         co_await http::async_write(stream, cont, asio::as_tuple(asio::use_awaitable));
       }
-      stream.expires_after(seconds(st.config.body_timeout));
-      auto [bec, bn] = co_await http::async_read(stream, buffer, parser, asio::as_tuple(asio::use_awaitable));
-      (void)bn;
+      // The route is known now: its errors take that route's JSON shape.
+      const Dialect dialect = dialect_of(std::string_view(hdr.target()));
+      const beast::error_code bec = co_await read_within(stream, st.config.body_timeout, [&] {
+        return http::async_read(stream, buffer, parser, asio::as_tuple(asio::use_awaitable));
+      });
       if (bec == http::error::body_limit) {
         co_await write_and_close(
             stream, st, 413,
-            "request body is larger than max_body (" + std::to_string(st.config.max_body) + " bytes)");
+            "request body is larger than max_body (" + std::to_string(st.config.max_body) + " bytes)",
+            dialect);
         break;
       }
       if (bec == beast::error::timeout) {
-        co_await write_and_close(stream, st, 408, "request body timeout");
+        co_await write_and_close(stream, st, 408,
+                                 "request body not received within body_timeout (" +
+                                     format_seconds(st.config.body_timeout) + " s)",
+                                 dialect);
         break;
       }
       if (bec) {
         if (bec != http::error::end_of_stream && bec != asio::error::eof)
-          co_await write_and_close(stream, st, 400, std::string("malformed HTTP request: ") + bec.message());
+          co_await write_and_close(stream, st, 400, std::string("malformed HTTP request: ") + bec.message(),
+                                   dialect);
         break;
       }
-      stream.expires_never();
       http::request<http::string_body> req = parser.release();
       const bool keep_alive = req.keep_alive() && !st.draining.load(std::memory_order_relaxed);
       st.metrics.http_requests.fetch_add(1, std::memory_order_relaxed);
@@ -273,15 +321,17 @@ asio::awaitable<void> run_connection(asio::ip::tcp::socket socket, ServerState& 
           break;
         }
         if (st.config.access_log) spdlog::info("{} GET /v1/ws 101", peer);
-        co_await run_websocket_session(std::move(stream), std::move(req), st);
+        co_await run_websocket_session(std::move(stream), std::move(req), st, work);
         co_return;
       }
 
-      RouteResult rr = route(to_plain(req, peer), st);
+      const HttpRequest plain = to_plain(req, peer);
+      RouteResult rr = co_await route_request(plain, st, work);
       int status = rr.response.status;
       bool keep = keep_alive;
       if (rr.job) {
-        keep = co_await serve_generation(stream, st, std::move(*rr.job), keep_alive, status);
+        keep =
+            co_await serve_generation(stream, st, std::move(*rr.job), keep_alive, req.version() < 11, status);
       } else {
         auto res = to_beast(std::move(rr.response), keep_alive, st);
         stream.expires_after(std::chrono::seconds(60));

@@ -302,11 +302,14 @@ RouteResult method_not_allowed(const char* allow) {
 
 }  // namespace
 
+Dialect dialect_of(std::string_view target) {
+  return target.starts_with("/v1/messages") ? Dialect::anthropic : Dialect::openai;
+}
+
 RouteResult route(const HttpRequest& req, ServerState& st) {
   const std::string& p = req.path;
   const std::string& m = req.method;
-  const bool anthropic = p.rfind("/v1/messages", 0) == 0;
-  const Dialect d = anthropic ? Dialect::anthropic : Dialect::openai;
+  const Dialect d = dialect_of(p);
 
   if (m == "OPTIONS") {  // CORS preflight
     HttpResponse r;

@@ -29,6 +29,9 @@ struct RouteResult {
 
 RouteResult route(const HttpRequest& req, ServerState& state);
 
+// The error shape of the route a target names: Anthropic's for /v1/messages..., else OpenAI's.
+Dialect dialect_of(std::string_view target);
+
 HttpResponse error_response(const ApiError& e, Dialect d);
 // The HTTP error for a failed Engine::submit / Generation::start.
 ApiError submit_error(const Status& s);

@@ -8,12 +8,16 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <csignal>
 #include <cstdio>
+#include <latch>
+#include <memory>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -26,7 +30,8 @@ using asio::ip::tcp;
 
 namespace {
 
-asio::awaitable<void> accept_loop(asio::io_context& ioc, tcp::acceptor& acceptor, ServerState& st) {
+asio::awaitable<void> accept_loop(asio::io_context& ioc, tcp::acceptor& acceptor, ServerState& st,
+                                  WorkExecutor work) {
   for (;;) {
     // Each connection gets its own strand: its coroutine and the engine's wake-up posts never run
     // concurrently, even with several net threads.
@@ -39,7 +44,7 @@ asio::awaitable<void> accept_loop(asio::io_context& ioc, tcp::acceptor& acceptor
     }
     socket.set_option(tcp::no_delay(true), ec);
     auto ex = socket.get_executor();
-    asio::co_spawn(ex, run_connection(std::move(socket), st), asio::detached);
+    asio::co_spawn(ex, run_connection(std::move(socket), st, work), asio::detached);
   }
 }
 
@@ -86,12 +91,26 @@ Status run_server(ServerState& st, const ModelLoader& load) {
     return io_error("cannot listen on " + st.config.host + ":" + std::to_string(st.config.port) + ": " +
                     ec.message());
   const int port = acceptor.local_endpoint().port();
-  spdlog::info("listening on http://{}:{} ({} net thread{})", st.config.host, port, st.config.net_threads,
-               st.config.net_threads == 1 ? "" : "s");
+  spdlog::info("listening on http://{}:{} ({} net thread{}, {} worker thread{})", st.config.host, port,
+               st.config.net_threads, st.config.net_threads == 1 ? "" : "s", st.config.worker_threads,
+               st.config.worker_threads == 1 ? "" : "s");
   std::fprintf(stdout, "listening on %s:%d\n", st.config.host.c_str(), port);
   std::fflush(stdout);
 
-  asio::co_spawn(ioc, accept_loop(ioc, acceptor, st), asio::detached);
+  // Declared after ioc so that it is joined and destroyed first: its last completions are posted
+  // to ioc's strands.
+  asio::thread_pool workers(size_t(st.config.worker_threads));
+  {
+    // Names each worker "astrai-work" (bench serve tells threads apart by name); the latch keeps
+    // one naming task per thread.
+    auto named = std::make_shared<std::latch>(st.config.worker_threads);
+    for (int i = 0; i < st.config.worker_threads; ++i)
+      asio::post(workers, [named] {
+        pthread_setname_np(pthread_self(), "astrai-work");
+        named->arrive_and_wait();
+      });
+  }
+  asio::co_spawn(ioc, accept_loop(ioc, acceptor, st, workers.get_executor()), asio::detached);
   std::optional<asio::signal_set> signals(std::in_place, ioc, SIGINT, SIGTERM);
   asio::co_spawn(ioc, drain_on_signal(ioc, acceptor, st, *signals), asio::detached);
 
@@ -117,6 +136,7 @@ Status run_server(ServerState& st, const ModelLoader& load) {
       ioc.run();
     });
   for (auto& t : threads) t.join();
+  workers.join();
   // Shutting down: further SIGINT/SIGTERM (e.g. a supervisor repeating its request) must not kill
   // the process half-way with the default action, so ignore them once the signal_set (whose
   // destructor restores the default) is gone.

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -29,6 +30,8 @@ struct ServerState {
   std::atomic<int64_t> inflight{0};  // HTTP requests being answered + open WebSocket generations
   ServerMetrics metrics;
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  // Test seam: called on the thread that is about to run a route (tests check which thread that is).
+  std::function<void()> on_route;
 
   bool is_ready() const { return ready.load(std::memory_order_acquire); }
 };

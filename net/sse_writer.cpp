@@ -24,7 +24,7 @@ asio::awaitable<error_code> SseWriter::begin() {
   res.set("X-Accel-Buffering", "no");
   for (const auto& [k, v] : headers_) res.set(k, v);
   res.keep_alive(keep_alive_);
-  res.chunked(true);
+  res.chunked(framing_ == Framing::chunked);
   http::response_serializer<http::empty_body> sr{res};
   stream_.expires_after(kWriteTimeout);
   auto [ec, n] = co_await http::async_write_header(stream_, sr, asio::as_tuple(asio::use_awaitable));
@@ -35,14 +35,20 @@ asio::awaitable<error_code> SseWriter::begin() {
 asio::awaitable<error_code> SseWriter::write(std::string_view bytes) {
   if (bytes.empty()) co_return error_code{};
   stream_.expires_after(kWriteTimeout);
+  const auto data = asio::buffer(bytes.data(), bytes.size());
+  if (framing_ == Framing::until_close) {
+    auto [ec, n] = co_await asio::async_write(stream_, data, asio::as_tuple(asio::use_awaitable));
+    (void)n;
+    co_return ec;
+  }
   auto [ec, n] =
-      co_await asio::async_write(stream_, http::make_chunk(asio::buffer(bytes.data(), bytes.size())),
-                                 asio::as_tuple(asio::use_awaitable));
+      co_await asio::async_write(stream_, http::make_chunk(data), asio::as_tuple(asio::use_awaitable));
   (void)n;
   co_return ec;
 }
 
 asio::awaitable<error_code> SseWriter::end() {
+  if (framing_ == Framing::until_close) co_return error_code{};
   stream_.expires_after(kWriteTimeout);
   auto [ec, n] =
       co_await asio::async_write(stream_, http::make_chunk_last(), asio::as_tuple(asio::use_awaitable));

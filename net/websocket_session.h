@@ -5,6 +5,7 @@
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
@@ -13,8 +14,9 @@
 
 namespace astrai::net {
 
+// `work` is the worker pool that turns generate frames into jobs (template rendering, tokenizing).
 boost::asio::awaitable<void> run_websocket_session(
     boost::beast::tcp_stream stream, boost::beast::http::request<boost::beast::http::string_body> req,
-    ServerState& state);
+    ServerState& state, boost::asio::thread_pool::executor_type work);
 
 }  // namespace astrai::net

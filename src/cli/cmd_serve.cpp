@@ -30,7 +30,7 @@ Status load_model(net::ServerState& st) {
   const auto& c = st.config;
   const std::string source = !c.model.empty() ? c.model : c.preset;
   ASTRAI_ASSIGN_OR_RETURN(std::filesystem::path dir, resolve_model_dir(source));
-  ASTRAI_ASSIGN_OR_RETURN(auto tok, Tokenizer::load(dir));
+  ASTRAI_ASSIGN_OR_RETURN(auto tok, Tokenizer::load(dir, c.template_limits));
   BackendOptions bo;
   if (c.device == "cuda")
     bo.device = Device::cuda;

@@ -60,9 +60,16 @@ MaybeFieldError read_int(Value& v, const std::string& field, int64_t lo, int64_t
   double d = 0;
   if (v.get_double().get(d) || !std::isfinite(d) || d != std::floor(d))
     return type_error(field, "an integer");
-  if (d < double(lo) || d > double(hi))
-    return bad(field, "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " +
-                          std::to_string(int64_t(d)));
+  if (d < double(lo) || d > double(hi)) {
+    // An integral d can be beyond int64 (1e300): converting it would be undefined; print it as %g.
+    char got[32];
+    if (std::fabs(d) < 9e18)
+      std::snprintf(got, sizeof got, "%lld", static_cast<long long>(d));
+    else
+      std::snprintf(got, sizeof got, "%g", d);
+    return bad(field,
+               "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " + got);
+  }
   out = int64_t(d);
   return std::nullopt;
 }
@@ -95,6 +102,10 @@ MaybeFieldError read_raw(Value& v, const std::string& field, std::string& out) {
   while (!raw.empty() &&
          (raw.back() == ' ' || raw.back() == '\n' || raw.back() == '\r' || raw.back() == '\t'))
     raw.remove_suffix(1);
+  // The on-demand parser skips what it is not asked to read without validating it (fuzz_api_json
+  // found `"tool_calls":[{"typ"f"e:x"}]` passed through): check the text on its own.
+  simdjson::dom::parser check;
+  if (check.parse(simdjson::padded_string(raw)).error()) return bad(field, "is not valid JSON");
   out.assign(raw);
   return std::nullopt;
 }

@@ -9,7 +9,8 @@ namespace astrai::tok {
 
 Result<std::unique_ptr<HfTokenizer>> HfTokenizer::create(std::string_view tokenizer_json,
                                                          std::string_view tokenizer_config_json,
-                                                         std::string_view generation_config_json) {
+                                                         std::string_view generation_config_json,
+                                                         const ChatTemplateLimits& template_limits) {
   std::unique_ptr<HfTokenizer> t(new HfTokenizer());
   simdjson::dom::parser parser;
   const simdjson::padded_string padded(tokenizer_json);
@@ -86,7 +87,7 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::create(std::string_view tokeni
     if (id < 0 || id >= t->vocab_size_)
       return corrupt("tokenizer.json: post_processor: special token id " + std::to_string(id) +
                      " is outside the vocabulary (" + std::to_string(t->vocab_size_) + " tokens)");
-  ASTRAI_RETURN_IF_ERROR(t->load_config(tokenizer_config_json, generation_config_json));
+  ASTRAI_RETURN_IF_ERROR(t->load_config(tokenizer_config_json, generation_config_json, template_limits));
   return t;
 }
 
@@ -122,7 +123,8 @@ Status add_ids(const JsonEl& v, std::vector<int32_t>& out) {
 
 }  // namespace
 
-Status HfTokenizer::load_config(std::string_view config_json, std::string_view generation_json) {
+Status HfTokenizer::load_config(std::string_view config_json, std::string_view generation_json,
+                                const ChatTemplateLimits& template_limits) {
   SpecialTokens& sp = special_;
   const std::vector<int32_t> prefix = post_.prefix_ids();
   if (!config_json.empty()) {
@@ -161,7 +163,7 @@ Status HfTokenizer::load_config(std::string_view config_json, std::string_view g
       }
     }
     if (have_template) {
-      auto parsed = ChatTemplate::parse(source);
+      auto parsed = ChatTemplate::parse(source, template_limits);
       if (parsed.ok())
         chat_template_ = std::move(parsed).value();
       else

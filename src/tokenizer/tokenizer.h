@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "src/core/status.h"
+#include "src/tokenizer/chat_template_limits.h"
 
 namespace astrai {
 
@@ -35,14 +36,17 @@ class Tokenizer {
   // (optional). An unsupported component is an error naming it. When DIR/config.json gives the
   // model's vocab_size, every id the tokenizer can produce or stop on must be below it
   // (check_fits_vocab): that is where the tokenizer and the model meet, for every command.
-  static Result<std::unique_ptr<Tokenizer>> load(const std::filesystem::path& dir);
+  // `template_limits` bound the chat template's parse and renders (serve's template_* settings).
+  static Result<std::unique_ptr<Tokenizer>> load(const std::filesystem::path& dir,
+                                                 const ChatTemplateLimits& template_limits = {});
   // Parses a tokenizer.json text (and optional tokenizer_config.json text).
   static Result<std::unique_ptr<Tokenizer>> from_json(std::string_view tokenizer_json,
                                                       std::string_view tokenizer_config_json = {});
   // As from_json, plus a generation_config.json text whose eos_token_id(s) join stop_ids.
   static Result<std::unique_ptr<Tokenizer>> from_json(std::string_view tokenizer_json,
                                                       std::string_view tokenizer_config_json,
-                                                      std::string_view generation_config_json);
+                                                      std::string_view generation_config_json,
+                                                      const ChatTemplateLimits& template_limits = {});
   // The built-in byte-level tokenizer (builtin_tokenizer_json / builtin_tokenizer_config_json).
   static Result<std::unique_ptr<Tokenizer>> builtin();
   // `--model ARG` as the CLI takes it: an existing directory is loaded; otherwise a preset name

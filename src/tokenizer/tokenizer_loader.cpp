@@ -62,9 +62,10 @@ Status check_fits_vocab(const Tokenizer& tok, int64_t vocab_size, const std::str
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::from_json(std::string_view tokenizer_json,
                                                         std::string_view tokenizer_config_json,
-                                                        std::string_view generation_config_json) {
-  ASTRAI_ASSIGN_OR_RETURN(
-      auto t, tok::HfTokenizer::create(tokenizer_json, tokenizer_config_json, generation_config_json));
+                                                        std::string_view generation_config_json,
+                                                        const ChatTemplateLimits& template_limits) {
+  ASTRAI_ASSIGN_OR_RETURN(auto t, tok::HfTokenizer::create(tokenizer_json, tokenizer_config_json,
+                                                           generation_config_json, template_limits));
   return std::unique_ptr<Tokenizer>(std::move(t));
 }
 
@@ -73,7 +74,8 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_json(std::string_view tokeniz
   return from_json(tokenizer_json, tokenizer_config_json, {});
 }
 
-Result<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::filesystem::path& dir) {
+Result<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::filesystem::path& dir,
+                                                   const ChatTemplateLimits& template_limits) {
   const auto tj = dir / "tokenizer.json";
   if (!std::filesystem::exists(tj))
     return not_found(tj.string() + ": not found (the model directory needs a tokenizer.json)");
@@ -85,7 +87,7 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::filesystem::path& 
   if (std::filesystem::exists(dir / "generation_config.json")) {
     ASTRAI_ASSIGN_OR_RETURN(generation, read_text(dir / "generation_config.json"));
   }
-  auto t = from_json(tokenizer_json, config, generation);
+  auto t = from_json(tokenizer_json, config, generation, template_limits);
   if (!t.ok()) return in_file(t.status(), tj);
   const auto model_config = dir / "config.json";
   if (std::filesystem::exists(model_config)) {

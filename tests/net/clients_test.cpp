@@ -1,5 +1,6 @@
 // Real clients against the real server: the official openai and @anthropic-ai/sdk packages, a `ws`
-// WebSocket client, headless Chromium on the chat page, and a 200-stream load with disconnects.
+// WebSocket client, headless Chromium on the chat page, a 200-stream load with disconnects, and the
+// chaos run (1,000 streams over SSE and WebSocket, a fifth of them ending early).
 #include <catch2/catch.hpp>
 
 #include "net/shared_server.h"
@@ -38,5 +39,14 @@ TEST_CASE("200 concurrent SSE streams, 50 disconnecting early, leave no request 
           "[slow]") {
   ServerProcess s({"--max-concurrent", "400", "--max-batch-size", "256", "--access-log", "false"});
   node_script("load_streams.mjs", {s.url(), "200", "50"});
+  CHECK(s.terminate() == 0);
+}
+
+TEST_CASE(
+    "chaos: 1,000 streams over SSE and WebSocket, 20% ending early at random points, leave the engine idle",
+    "[slow]") {
+  ServerProcess s({"--max-concurrent", "4000", "--max-batch-size", "256", "--max-queue", "8192",
+                   "--access-log", "false"});
+  node_script("chaos_streams.mjs", {s.url(), "1000", "0.2"});
   CHECK(s.terminate() == 0);
 }

@@ -117,6 +117,45 @@ TEST_CASE("completion prompts: a string or token ids", "[unit]") {
   CHECK(e->param == "prompt");
 }
 
+TEST_CASE("raw JSON passed through (tool calls, tools, tool inputs) must be valid (found by fuzz_api_json)",
+          "[unit]") {
+  ChatRequest r;
+  auto e = parse_chat_request(
+      R"({"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c","typ"f"e:function"}]}]})",
+      r);
+  REQUIRE(e);
+  CHECK(e->param == "messages[0].tool_calls");
+  MessagesRequest m;
+  e = parse_messages_request(
+      R"({"max_tokens":5,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{"a" 1}}]}]})",
+      m, true);
+  REQUIRE(e);
+  CHECK(e->message.find("input") != std::string::npos);
+  // Valid raw JSON still passes through as written.
+  REQUIRE_FALSE(parse_chat_request(
+      R"({"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}]})",
+      r));
+  CHECK(r.messages_json.find(R"("tool_calls":[{"id":"c","type":"function")") != std::string::npos);
+}
+
+TEST_CASE("an integer beyond int64 is a range error that prints it (found by fuzz_api_json)", "[unit]") {
+  // Converting 2.3e68 to int64 for the message was undefined behaviour (UBSan in the fuzz build).
+  CompletionRequest c;
+  auto e = parse_completion_request(
+      R"({"prompt": [1, 23333333333333333333333333333333333333333333333333333333333333333333]})", c);
+  REQUIRE(e);
+  CHECK(e->param == "prompt[1]");
+  CHECK(e->message.find("got 2.33333e+67") != std::string::npos);
+  ChatRequest r;
+  e = parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"max_tokens":-1e300})", r);
+  REQUIRE(e);
+  CHECK(e->message.find("got -1e+300") != std::string::npos);
+  // In int64's range the value prints as an integer, as before.
+  e = parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"max_tokens":-3000000000})", r);
+  REQUIRE(e);
+  CHECK(e->message.find("got -3000000000") != std::string::npos);
+}
+
 TEST_CASE("anthropic requests become template messages with system, tool_use and tool_result", "[unit]") {
   MessagesRequest r;
   const auto e = parse_messages_request(R"({
@@ -209,6 +248,33 @@ TEST_CASE("serve.yaml keys are read, checked, and each has a flag", "[unit]") {
   astrai::test::write_file(dir / "unknown.yaml", "colour: blue\n");
   CHECK(load_serve_yaml(dir / "unknown.yaml", c).message().find("colour") != std::string::npos);
   CHECK(flag_name("max_concurrent") == "--max-concurrent");
+}
+
+TEST_CASE("chat template limits are serve.yaml keys (and flags) with checked ranges", "[unit]") {
+  astrai::test::TempDir dir("serveyaml");
+  astrai::test::write_file(dir / "serve.yaml",
+                           "template_max_steps: 20000\ntemplate_max_output: 64K\ntemplate_max_memory: 4M\n"
+                           "template_max_depth: 64\n");
+  ServeConfig c;
+  REQUIRE(load_serve_yaml(dir / "serve.yaml", c).ok());
+  CHECK(c.template_limits.max_steps == 20000);
+  CHECK(c.template_limits.max_output_bytes == 64 * 1024);
+  CHECK(c.template_limits.max_memory_bytes == 4 * 1024 * 1024);
+  CHECK(c.template_limits.max_value_depth == 64);
+  // The limits a template is parsed with otherwise stay at their defaults.
+  CHECK(c.template_limits.max_nesting == astrai::ChatTemplateLimits{}.max_nesting);
+  for (const char* bad : {"template_max_steps: 10", "template_max_depth: 100000", "template_max_output: 12",
+                          "template_max_memory: lots", "template_max_depth: -1"}) {
+    astrai::test::write_file(dir / "bad.yaml", std::string(bad) + "\n");
+    const auto s = load_serve_yaml(dir / "bad.yaml", c);
+    INFO(bad);
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.message().find(std::string(bad).substr(0, std::string(bad).find(':'))) != std::string::npos);
+  }
+  size_t flags = 0;
+  for (const auto& k : serve_config_keys())
+    if (k.name.rfind("template_", 0) == 0 && k.is_flag) ++flags;
+  CHECK(flags == 4);
 }
 
 TEST_CASE("each dialect keeps its documented ranges, then the engine's ranges name the client's field",

@@ -235,6 +235,84 @@ TEST_CASE("slowloris headers are cut off while other clients are served", "[inte
   CHECK(healthy(s.port()));
 }
 
+TEST_CASE("headers that stop arriving get a 408 in OpenAI's shape, then a close (issue 12)",
+          "[integration]") {
+  auto& s = shared_server();  // --header-timeout 2
+  // (The client waits up to 30 s: a 408 and a close before that can only be the server's deadline.)
+  auto r = raw_exchange(s.port(), "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Le", seconds(30));
+  CHECK(r.status == 408);
+  CHECK(r.closed);
+  // The route is not known before the headers end: OpenAI's error shape.
+  CHECK(json_str(r.body, "error", "type") == "invalid_request_error");
+  CHECK(json_str(r.body, "error", "message").find("header_timeout") != std::string::npos);
+  CHECK(r.headers.find("Connection: close") != std::string::npos);
+  CHECK(healthy(s.port()));
+}
+
+TEST_CASE("a body that stops arriving gets a 408 in its route's shape, then a close (issue 12)",
+          "[integration]") {
+  auto& s = shared_server();  // --body-timeout 2
+  const std::string partial = R"({"messages":[{"role":"user","content":"hel)";
+  auto head = [&](const std::string& path) {
+    return "POST " + path +
+           " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n" + partial;
+  };
+  auto a = raw_exchange(s.port(), head("/v1/messages"), seconds(30));
+  CHECK(a.status == 408);
+  CHECK(a.closed);
+  CHECK(json_str(a.body, "type") == "error");
+  CHECK(json_str(a.body, "error", "message").find("body_timeout") != std::string::npos);
+  auto o = raw_exchange(s.port(), head("/v1/chat/completions"), seconds(30));
+  CHECK(o.status == 408);
+  CHECK(o.closed);
+  CHECK(json_str(o.body, "error", "type") == "invalid_request_error");
+  CHECK(json_str(o.body, "error", "message").find("body_timeout") != std::string::npos);
+  CHECK(healthy(s.port()));
+}
+
+TEST_CASE("a streaming request over HTTP/1.0 is sent unframed and ends with the connection (issue 12)",
+          "[integration]") {
+  auto& s = shared_server();
+  const std::string body = R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":5,"stream":true})";
+  // Keep-alive asked for or not: an unframed body can only end with the connection.
+  for (const std::string connection : {"", "Connection: keep-alive\r\n"}) {
+    const std::string req =
+        "POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\n" + connection +
+        "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    auto r = raw_exchange(s.port(), req, seconds(60));
+    REQUIRE(r.status == 200);
+    CHECK(r.closed);
+    std::string lower = r.headers;
+    for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+    CHECK(lower.find("transfer-encoding") == std::string::npos);
+    CHECK(lower.find("content-length") == std::string::npos);
+    CHECK(lower.find("connection: close") != std::string::npos);
+    // The body is the events themselves, no chunk sizes between them.
+    CHECK(r.body.rfind("data: {", 0) == 0);
+    REQUIRE(r.body.size() > 14);
+    CHECK(r.body.substr(r.body.size() - 14) == "data: [DONE]\n\n");
+    size_t events = 0;
+    for (size_t pos = 0; pos < r.body.size();) {
+      const size_t end = r.body.find("\n\n", pos);
+      REQUIRE(end != std::string::npos);
+      CHECK(r.body.compare(pos, 6, "data: ") == 0);
+      pos = end + 2;
+      ++events;
+    }
+    CHECK(events >= 3);
+  }
+  // A non-streaming HTTP/1.0 request keeps its Content-Length framing.
+  const std::string plain = R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":3})";
+  auto r = raw_exchange(s.port(),
+                        "POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\n"
+                        "Content-Length: " +
+                            std::to_string(plain.size()) + "\r\n\r\n" + plain,
+                        seconds(60));
+  CHECK(r.status == 200);
+  CHECK(r.headers.find("Content-Length: " + std::to_string(r.body.size())) != std::string::npos);
+  CHECK(healthy(s.port()));
+}
+
 TEST_CASE("binary garbage on the socket gets a 400 and a close", "[integration]") {
   auto& s = shared_server();
   std::mt19937 rng{static_cast<uint32_t>(fresh_seed())};
@@ -262,6 +340,68 @@ TEST_CASE("WebSocket garbage frames close the socket with 1002", "[integration]"
   CHECK(uint8_t(reply[0]) == 0x88);         // close frame
   CHECK(reply.substr(2, 2) == "\x03\xea");  // 1002 protocol error
   ::close(fd);
+  CHECK(healthy(s.port()));
+}
+
+namespace {
+
+int open_websocket(int port) {
+  const int fd = connect_to(port);
+  send_all(fd,
+           "GET /v1/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+           "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
+  const std::string hs = read_until(fd, "\r\n\r\n");
+  REQUIRE(hs.find(" 101 ") != std::string::npos);
+  return fd;
+}
+
+// Sends a masked close frame with this status code (its two code bytes in separate TCP segments when
+// split) and returns the status code of the server's close frame (-1: none).
+int close_answer(int port, uint32_t code, bool split) {
+  const int fd = open_websocket(port);
+  const uint8_t mask[4] = {0x37, 0xfa, 0x21, 0x3d};
+  std::string frame = {char(0x88),
+                       char(0x82),
+                       char(mask[0]),
+                       char(mask[1]),
+                       char(mask[2]),
+                       char(mask[3]),
+                       char(uint8_t(code >> 8) ^ mask[0]),
+                       char(uint8_t(code) ^ mask[1])};
+  if (split) {
+    send_all(fd, frame.substr(0, 7));
+    std::this_thread::sleep_for(milliseconds(200));  // Beast reads the first part on its own
+    send_all(fd, frame.substr(7));
+  } else {
+    send_all(fd, frame);
+  }
+  // The server ends the close handshake by closing the connection; its close frame is 0x88, the
+  // length, then the code (2 bytes).
+  std::string reply;
+  char buf[256];
+  for (pollfd p{fd, POLLIN, 0}; ::poll(&p, 1, 10000) > 0;) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    reply.append(buf, size_t(n));
+  }
+  ::close(fd);
+  const size_t at = reply.find('\x88');
+  if (at == std::string::npos || reply.size() < at + 4) return -1;
+  return int(uint8_t(reply[at + 2])) << 8 | int(uint8_t(reply[at + 3]));
+}
+
+}  // namespace
+
+TEST_CASE("a WebSocket close code the RFC forbids is answered with 1002, an allowed one echoed (issue 12)",
+          "[integration]") {
+  auto& s = shared_server();
+  for (const bool split : {false, true}) {
+    INFO("code bytes in separate segments: " << split);
+    for (const uint32_t code : {5000u, 5001u, 65535u, 1004u, 1005u, 1006u, 1015u, 999u, 0u, 2999u})
+      CHECK(close_answer(s.port(), code, split) == 1002);
+    for (const uint32_t code : {1000u, 1001u, 1011u, 3000u, 4999u})
+      CHECK(close_answer(s.port(), code, split) == int(code));
+  }
   CHECK(healthy(s.port()));
 }
 
@@ -436,6 +576,24 @@ TEST_CASE("serve.yaml settings apply and flags override them", "[integration]") 
     CHECK(r.headers.find("Retry-After: ") != std::string::npos);
     ::close(fd);
   }
+}
+
+TEST_CASE("--template-max-steps bounds the model's chat template in the server", "[integration]") {
+  // 200 messages cost the built-in template far more than 1,000 steps; the default budget (shared
+  // server) renders them.
+  std::string messages = "[";
+  for (int i = 0; i < 200; ++i) messages += std::string(i ? "," : "") + R"({"role":"user","content":"m"})";
+  const std::string body = R"({"messages":)" + messages + "]}";
+  CHECK(http(shared_server().port(), "POST", "/apply-template", body).status == 200);
+  ServerProcess s({"--template-max-steps", "1000"});
+  auto r = http(s.port(), "POST", "/apply-template", body);
+  CHECK(r.status == 400);
+  CHECK(json_str(r.body, "error", "message").find("max_steps = 1000") != std::string::npos);
+  // A short conversation still fits.
+  CHECK(
+      http(s.port(), "POST", "/apply-template", R"({"messages":[{"role":"user","content":"hi"}]})").status ==
+      200);
+  CHECK(s.terminate() == 0);
 }
 
 TEST_CASE("a model that fails to load leaves /health at 503 and the server up", "[integration]") {
