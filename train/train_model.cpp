@@ -25,6 +25,7 @@
 #include <string>
 
 #include "src/model/rope.h"
+#include "src/model/views.h"
 #include "src/model/weights.h"
 
 namespace astrai::train {
@@ -36,22 +37,6 @@ int64_t TrainBatch::num_targets() const {
 namespace {
 
 static_assert(kIgnore == Backend::kIgnoreIndex, "the batch's ignore index is the cross_entropy op's");
-
-// Column slice [col, col + heads * head_dim) of a [N, width] buffer as [N, heads, head_dim].
-Tensor head_view(const Tensor& buf, int64_t col, int64_t heads, int64_t head_dim) {
-  Tensor t(static_cast<char*>(buf.data) + col * int64_t(dtype_size(buf.dtype)), buf.dtype,
-           {buf.shape[0], heads, head_dim}, buf.device);
-  t.stride = {buf.stride[0], head_dim, 1, 0};
-  return t;
-}
-
-// Column slice [col, col + width) of a [N, W] buffer.
-Tensor col_view(const Tensor& buf, int64_t col, int64_t width) {
-  Tensor t = buf;
-  t.data = static_cast<char*>(buf.data) + col * int64_t(dtype_size(buf.dtype));
-  t.shape[1] = width;
-  return t;
-}
 
 // The tensors of one layer, as views into the parameter (or gradient) buffer.
 struct LayerTensors {

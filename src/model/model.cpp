@@ -20,6 +20,7 @@
 
 #include "src/model/rope.h"
 #include "src/model/safetensors.h"
+#include "src/model/views.h"
 #include "src/model/weights.h"
 #include "src/model/workspace.h"
 
@@ -63,22 +64,6 @@ struct LayerWeights {
   Tensor input_norm, qkv, qkv_bias, o, o_bias, q_norm, k_norm, post_norm, gate_up, down;
   bool has_qkv_bias = false, has_o_bias = false;
 };
-
-// Column slice [col, col + heads * head_dim) of a [T, width] buffer as [T, heads, head_dim].
-Tensor head_view(const Tensor& buf, int64_t col, int64_t heads, int64_t head_dim) {
-  Tensor t(static_cast<char*>(buf.data) + col * int64_t(dtype_size(buf.dtype)), buf.dtype,
-           {buf.shape[0], heads, head_dim}, buf.device);
-  t.stride = {buf.stride[0], head_dim, 1, 0};
-  return t;
-}
-
-// Column slice [col, col + width) of a [T, W] buffer.
-Tensor col_view(const Tensor& buf, int64_t col, int64_t width) {
-  Tensor t = buf;
-  t.data = static_cast<char*>(buf.data) + col * int64_t(dtype_size(buf.dtype));
-  t.shape[1] = width;
-  return t;
-}
 
 // Copies file tensors into backend tensors of the compute dtype. Equal dtypes upload as they are.
 // Otherwise the backend's own `convert` does the work: on the CPU it reads the mapped file directly
