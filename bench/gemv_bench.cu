@@ -1,8 +1,9 @@
 // Micro-benchmark of the decode GEMV (gpu/linear_kernels.cu): out[m, n] = x[m, :] . w[n, :] for M <= 8
-// rows of x, bf16 weights [N, K], f32 accumulation. CUDA-only (no project headers, so it builds on a
-// machine that has only nvcc): it carries a copy of the kernels under test.
+// rows of x, bf16 weights [N, K], f32 accumulation. CUDA-only (of the project it includes only
+// gpu/device_util.cuh, which needs nothing but CUDA, so it builds on a machine that has only nvcc):
+// it carries a copy of the kernels under test.
 //
-//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/gemv_bench.cu -lcublas -o gemv_bench
+//   nvcc -O3 -std=c++17 -I. -gencode=arch=compute_90a,code=sm_90a bench/gemv_bench.cu -lcublas -o gemv_bench
 //   ./gemv_bench [csv path]
 //
 // For every decode shape of llama-1b and qwen3-8b at M = 1, 2, 4, 8 it times, in CUDA graphs of several
@@ -26,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "gpu/device_util.cuh"
+
 #define CK(call)                                                                                 \
   do {                                                                                           \
     cudaError_t e_ = (call);                                                                     \
@@ -35,38 +38,9 @@
     }                                                                                            \
   } while (0)
 
-using bf16 = __nv_bfloat16;
-
-__device__ __forceinline__ float to_f32(float x) {
-  return x;
-}
-__device__ __forceinline__ float to_f32(bf16 x) {
-  return __bfloat162float(x);
-}
-template <typename T>
-__device__ __forceinline__ T from_f32(float x);
-template <>
-__device__ __forceinline__ float from_f32<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ bf16 from_f32<bf16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-__device__ __forceinline__ void unpack8(const uint4& v, float* f) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 t = __bfloat1622float2(h[i]);
-    f[2 * i] = t.x;
-    f[2 * i + 1] = t.y;
-  }
-}
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
+// to_f32 / from_f32 / unpack8 / warp_sum and the bf16 alias: the kernels' own helpers
+// (header-only, CUDA headers alone).
+using namespace astrai::gpu;
 
 // ---------------------------------------------------------------------------------------------------
 // v0: the kernel on main (one warp per weight row, x re-read from L1 for every 16-byte chunk of w).
