@@ -42,6 +42,13 @@ __device__ __forceinline__ float round_to(float x) {
   return to_f32(from_f32<T>(x));
 }
 
+// silu(g) = g / (1 + e^-g) in f32 with the fast exponential and reciprocal: the swiglu kernel and
+// the down projection's GEMV (which evaluates it once per weight tile) share it, so they agree bit
+// for bit. For g -> -inf, e^-g overflows to inf and the result is -0, as the limit is.
+__device__ __forceinline__ float silu(float g) {
+  return g * __frcp_rn(1.0f + __expf(-g));
+}
+
 // 8 bf16 packed in 16 bytes, widened.
 __device__ __forceinline__ void unpack8(const uint4& v, float* f) {
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
@@ -78,6 +85,24 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   __syncthreads();
   v = lane < warps ? scratch[lane] : 0.0f;
   return warp_sum(v);
+}
+
+// Programmatic dependent launch (sm_90 on): a kernel launched with the programmatic-serialization
+// attribute (only the decode GEMV, linear_kernels.cu) may start while the kernel before it still
+// runs, once every block of that kernel has called pdl_launch_dependents (or exited). It reads
+// only what no earlier kernel writes (its weights) before pdl_wait, which returns when the kernel
+// before it has finished and its writes are visible. The kernels that feed a GEMV call
+// pdl_launch_dependents at their start, so the GEMV's weight loads overlap their work; in a kernel
+// whose successor was launched without the attribute both calls do nothing.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
 }
 
 // Blocks for n elements at `threads` per block, capped so a grid-stride loop covers the rest.
