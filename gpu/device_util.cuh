@@ -42,13 +42,6 @@ __device__ __forceinline__ float round_to(float x) {
   return to_f32(from_f32<T>(x));
 }
 
-// silu(g) = g / (1 + e^-g) in f32 with the fast exponential and reciprocal: the swiglu kernel and
-// the down projection's GEMV (which evaluates it once per weight tile) share it, so they agree bit
-// for bit. For g -> -inf, e^-g overflows to inf and the result is -0, as the limit is.
-__device__ __forceinline__ float silu(float g) {
-  return g * __frcp_rn(1.0f + __expf(-g));
-}
-
 // 8 bf16 packed in 16 bytes, widened.
 __device__ __forceinline__ void unpack8(const uint4& v, float* f) {
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);

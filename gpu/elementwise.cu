@@ -36,7 +36,7 @@ __global__ void swiglu_kernel(Rows gate, Rows up, Rows out, int64_t n) {
   ASTRAI_GRID_STRIDE(e, n) {
     const int64_t r = e / out.width, i = e % out.width;
     const float g = to_f32(gate.row<T>(r)[i]);
-    const float s = round_to<T>(silu(g));
+    const float s = round_to<T>(g / (1.0f + expf(-g)));
     out.row<T>(r)[i] = from_f32<T>(s * to_f32(up.row<T>(r)[i]));
   }
 }

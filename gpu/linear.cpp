@@ -32,10 +32,13 @@ int64_t m_bucket(int64_t m) {
   return b;
 }
 
+// Opt-in (ASTRAI_GEMM_TUNE=1): on the H200 the timed picks made decode at batch 32 slower than the
+// heuristic's first choice (llama-1b 0.92x, qwen3-8b 0.96x per step; docs/performance.md), though
+// each pick was the fastest GEMM alone, flushed from L2. The heuristic stays the default.
 bool tuning_enabled() {
   static const bool on = [] {
-    const char* e = std::getenv("ASTRAI_GEMM_HEURISTIC");
-    return !(e && *e && std::string(e) != "0");
+    const char* e = std::getenv("ASTRAI_GEMM_TUNE");
+    return e && *e && std::string(e) != "0";
   }();
   return on;
 }

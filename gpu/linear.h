@@ -2,9 +2,10 @@
 // (out bf16 or f32: the LM head writes f32 logits), bias through the GEMM's epilogue.
 // Decode-sized M (<= 8 rows of x, aligned) takes our own weight-streaming GEMV (linear_kernels.cu).
 // Otherwise one cuBLASLt handle and workspace per backend; a plan (descriptors and an algorithm) is
-// cached per shape, so a steady step makes no heuristic queries. The algorithm is picked once per
-// (M bucket, N, K, ...) by timing the heuristic's top candidates on the first GEMM of that bucket
-// (outside graph capture); ASTRAI_GEMM_HEURISTIC=1 keeps the heuristic's first choice instead.
+// cached per shape, so a steady step makes no heuristic queries. The algorithm is the heuristic's
+// first; with ASTRAI_GEMM_TUNE=1 it is picked once per (M bucket, N, K, ...) by timing the
+// heuristic's top candidates on the first GEMM of that bucket (outside graph capture), which was
+// slower in whole decode steps on the H200 (see tuning_enabled in linear.cpp).
 #pragma once
 
 #include <cublasLt.h>

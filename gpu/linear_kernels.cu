@@ -57,7 +57,7 @@ __device__ __forceinline__ uint4 load_x(const uint4* xr, int64_t c, int64_t up_o
     unpack8(__ldg(xr + c), g);
     unpack8(__ldg(xr + up_off + c), u);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) g[i] = round_to<bf16>(silu(g[i])) * u[i];
+    for (int i = 0; i < 8; ++i) g[i] = round_to<bf16>(g[i] / (1.0f + expf(-g[i]))) * u[i];
     return pack8(g);
   }
 }
@@ -92,49 +92,42 @@ __global__ void __launch_bounds__(W * 32)
   const int64_t last = max(N - 1, int64_t(0));
   const uint4* wa = reinterpret_cast<const uint4*>(w + min(n0 + g, last) * K);
   const uint4* wb = reinterpret_cast<const uint4*>(w + min(n0 + g + 8, last) * K);
-  // Two rounds of weights in registers: round i + 1's loads are issued before round i's x is read
-  // and multiplied, so the x loads (and the SwiGLU arithmetic) hide behind them.
-  uint4 va[kGemvUnroll], vb[kGemvUnroll], na[kGemvUnroll], nb[kGemvUnroll];
+  uint4 va[kGemvUnroll], vb[kGemvUnroll];
   // Past the part's end a lane re-reads its last chunk (no branch, so every load is issued before
   // the first MMA) and multiplies it by zeros in place of x.
-  auto load_w = [&](int64_t base, uint4* ra, uint4* rb) {
+  auto load_w = [&](int64_t base) {
 #pragma unroll
     for (int u = 0; u < kGemvUnroll; ++u) {
       const int64_t cc = min(base + 4 * u + t, end - 1);
-      ra[u] = load_weights(wa + cc);
-      rb[u] = load_weights(wb + cc);
+      va[u] = load_weights(wa + cc);
+      vb[u] = load_weights(wb + cc);
     }
   };
-  if (active) load_w(begin, va, vb);
+  if (active) load_w(begin);
   pdl_wait();
   pdl_launch_dependents();
+  // One round of weights in registers at a time, as before programmatic launch: issuing round
+  // i + 1's loads ahead of round i's MMAs (two rounds in registers), with the lane groups past M
+  // skipping their x loads behind a branch, was 6% (llama-1b) and 14% (qwen3-8b) slower per step
+  // on the H200 (docs/performance.md).
   if (active) {
-    // Lane group g feeds x row g; groups past M would feed copies whose outputs are dropped, so they
-    // feed zeros and load nothing (at M = 1 that is 7 of 8 groups' x loads and SwiGLU arithmetic).
-    const bool has_row = g < M;
     const uint4* xr = reinterpret_cast<const uint4*>(x + min(g, M - 1) * ldx);
-    for (int64_t base = begin; base < end; base += 4 * kGemvUnroll) {
-      const bool more = base + 4 * kGemvUnroll < end;  // warp-uniform
-      if (more) load_w(base + 4 * kGemvUnroll, na, nb);
+    for (int64_t base = begin;;) {
       uint4 vx[kGemvUnroll];
 #pragma unroll
       for (int u = 0; u < kGemvUnroll; ++u) {
         const int64_t c = base + 4 * u + t;
-        vx[u] = make_uint4(0, 0, 0, 0);
-        if (has_row && c < end) vx[u] = load_x<kSwiglu>(xr, c, K / 8);
+        vx[u] = load_x<kSwiglu>(xr, min(c, end - 1), K / 8);
+        if (c >= end) vx[u] = make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
       for (int u = 0; u < kGemvUnroll; ++u) {
         mma_16x8x16(d0, va[u].x, vb[u].x, va[u].y, vb[u].y, vx[u].x, vx[u].y);
         mma_16x8x16(d1, va[u].z, vb[u].z, va[u].w, vb[u].w, vx[u].z, vx[u].w);
       }
-      if (more) {
-#pragma unroll
-        for (int u = 0; u < kGemvUnroll; ++u) {
-          va[u] = na[u];
-          vb[u] = nb[u];
-        }
-      }
+      base += 4 * kGemvUnroll;
+      if (base >= end) break;
+      load_w(base);
     }
   }
   // Accumulator layout: d[0], d[1] are row g, x rows 2t and 2t + 1; d[2], d[3] the same for row g + 8.

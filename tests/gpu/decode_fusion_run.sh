@@ -3,8 +3,8 @@
 # from the repository root that runs the gpu test cases, then times decode of the llama-1b and qwen3-8b presets at batch 1
 # and 32 (prompt 512) beside the PyTorch torch.compile peer, the copy bandwidth (the floor) and,
 # where the bundle carries one, `astrai-base` (the tree before the fusions) for a before/after in the
-# same call. ASTRAI_NO_PDL=1 and ASTRAI_GEMM_HEURISTIC=1 runs separate programmatic dependent launch
-# and the timed cuBLASLt pick from the rest. Logs go to $OUT.
+# same call. Runs with ASTRAI_NO_PDL=1 (no programmatic dependent launch) and ASTRAI_GEMM_TUNE=1
+# (the timed cuBLASLt pick) separate those two from the rest. Logs go to $OUT.
 set -u
 out=${OUT:-/tmp}
 tmp=${TMPDIR:-/tmp}
@@ -19,6 +19,9 @@ timeout 150 astrai_backend_tests "[gpu]" >"$out/backend_tests.log" 2>&1
 echo "backend gpu tests: exit $?"; grep -E "passed|failed" "$out/backend_tests.log" | tail -3
 timeout 200 astrai_gpu_tests "[gpu]" >"$out/gpu_tests.log" 2>&1
 echo "gpu tests: exit $?"; grep -E "passed|failed" "$out/gpu_tests.log" | tail -3
+timeout 25 compute-sanitizer --tool memcheck astrai_backend_tests "*rope_kv_store*,*swiglu_linear*" \
+  >"$out/memcheck.log" 2>&1
+echo "memcheck of the fused ops: exit $?"; grep -E "ERROR SUMMARY|passed|failed" "$out/memcheck.log" | tail -2
 echo "tests took $(($(date +%s) - t0)) s"
 [ "${SKIP_BENCH:-0}" = 1 ] && exit 0
 timeout 60 python3 "$root/tests/gpu/device_ceilings.py" 2>&1 | tee "$out/ceilings.log"
@@ -33,13 +36,13 @@ for p in llama-1b qwen3-8b; do
   if command -v astrai-base >/dev/null; then b "$p base" astrai-base astrai-base "${args[@]}"; fi
   b "$p new" astrai astrai "${args[@]}"
   b "$p new, no PDL" astrai ASTRAI_NO_PDL=1 astrai "${args[@]}"
-  b "$p new, heuristic GEMM" astrai ASTRAI_GEMM_HEURISTIC=1 astrai "${args[@]}"
+  b "$p new, tuned GEMM" astrai ASTRAI_GEMM_TUNE=1 astrai "${args[@]}"
 done
 grep -E "^==|^ +[0-9]|rror|failed" "$out/bench.log"
 echo "astrai benches took $(($(date +%s) - t0)) s"
 [ "${SKIP_TORCH:-0}" = 1 ] && exit 0
 for p in llama-1b qwen3-8b; do
-  timeout 150 python3 "$root/bench/torch_decode.py" --preset "$p" --batch 1,32 --context 512 --steps 64 \
+  timeout 70 python3 "$root/bench/torch_decode.py" --preset "$p" --batch 1,32 --context 512 --steps 64 \
     --modes compile >"$out/torch_$p.log" 2>&1
   echo "torch $p: exit $?"; tail -5 "$out/torch_$p.log"
 done
