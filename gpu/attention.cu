@@ -76,6 +76,7 @@ struct AttnParams {
 template <typename T>
 __global__ void __launch_bounds__(kWarps * 32)
     paged_attention_kernel(AttnParams p, const T* __restrict__ k_cache, const T* __restrict__ v_cache) {
+  pdl_launch_dependents();  // the o projection's GEMV may start loading its weights
   extern __shared__ float smem[];
   const int64_t D = p.head_dim;
   float* q_s = smem;                       // [kTileRows][D]
@@ -239,6 +240,7 @@ constexpr int kCombineThreads = 256;
 
 template <typename T>
 __global__ void __launch_bounds__(kCombineThreads) combine_splits_kernel(AttnParams p) {
+  pdl_launch_dependents();  // the o projection's GEMV may start loading its weights
   __shared__ float w_s[kMaxSplits];
   __shared__ float part_s[kCombineThreads];
   __shared__ float inv_s;

@@ -127,6 +127,17 @@ class CudaBackend final : public Backend {
     gpu::paged_attention(stream_, q, k_cache, v_cache, batch, scale, out,
                          capture_scratch_ ? *capture_scratch_ : attention_scratch_);
   }
+  // Fused forward ops (backend.h): one kernel where the defaults launch several.
+  void rope_kv_store(Tensor q, Tensor k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
+                     float eps, const Tensor& positions, const Tensor& cos_sin, const Tensor& slots,
+                     Tensor k_cache, Tensor v_cache) override {
+    const Scope scope = enter("rope_kv_store");
+    gpu::rope_kv_store(stream_, q, k, v, q_norm, k_norm, eps, positions, cos_sin, slots, k_cache, v_cache);
+  }
+  void swiglu_linear(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor act, Tensor out) override {
+    const Scope scope = enter("swiglu_linear");
+    linear_->run_swiglu(stream_, gate, up, w, act, out);
+  }
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) override {
     const Scope scope = enter("gather_rows");
     gpu::gather_rows(stream_, x, rows, out);

@@ -80,6 +80,24 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return warp_sum(v);
 }
 
+// Programmatic dependent launch (sm_90 on): a kernel launched with the programmatic-serialization
+// attribute (only the decode GEMV, linear_kernels.cu) may start while the kernel before it still
+// runs, once every block of that kernel has called pdl_launch_dependents (or exited). It reads
+// only what no earlier kernel writes (its weights) before pdl_wait, which returns when the kernel
+// before it has finished and its writes are visible. The kernels that feed a GEMV call
+// pdl_launch_dependents at their start, so the GEMV's weight loads overlap their work; in a kernel
+// whose successor was launched without the attribute both calls do nothing.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 // Blocks for n elements at `threads` per block, capped so a grid-stride loop covers the rest.
 inline unsigned grid_for(int64_t n, int threads) {
   const int64_t blocks = (n + threads - 1) / threads;

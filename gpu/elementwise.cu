@@ -52,6 +52,7 @@ __global__ void add_kernel(Rows a, Rows b, Rows out, int64_t n) {
 // Copies by element size (2 or 4 bytes as uint16 / uint32); a row index outside x leaves out alone.
 template <typename U>
 __global__ void gather_rows_kernel(Rows x, const int32_t* __restrict__ rows, Rows out, int64_t n) {
+  pdl_launch_dependents();  // the LM head's GEMV may start loading its weights
   ASTRAI_GRID_STRIDE(e, n) {
     const int64_t r = e / out.width, i = e % out.width;
     const int32_t src = rows[r];

@@ -1,5 +1,7 @@
 #include "gpu/linear.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <numeric>
 #include <string>
 
@@ -19,6 +21,27 @@ namespace astrai::gpu {
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+constexpr int kCandidates = 8;  // heuristic results timed per bucket
+constexpr int kTimedRuns = 3;   // timed GEMMs per candidate (after one untimed), each from a cold L2
+
+// Rows of x a tuned algorithm serves: M rounded up to a power of two (prefill chunks of 300 and
+// 500 tokens share one pick).
+int64_t m_bucket(int64_t m) {
+  int64_t b = 1;
+  while (b < m) b *= 2;
+  return b;
+}
+
+// Opt-in (ASTRAI_GEMM_TUNE=1): on the H200 the timed picks made decode at batch 32 slower than the
+// heuristic's first choice (llama-1b 0.92x, qwen3-8b 0.96x per step; docs/performance.md), though
+// each pick was the fastest GEMM alone, flushed from L2. The heuristic stays the default.
+bool tuning_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("ASTRAI_GEMM_TUNE");
+    return e && *e && std::string(e) != "0";
+  }();
+  return on;
+}
 
 cudaDataType_t cuda_type(DType t) {
   return t == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F;
@@ -39,6 +62,8 @@ Linear::Linear() {
   ASTRAI_CUBLAS_CHECK(cublasLtCreate(&handle_));
   ASTRAI_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
   workspace_bytes_ = kWorkspaceBytes;
+  ASTRAI_CUDA_CHECK(cudaEventCreate(&start_));
+  ASTRAI_CUDA_CHECK(cudaEventCreate(&stop_));
 }
 
 Linear::~Linear() {
@@ -48,13 +73,16 @@ Linear::~Linear() {
     cublasLtMatrixLayoutDestroy(p.b);
     cublasLtMatrixLayoutDestroy(p.d);
   }
+  cudaEventDestroy(start_);
+  cudaEventDestroy(stop_);
   cudaFree(workspace_);
   cublasLtDestroy(handle_);
 }
 
 // Row-major out[M, N] = x[M, K] w[N, K]^T is, read column-major, D[N, M] = W^T[N, K] X[K, M] with
 // W = w as a K x N matrix (ld K, transposed by the GEMM) and X = x as K x M (ld = x's row stride).
-const Linear::Plan& Linear::plan(const Key& key) {
+const Linear::Plan& Linear::plan(const Key& key, cudaStream_t stream, const void* x, const void* w,
+                                 const void* bias, void* dst) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
   const auto [M, N, K, ldx, ldo, in_t, out_t, has_bias, al_x, al_w, al_o, al_b] = key;
@@ -88,16 +116,84 @@ const Linear::Plan& Linear::plan(const Key& key) {
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &d_al, sizeof(d_al));
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &d_al, sizeof(d_al));
   (void)al_b;  // part of the key: the epilogue reads bias with the alignment it was planned for
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t cand[kCandidates]{};
   int found = 0;
   const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
+      cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.d, p.d, pref, kCandidates, cand, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (st != CUBLAS_STATUS_SUCCESS || found == 0)
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
     p.fallback = true;
-  else
-    p.algo = result.algo;
+    return plans_.emplace(key, p).first->second;
+  }
+  p.algo = cand[0].algo;
+  Key bucket = key;
+  std::get<0>(bucket) = m_bucket(M);
+  auto picked = picked_.find(bucket);
+  cublasLtMatmulHeuristicResult_t check{};
+  if (picked != picked_.end()) {
+    // Another M of the bucket was timed: its pick, where it supports this M.
+    if (cublasLtMatmulAlgoCheck(handle_, p.op, p.a, p.b, p.d, p.d, &picked->second, &check) ==
+            CUBLAS_STATUS_SUCCESS &&
+        check.workspaceSize <= workspace_bytes_)
+      p.algo = picked->second;
+  } else {
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    ASTRAI_CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
+    // Timing synchronises the stream, which a capture forbids: a shape first seen while capturing
+    // keeps the heuristic's choice (the model warms every captured shape up first).
+    if (tuning_enabled() && found > 1 && capturing == cudaStreamCaptureStatusNone) {
+      if (has_bias)
+        ASTRAI_CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+      p.algo = timed_pick(p, cand, found, stream, x, w, dst);
+      picked_.emplace(bucket, p.algo);
+    }
+  }
   return plans_.emplace(key, p).first->second;
+}
+
+cublasLtMatmulAlgo_t Linear::timed_pick(const Plan& p, const cublasLtMatmulHeuristicResult_t* cand, int n,
+                                        cudaStream_t stream, const void* x, const void* w, void* out) {
+  // In a step the weights come from device memory, not L2 (a model's weights are many times its
+  // size), so each timed GEMM runs after a write of twice the L2 evicts them; timed warm, the picks
+  // favoured algorithms that only win from L2 (measured on the H200: slower than the heuristic's).
+  int dev = 0, l2 = 0;
+  ASTRAI_CUDA_CHECK(cudaGetDevice(&dev));
+  ASTRAI_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+  const size_t flush_bytes = 2 * size_t(std::max(l2, 1 << 20));
+  void* flush = nullptr;
+  if (cudaMalloc(&flush, flush_bytes) != cudaSuccess) {
+    (void)cudaGetLastError();  // no room to flush: keep the heuristic's choice
+    return cand[0].algo;
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  int best = 0;
+  float best_ms = -1.0f;
+  for (int i = 0; i < n; ++i) {
+    if (cand[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    auto launch = [&] {
+      return cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, out, p.d, out, p.d, &cand[i].algo,
+                            workspace_, workspace_bytes_, stream);
+    };
+    if (launch() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate that cannot run is not picked
+    float total = 0.0f;
+    for (int r = 0; r < kTimedRuns; ++r) {
+      ASTRAI_CUDA_CHECK(cudaMemsetAsync(flush, r, flush_bytes, stream));
+      ASTRAI_CUDA_CHECK(cudaEventRecord(start_, stream));
+      ASTRAI_CUBLAS_CHECK(launch());
+      ASTRAI_CUDA_CHECK(cudaEventRecord(stop_, stream));
+      ASTRAI_CUDA_CHECK(cudaEventSynchronize(stop_));
+      float ms = 0.0f;
+      ASTRAI_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+      total += ms;
+    }
+    if (best_ms < 0.0f || total < best_ms) {
+      best = i;
+      best_ms = total;
+    }
+  }
+  ASTRAI_CUDA_CHECK(cudaFree(flush));
+  return cand[best].algo;
 }
 
 void Linear::run(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {
@@ -133,7 +229,7 @@ void Linear::run(cudaStream_t stream, const Tensor& x, const Tensor& w, const Te
                 row_alignment(w.data, K, w.dtype),
                 row_alignment(out.data, ldo, out.dtype),
                 bias ? row_alignment(bias->data, 0, bias->dtype) : 0};
-  const Plan& p = plan(key);
+  const Plan& p = plan(key, stream, x.data, w.data, bias ? bias->data : nullptr, out.data);
   if (p.fallback) {
     linear_fallback(stream, x, w, bias, out);
     return;
@@ -146,6 +242,26 @@ void Linear::run(cudaStream_t stream, const Tensor& x, const Tensor& w, const Te
   const float alpha = 1.0f, beta = 0.0f;
   ASTRAI_CUBLAS_CHECK(cublasLtMatmul(handle_, p.op, &alpha, w.data, p.a, x.data, p.b, &beta, out.data, p.d,
                                      out.data, p.d, &p.algo, workspace_, workspace_bytes_, stream));
+}
+
+void Linear::run_swiglu(cudaStream_t stream, const Tensor& gate, const Tensor& up, const Tensor& w,
+                        Tensor act, Tensor out) {
+  check_tensor(gate, "swiglu_linear", "gate", DType::bf16, DType::f32);
+  check_tensor(up, "swiglu_linear", "up", gate.dtype);
+  check_tensor(w, "swiglu_linear", "w", gate.dtype);
+  check_tensor(out, "swiglu_linear", "out", gate.dtype);
+  ASTRAI_GPU_CHECK(gate.ndim == 2 && up.ndim == 2 && gate.shape == up.shape && w.ndim == 2 && out.ndim == 2 &&
+                       w.shape[1] == gate.shape[1] && out.shape[0] == gate.shape[0] &&
+                       out.shape[1] == w.shape[0],
+                   "swiglu_linear: shapes gate " + gate.shape_str() + " up " + up.shape_str() + " w " +
+                       w.shape_str() + " out " + out.shape_str());
+  ASTRAI_GPU_CHECK(w.is_contiguous() && gate.stride[1] == 1 && up.stride[1] == 1 && out.stride[1] == 1,
+                   "swiglu_linear: w must be contiguous, gate, up and out need a contiguous last dim");
+  if (gate.shape[0] == 0 || w.shape[0] == 0) return;
+  ASTRAI_GPU_CHECK(gate.shape[1] > 0, "swiglu_linear: F = 0");
+  if (swiglu_linear_gemv(stream, gate, up, w, out)) return;
+  swiglu(stream, gate, up, act);
+  run(stream, act, w, nullptr, out);
 }
 
 }  // namespace astrai::gpu

@@ -1,8 +1,11 @@
 // linear on the GPU: out = x @ w^T (+ bias) through cuBLASLt, bf16 operands with f32 accumulation
 // (out bf16 or f32: the LM head writes f32 logits), bias through the GEMM's epilogue.
 // Decode-sized M (<= 8 rows of x, aligned) takes our own weight-streaming GEMV (linear_kernels.cu).
-// Otherwise one cuBLASLt handle and workspace per backend; a plan (descriptors and the heuristic's
-// algorithm) is cached per shape, so a steady step makes no heuristic queries.
+// Otherwise one cuBLASLt handle and workspace per backend; a plan (descriptors and an algorithm) is
+// cached per shape, so a steady step makes no heuristic queries. The algorithm is the heuristic's
+// first; with ASTRAI_GEMM_TUNE=1 it is picked once per (M bucket, N, K, ...) by timing the
+// heuristic's top candidates on the first GEMM of that bucket (outside graph capture), which was
+// slower in whole decode steps on the H200 (see tuning_enabled in linear.cpp).
 #pragma once
 
 #include <cublasLt.h>
@@ -24,6 +27,10 @@ class Linear {
   Linear& operator=(const Linear&) = delete;
 
   void run(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out);
+  // out = swiglu(gate, up) @ w^T (Backend::swiglu_linear): decode-sized M computes the activation
+  // inside the GEMV; otherwise swiglu into act, then run.
+  void run_swiglu(cudaStream_t stream, const Tensor& gate, const Tensor& up, const Tensor& w, Tensor act,
+                  Tensor out);
 
  private:
   // M, N, K, ldx, ldo, in dtype, out dtype, bias, alignments of x, w, out, bias.
@@ -34,12 +41,19 @@ class Linear {
     cublasLtMatmulAlgo_t algo{};
     bool fallback = false;  // no cuBLASLt algorithm: the plain kernel of linear_fallback.cu
   };
-  const Plan& plan(const Key& key);
+  const Plan& plan(const Key& key, cudaStream_t stream, const void* x, const void* w, const void* bias,
+                   void* out);
+  // The fastest of the heuristic's candidates for p on these operands (times each a few times on
+  // stream; synchronises it).
+  cublasLtMatmulAlgo_t timed_pick(const Plan& p, const cublasLtMatmulHeuristicResult_t* cand, int n,
+                                  cudaStream_t stream, const void* x, const void* w, void* out);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   std::map<Key, Plan> plans_;
+  std::map<Key, cublasLtMatmulAlgo_t> picked_;  // by the key with M rounded up to its bucket
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
 };
 
 }  // namespace astrai::gpu

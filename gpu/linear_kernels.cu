@@ -6,6 +6,9 @@
 // - naive: a plain GEMM for the shapes cuBLASLt has no algorithm for (rows that start on 2-byte
 //   boundaries, e.g. column slices at odd offsets): one thread per output, f32 accumulation.
 //   Correct, not fast; the model's shapes never take it.
+#include <cstdlib>
+#include <string>
+
 #include "gpu/check.h"
 #include "gpu/device_util.cuh"
 #include "gpu/ops.h"
@@ -42,6 +45,23 @@ __device__ __forceinline__ uint4 load_weights(const uint4* p) {
   return v;
 }
 
+// x's 8 values of chunk c (16 bytes) as the MMA reads them. kSwiglu: x is silu(gate) * up computed
+// on the fly from a [M, 2K] gate|up row (up at up_off chunks past gate), rounded where the swiglu
+// op rounds (gpu/elementwise.cu), so the fused down projection equals swiglu then linear bit for bit.
+template <bool kSwiglu>
+__device__ __forceinline__ uint4 load_x(const uint4* xr, int64_t c, int64_t up_off) {
+  if constexpr (!kSwiglu) {
+    return __ldg(xr + c);
+  } else {
+    float g[8], u[8];
+    unpack8(__ldg(xr + c), g);
+    unpack8(__ldg(xr + up_off + c), u);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) g[i] = round_to<bf16>(g[i] / (1.0f + expf(-g[i]))) * u[i];
+    return pack8(g);
+  }
+}
+
 // Block: W warps on W / ksplit tiles of 16 weight rows; the ksplit warps of a tile take consecutive
 // ranges of K, and their partial sums meet in shared memory.
 //
@@ -52,7 +72,11 @@ __device__ __forceinline__ uint4 load_weights(const uint4* p) {
 // register per row and column pair); the first MMA maps those columns to k0 + 8t + {0,1,2,3}, the
 // second to k0 + 8t + {4,5,6,7}. B's fragment (x row g, the same columns) then is the lane's own
 // 16-byte load of x, and each such load serves 16 weight rows.
-template <typename TO, int W>
+//
+// The first round of weight loads is issued before pdl_wait (device_util.cuh): under programmatic
+// dependent launch they overlap the kernel before (for llama-1b's small projections a warp's whole
+// range of K is one or two rounds), and only x waits for it.
+template <typename TO, int W, bool kSwiglu>
 __global__ void __launch_bounds__(W * 32)
     gemv_kernel(const bf16* __restrict__ x, int64_t ldx, int M, const bf16* __restrict__ w, int64_t K,
                 int64_t N, const TO* __restrict__ bias, TO* __restrict__ out, int64_t ldo, int ksplit) {
@@ -62,22 +86,38 @@ __global__ void __launch_bounds__(W * 32)
   const int64_t n0 = (int64_t(blockIdx.x) * tiles_per_block + warp / ksplit) * kGemvTile;
   const int64_t chunks = K / 8, per_part = (chunks + ksplit - 1) / ksplit;  // chunk: 8 values, 16 bytes
   const int64_t begin = part * per_part, end = min(chunks, begin + per_part);
+  const bool active = n0 < N && begin < end;                                 // warp-uniform: mma.sync
   float d0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d1[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // two chains of MMAs
-  if (n0 < N) {
-    // Rows past N repeat row N - 1 (outputs dropped), so every load is in bounds.
-    const uint4* wa = reinterpret_cast<const uint4*>(w + min(n0 + g, N - 1) * K);
-    const uint4* wb = reinterpret_cast<const uint4*>(w + min(n0 + g + 8, N - 1) * K);
+  // Rows past N repeat row N - 1 (outputs dropped), so every load is in bounds.
+  const int64_t last = max(N - 1, int64_t(0));
+  const uint4* wa = reinterpret_cast<const uint4*>(w + min(n0 + g, last) * K);
+  const uint4* wb = reinterpret_cast<const uint4*>(w + min(n0 + g + 8, last) * K);
+  uint4 va[kGemvUnroll], vb[kGemvUnroll];
+  // Past the part's end a lane re-reads its last chunk (no branch, so every load is issued before
+  // the first MMA) and multiplies it by zeros in place of x.
+  auto load_w = [&](int64_t base) {
+#pragma unroll
+    for (int u = 0; u < kGemvUnroll; ++u) {
+      const int64_t cc = min(base + 4 * u + t, end - 1);
+      va[u] = load_weights(wa + cc);
+      vb[u] = load_weights(wb + cc);
+    }
+  };
+  if (active) load_w(begin);
+  pdl_wait();
+  pdl_launch_dependents();
+  // One round of weights in registers at a time, as before programmatic launch: issuing round
+  // i + 1's loads ahead of round i's MMAs (two rounds in registers), with the lane groups past M
+  // skipping their x loads behind a branch, was 6% (llama-1b) and 14% (qwen3-8b) slower per step
+  // on the H200 (docs/performance.md).
+  if (active) {
     const uint4* xr = reinterpret_cast<const uint4*>(x + min(g, M - 1) * ldx);
-    for (int64_t base = begin; base < end; base += 4 * kGemvUnroll) {  // warp-uniform: mma.sync
-      uint4 va[kGemvUnroll], vb[kGemvUnroll], vx[kGemvUnroll];
+    for (int64_t base = begin;;) {
+      uint4 vx[kGemvUnroll];
 #pragma unroll
       for (int u = 0; u < kGemvUnroll; ++u) {
-        // Past the part's end a lane re-reads its last chunk (no branch, so every load is issued
-        // before the first MMA) and multiplies it by zeros in place of x.
-        const int64_t c = base + 4 * u + t, cc = min(c, end - 1);
-        va[u] = load_weights(wa + cc);
-        vb[u] = load_weights(wb + cc);
-        vx[u] = __ldg(xr + cc);
+        const int64_t c = base + 4 * u + t;
+        vx[u] = load_x<kSwiglu>(xr, min(c, end - 1), K / 8);
         if (c >= end) vx[u] = make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
@@ -85,6 +125,9 @@ __global__ void __launch_bounds__(W * 32)
         mma_16x8x16(d0, va[u].x, vb[u].x, va[u].y, vb[u].y, vx[u].x, vx[u].y);
         mma_16x8x16(d1, va[u].z, vb[u].z, va[u].w, vb[u].w, vx[u].z, vx[u].w);
       }
+      base += 4 * kGemvUnroll;
+      if (base >= end) break;
+      load_w(base);
     }
   }
   // Accumulator layout: d[0], d[1] are row g, x rows 2t and 2t + 1; d[2], d[3] the same for row g + 8.
@@ -104,16 +147,66 @@ __global__ void __launch_bounds__(W * 32)
   }
 }
 
-template <int W, typename TO>
-void launch_gemv(cudaStream_t stream, const Tensor& x, int64_t ldx, const Tensor& w, const Tensor* bias,
-                 Tensor out, int64_t ldo, int ksplit) {
-  const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
+// Whether the GEMV goes out with programmatic dependent launch: on compute capability 9.0 and up,
+// unless ASTRAI_NO_PDL is set (to measure without it). Read once per process.
+bool pdl_enabled() {
+  static const bool on = [] {
+    const char* off = std::getenv("ASTRAI_NO_PDL");
+    if (off && *off && std::string(off) != "0") return false;
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+      return false;
+    return major >= 9;
+  }();
+  return on;
+}
+
+template <int W, typename TO, bool kSwiglu>
+void launch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, const Tensor& w,
+                 const Tensor* bias, Tensor out, int64_t ldo, int ksplit) {
+  const int64_t K = w.shape[1], N = w.shape[0];
   const int64_t tiles = (N + kGemvTile - 1) / kGemvTile, tiles_per_block = W / ksplit;
-  const unsigned blocks = unsigned((tiles + tiles_per_block - 1) / tiles_per_block);
-  gemv_kernel<TO, W><<<blocks, W * 32, 0, stream>>>(x.ptr<bf16>(), ldx, int(M), w.ptr<bf16>(), K, N,
-                                                    bias ? bias->ptr<TO>() : nullptr, out.ptr<TO>(), ldo,
-                                                    ksplit);
-  ASTRAI_CUDA_LAUNCH_CHECK(gemv_kernel);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned((tiles + tiles_per_block - 1) / tiles_per_block));
+  cfg.blockDim = dim3(W * 32);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  ASTRAI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<TO, W, kSwiglu>, x, ldx, int(M), w.ptr<bf16>(), K, N,
+                                       bias ? bias->ptr<TO>() : static_cast<const TO*>(nullptr),
+                                       out.ptr<TO>(), ldo, ksplit));
+}
+
+// Split K 8 ways: shorter ranges of K put more warps, and more loads, in flight. Where 8 ways leave
+// the grid at <= 8 warps per multiprocessor (N <= 2048), 16-warp blocks split 16 ways. Where 8 ways
+// give a grid of 1 to 8 waves (of ~4096 warps), the last, partial wave costs: split only until the
+// grid is one wave. Measured on the H200 (bench/gemv_bench.cu, table in docs/performance.md):
+// llama-1b's o and down projections 5.7 -> 5.4 and 13.9 -> 12.5 us with 16 ways; the gate_up
+// projections 21.7 -> 20.2 (llama-1b, 4 ways) and 52.6 -> 51.3 us (qwen3-8b, 2 ways); qwen3-8b's
+// LM head (19 waves at 8 ways, so the last one's share is small) 301 us unsplit, 287 us 8 ways.
+template <bool kSwiglu>
+void dispatch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, const Tensor& w,
+                   const Tensor* bias, Tensor out, int64_t ldo) {
+  const int64_t tiles = (w.shape[0] + kGemvTile - 1) / kGemvTile;
+  int ksplit = 8;
+  if (tiles * ksplit > kGemvSplitWarps && tiles * ksplit < 8 * kGemvSplitWarps)
+    while (ksplit > 1 && tiles * ksplit > kGemvSplitWarps) ksplit /= 2;
+  const bool wide_blocks = tiles * 8 <= 1024;
+  if (out.dtype == DType::bf16) {
+    if (wide_blocks)
+      launch_gemv<16, bf16, kSwiglu>(stream, x, ldx, M, w, bias, out, ldo, 16);
+    else
+      launch_gemv<8, bf16, kSwiglu>(stream, x, ldx, M, w, bias, out, ldo, ksplit);
+  } else {
+    if (wide_blocks)
+      launch_gemv<16, float, kSwiglu>(stream, x, ldx, M, w, bias, out, ldo, 16);
+    else
+      launch_gemv<8, float, kSwiglu>(stream, x, ldx, M, w, bias, out, ldo, ksplit);
+  }
 }
 
 bool aligned16(const void* p) {
@@ -146,34 +239,27 @@ void launch(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor*
 }  // namespace
 
 bool linear_gemv(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {
-  const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
-  const int64_t ldx = M > 1 ? x.stride[0] : K, ldo = M > 1 ? out.stride[0] : N;
+  const int64_t M = x.shape[0], K = x.shape[1];
+  const int64_t ldx = M > 1 ? x.stride[0] : K, ldo = M > 1 ? out.stride[0] : w.shape[0];
   if (x.dtype != DType::bf16 || M < 1 || M > kGemvMaxRows || K % 8 != 0 || ldx % 8 != 0 ||
       !aligned16(x.data) || !aligned16(w.data))
     return false;
-  // Split K 8 ways: shorter ranges of K put more warps, and more loads, in flight. Where 8 ways leave
-  // the grid at <= 8 warps per multiprocessor (N <= 2048), 16-warp blocks split 16 ways. Where 8 ways
-  // give a grid of 1 to 8 waves (of ~4096 warps), the last, partial wave costs: split only until the
-  // grid is one wave. Measured on the H200 (bench/gemv_bench.cu, table in docs/performance.md):
-  // llama-1b's o and down projections 5.7 -> 5.4 and 13.9 -> 12.5 us with 16 ways; the gate_up
-  // projections 21.7 -> 20.2 (llama-1b, 4 ways) and 52.6 -> 51.3 us (qwen3-8b, 2 ways); qwen3-8b's
-  // LM head (19 waves at 8 ways, so the last one's share is small) 301 us unsplit, 287 us 8 ways.
-  const int64_t tiles = (N + kGemvTile - 1) / kGemvTile;
-  int ksplit = 8;
-  if (tiles * ksplit > kGemvSplitWarps && tiles * ksplit < 8 * kGemvSplitWarps)
-    while (ksplit > 1 && tiles * ksplit > kGemvSplitWarps) ksplit /= 2;
-  const bool wide_blocks = tiles * 8 <= 1024;
-  if (out.dtype == DType::bf16) {
-    if (wide_blocks)
-      launch_gemv<16, bf16>(stream, x, ldx, w, bias, out, ldo, 16);
-    else
-      launch_gemv<8, bf16>(stream, x, ldx, w, bias, out, ldo, ksplit);
-  } else {
-    if (wide_blocks)
-      launch_gemv<16, float>(stream, x, ldx, w, bias, out, ldo, 16);
-    else
-      launch_gemv<8, float>(stream, x, ldx, w, bias, out, ldo, ksplit);
-  }
+  dispatch_gemv<false>(stream, x.ptr<bf16>(), ldx, M, w, bias, out, ldo);
+  return true;
+}
+
+bool swiglu_linear_gemv(cudaStream_t stream, const Tensor& gate, const Tensor& up, const Tensor& w,
+                        Tensor out) {
+  const int64_t M = gate.shape[0], K = gate.shape[1];
+  const int64_t ldx = M > 1 ? gate.stride[0] : 2 * K, ldo = M > 1 ? out.stride[0] : w.shape[0];
+  // gate and up must be the two halves of one [M, 2K] buffer: the kernel finds up K past gate.
+  if (gate.dtype != DType::bf16 || up.dtype != DType::bf16 || M < 1 || M > kGemvMaxRows || K % 8 != 0 ||
+      ldx % 8 != 0 || ldx < 2 * K || !aligned16(gate.data) || !aligned16(w.data) ||
+      static_cast<const char*>(up.data) !=
+          static_cast<const char*>(gate.data) + K * int64_t(sizeof(uint16_t)) ||
+      (M > 1 && up.stride[0] != gate.stride[0]))
+    return false;
+  dispatch_gemv<true>(stream, gate.ptr<bf16>(), ldx, M, w, nullptr, out, ldo);
   return true;
 }
 

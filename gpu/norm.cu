@@ -15,6 +15,7 @@ namespace {
 
 template <typename T>
 __global__ void rms_norm_kernel(Rows x, const T* __restrict__ w, float eps, Rows out) {
+  pdl_launch_dependents();  // a norm feeds a GEMV: it may start loading its weights
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x;
   const T* xr = x.row<T>(r);
@@ -33,6 +34,7 @@ __global__ void rms_norm_kernel(Rows x, const T* __restrict__ w, float eps, Rows
 
 template <typename T>
 __global__ void add_rms_norm_kernel(Rows residual, Rows x, const T* __restrict__ w, float eps, Rows out) {
+  pdl_launch_dependents();
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x;
   T* res = residual.row<T>(r);
@@ -58,6 +60,7 @@ constexpr int64_t kVecMaxWidth = 8 * 1024;
 template <bool kAdd>
 __global__ void __launch_bounds__(1024)
     norm_vec8_kernel(Rows residual, Rows x, const bf16* __restrict__ w, float eps, Rows out) {
+  pdl_launch_dependents();
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x, c = int64_t(threadIdx.x) * 8;
   const bool active = c < residual.width;

@@ -1,9 +1,9 @@
 // The CUDA implementations of the Backend ops, one file per family with the launch sizing in one
-// host function each: norm.cu (rms_norm, add_rms_norm), rope.cu, elementwise.cu (embedding,
-// swiglu, add, gather_rows, convert), attention.cu (kv_store, paged_attention), sample.cu (sample),
-// linear.cpp (cuBLASLt, see linear.h) with linear_kernels.cu (small-M GEMV, fallback). CudaBackend forwards
-// to these on its stream; the argument order and shapes are those of src/backend/backend.h. Activations are
-// bf16 (f32 accepted where noted).
+// host function each: norm.cu (rms_norm, add_rms_norm), rope.cu (rope, rope_kv_store), elementwise.cu
+// (embedding, swiglu, add, gather_rows, convert), attention.cu (kv_store, paged_attention), sample.cu
+// (sample), linear.cpp (cuBLASLt, see linear.h) with linear_kernels.cu (small-M GEMV, fallback). CudaBackend
+// forwards to these on its stream; the argument order and shapes are those of src/backend/backend.h.
+// Activations are bf16 (f32 accepted where noted).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -35,6 +35,10 @@ void add_rms_norm(cudaStream_t stream, Tensor residual, const Tensor& x, const T
 void rope(cudaStream_t stream, Tensor x, const Tensor& positions, const Tensor& cos_sin);
 void swiglu(cudaStream_t stream, const Tensor& gate, const Tensor& up, Tensor out);
 void add(cudaStream_t stream, const Tensor& a, const Tensor& b, Tensor out);
+// rope_kv_store (rope.cu): q/k norm, RoPE and the cache write in one kernel (Backend::rope_kv_store).
+void rope_kv_store(cudaStream_t stream, Tensor q, Tensor k, const Tensor& v, const Tensor* q_norm,
+                   const Tensor* k_norm, float eps, const Tensor& positions, const Tensor& cos_sin,
+                   const Tensor& slots, Tensor k_cache, Tensor v_cache);
 void kv_store(cudaStream_t stream, const Tensor& k, const Tensor& v, const Tensor& slots, Tensor k_cache,
               Tensor v_cache);
 // scratch: the split-KV partial results (grown as needed).
@@ -49,6 +53,10 @@ size_t sample_workspace_bytes(int rows, int vocab);
 // returns false when the shape or alignment does not suit it, and the plain path for shapes
 // cuBLASLt has no algorithm for.
 bool linear_gemv(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out);
+// The same GEMV with x = swiglu(gate, up) computed as it is read (the down projection without the
+// swiglu kernel); false unless gate and up are the two halves of one bf16 [M, 2K] buffer.
+bool swiglu_linear_gemv(cudaStream_t stream, const Tensor& gate, const Tensor& up, const Tensor& w,
+                        Tensor out);
 void linear_fallback(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out);
 
 }  // namespace astrai::gpu

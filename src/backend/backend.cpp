@@ -36,6 +36,25 @@ int64_t Backend::memory_available() const {
   return 0;
 }
 
+// The fused forward ops' defaults: the unfused sequence each is defined as (backend.h).
+void Backend::rope_kv_store(Tensor q, Tensor k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
+                            float eps, const Tensor& positions, const Tensor& cos_sin, const Tensor& slots,
+                            Tensor k_cache, Tensor v_cache) {
+  if (q_norm) {
+    if (!k_norm) throw Error(internal_error("rope_kv_store: q_norm without k_norm"));
+    rms_norm(q, *q_norm, eps, q);
+    rms_norm(k, *k_norm, eps, k);
+  }
+  rope(q, positions, cos_sin);
+  rope(k, positions, cos_sin);
+  kv_store(k, v, slots, k_cache, v_cache);
+}
+
+void Backend::swiglu_linear(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor act, Tensor out) {
+  swiglu(gate, up, act);
+  linear(act, w, nullptr, out);
+}
+
 // The training ops' defaults: a backend that has not implemented them says so by name (and
 // supports_training() lets callers such as TrainModel::create refuse before the first op).
 bool Backend::supports_training() const {

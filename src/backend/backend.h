@@ -117,6 +117,26 @@ class Backend {
   virtual void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                                const AttentionBatch& batch, float scale, Tensor out) = 0;
 
+  // ---- fused forward ops ------------------------------------------------------------------------
+  // Several ops of the decoder as one, so a decode step launches fewer kernels. Each is defined as
+  // the sequence of unfused ops it replaces, which is what these defaults run (the CPU backend keeps
+  // them); a backend that fuses must match that sequence within its dtype's rounding.
+
+  // The attention prologue: q/k RMSNorm per head when q_norm is given (Qwen3; k_norm with it), RoPE
+  // on q and k, then K and V into their cache slots. q, k are updated in place. Equals
+  //   rms_norm(q, *q_norm, eps, q); rms_norm(k, *k_norm, eps, k);   (when q_norm)
+  //   rope(q, positions, cos_sin); rope(k, positions, cos_sin); kv_store(k, v, slots, k_cache, v_cache)
+  //   q [T, H, D], k, v [T, KVH, D] (rows may be strided: column slices of one qkv buffer);
+  //   q_norm, k_norm [D]; the rest as in rope and kv_store.
+  virtual void rope_kv_store(Tensor q, Tensor k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
+                             float eps, const Tensor& positions, const Tensor& cos_sin, const Tensor& slots,
+                             Tensor k_cache, Tensor v_cache);
+
+  // The MLP's down projection of the SwiGLU activation: swiglu(gate, up, act); linear(act, w, out).
+  //   gate, up [T, F] (the two halves of one gate_up buffer), w [N, F], out [T, N]; act [T, F] is
+  //   where the activation goes when the backend does not fuse it (its contents are unspecified after).
+  virtual void swiglu_linear(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor act, Tensor out);
+
   // Copies rows: out[i, :] = x[rows[i], :]     x [T, H], rows [R] i32, out [R, H]
   virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) = 0;
 

@@ -4,8 +4,10 @@
 //   q|k|v = h @ Wqkv^T (+ b)                          q_proj, k_proj, v_proj fused into one GEMM
 //   q, k = rms_norm per head (Qwen3), then RoPE       q_norm / k_norm, rotate-half
 //   kv_store(k, v); a = paged_attention(q)            causal GQA, scale 1/sqrt(head_dim)
+//                                                     (norm, RoPE and kv_store: one rope_kv_store)
 //   x += a @ Wo^T (+ bo); h = rms_norm(x)             o_proj, post_attention_layernorm (fused add)
-//   x += down(silu(h @ Wg^T) * (h @ Wu^T))            gate_proj, up_proj fused into one GEMM
+//   x += down(silu(h @ Wg^T) * (h @ Wu^T))            gate_proj, up_proj fused into one GEMM;
+//                                                     silu * up and down: one swiglu_linear
 // then the final norm (fused into the last layer's add) and the LM head on logit_rows only.
 #include "src/model/model.h"
 
@@ -366,7 +368,7 @@ class DecoderModel final : public Model {
     const Tensor attn = ws_.attn(T);
     const Tensor attn2(attn.data, attn.dtype, {T, qd}, attn.device);
     const Tensor q = head_view(qkv, 0, nh, hd), k = head_view(qkv, qd, nkv, hd),
-                 v = head_view(qkv, qd + kvd, nkv, hd), qk = head_view(qkv, 0, nh + nkv, hd);
+                 v = head_view(qkv, qd + kvd, nkv, hd);
     const Tensor gate = col_view(gu, 0, F), up = col_view(gu, F, F);
 
     be_.embedding(embed_, ids, x);
@@ -374,18 +376,13 @@ class DecoderModel final : public Model {
     for (size_t l = 0; l < layers_.size(); ++l) {
       const LayerWeights& w = layers_[l];
       be_.linear(h, w.qkv, w.has_qkv_bias ? &w.qkv_bias : nullptr, qkv);
-      if (cfg_.qk_norm) {
-        be_.rms_norm(q, w.q_norm, eps, q);
-        be_.rms_norm(k, w.k_norm, eps, k);
-      }
-      be_.rope(qk, pos, cos_sin_);  // q and k heads side by side in qkv: one launch
-      be_.kv_store(k, v, slots, kv.k_layer(int(l)), kv.v_layer(int(l)));
+      be_.rope_kv_store(q, k, v, cfg_.qk_norm ? &w.q_norm : nullptr, cfg_.qk_norm ? &w.k_norm : nullptr, eps,
+                        pos, cos_sin_, slots, kv.k_layer(int(l)), kv.v_layer(int(l)));
       be_.paged_attention(q, kv.k_layer(int(l)), kv.v_layer(int(l)), ab, scale, attn);
       be_.linear(attn2, w.o, w.has_o_bias ? &w.o_bias : nullptr, y);
       be_.add_rms_norm(x, y, w.post_norm, eps, h);
       be_.linear(h, w.gate_up, nullptr, gu);
-      be_.swiglu(gate, up, act);
-      be_.linear(act, w.down, nullptr, y);
+      be_.swiglu_linear(gate, up, w.down, act, y);
       const Tensor& next_norm = l + 1 < layers_.size() ? layers_[l + 1].input_norm : final_norm_;
       be_.add_rms_norm(x, y, next_norm, eps, h);
     }
