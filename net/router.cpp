@@ -98,9 +98,10 @@ GenerationSpec spec_from(const CommonParams& c) {
 }
 
 // Renders the model's chat template and tokenizes the prompt it produces.
+// `kwargs`: chat_template_kwargs, a JSON object of extra template variables ("" for none).
 std::optional<ApiError> render_prompt(const ServerState& st, const std::string& messages,
-                                      const std::string& tools, bool add_generation_prompt,
-                                      std::string& text) {
+                                      const std::string& tools, bool add_generation_prompt, std::string& text,
+                                      const std::string& kwargs = {}) {
   const ChatTemplate* t = st.tokenizer->chat_template();
   if (!t)
     return ApiError{400, "the model has no chat template; use /v1/completions with a plain prompt",
@@ -109,6 +110,7 @@ std::optional<ApiError> render_prompt(const ServerState& st, const std::string& 
   in.messages_json = messages;
   in.tools_json = tools;
   in.add_generation_prompt = add_generation_prompt;
+  in.extra_context_json = kwargs;
   const auto& sp = st.tokenizer->special_tokens();
   in.bos_token = sp.bos_token;
   in.eos_token = sp.eos_token;
@@ -135,12 +137,13 @@ RouteResult chat_completions(const HttpRequest& req, ServerState& st) {
   if (auto e = check_model(cr.common.model, st)) return error(*e, Dialect::openai);
   std::string prompt;
   const std::string tools = cr.tool_choice == "none" ? std::string() : cr.tools_json;
-  if (auto e = render_prompt(st, cr.messages_json, tools, cr.add_generation_prompt, prompt))
+  if (auto e = render_prompt(st, cr.messages_json, tools, cr.add_generation_prompt, prompt,
+                             cr.template_kwargs_json))
     return error(*e, Dialect::openai);
   GenerationJob job;
   job.spec = spec_from(cr.common);
   job.spec.prompt = st.tokenizer->encode(prompt, /*add_special_tokens=*/false);
-  job.fmt = make_chat_formatter(cr, st.model_name, *st.tokenizer);
+  job.fmt = make_chat_formatter(cr, st.model_name, *st.tokenizer, reasoning_mode(st.reasoning, prompt));
   if (auto e = validate_common(cr.common)) return error(*e, Dialect::openai);
   if (auto e = take_slot(st, job)) return error(*e, Dialect::openai);
   return RouteResult{{}, std::move(job)};
@@ -179,12 +182,13 @@ RouteResult messages(const HttpRequest& req, ServerState& st) {
   if (auto e = check_model(mr.common.model, st)) return error(*e, Dialect::anthropic);
   std::string prompt;
   const std::string tools = mr.tool_choice_none ? std::string() : mr.tools_json;
-  if (auto e = render_prompt(st, mr.messages_json, tools, true, prompt)) return error(*e, Dialect::anthropic);
+  if (auto e = render_prompt(st, mr.messages_json, tools, true, prompt, mr.template_kwargs_json))
+    return error(*e, Dialect::anthropic);
   GenerationJob job;
   job.dialect = Dialect::anthropic;
   job.spec = spec_from(mr.common);
   job.spec.prompt = st.tokenizer->encode(prompt, false);
-  job.fmt = make_messages_formatter(mr, st.model_name);
+  job.fmt = make_messages_formatter(mr, st.model_name, reasoning_mode(st.reasoning, prompt));
   if (auto e = validate_common(mr.common)) return error(*e, Dialect::anthropic);
   if (auto e = take_slot(st, job)) return error(*e, Dialect::anthropic);
   return RouteResult{{}, std::move(job)};
@@ -195,7 +199,7 @@ RouteResult count_tokens(const HttpRequest& req, ServerState& st) {
   if (auto e = parse_messages_request(req.body, mr, false)) return error(*e, Dialect::anthropic);
   if (auto e = check_model(mr.common.model, st)) return error(*e, Dialect::anthropic);
   std::string prompt;
-  if (auto e = render_prompt(st, mr.messages_json, mr.tools_json, true, prompt))
+  if (auto e = render_prompt(st, mr.messages_json, mr.tools_json, true, prompt, mr.template_kwargs_json))
     return error(*e, Dialect::anthropic);
   return RouteResult{json_response(count_tokens_body(int(st.tokenizer->encode(prompt, false).size()))),
                      std::nullopt};
@@ -272,7 +276,8 @@ RouteResult apply_template(const HttpRequest& req, ServerState& st) {
   cr.add_generation_prompt = false;  // the contract's default for templates
   if (auto e = parse_chat_request(req.body, cr)) return error(*e, Dialect::openai);
   std::string text;
-  if (auto e = render_prompt(st, cr.messages_json, cr.tools_json, cr.add_generation_prompt, text))
+  if (auto e = render_prompt(st, cr.messages_json, cr.tools_json, cr.add_generation_prompt, text,
+                             cr.template_kwargs_json))
     return error(*e, Dialect::openai);
   JsonWriter w;
   w.begin_object().key("text").value(text).end_object();
@@ -377,7 +382,9 @@ std::optional<ApiError> websocket_generate_job(std::string_view frame, ServerSta
   if (auto e = check_model(cr.common.model, st)) return e;
   std::string prompt;
   const std::string tools = cr.tool_choice == "none" ? std::string() : cr.tools_json;
-  if (auto e = render_prompt(st, cr.messages_json, tools, cr.add_generation_prompt, prompt)) return e;
+  if (auto e = render_prompt(st, cr.messages_json, tools, cr.add_generation_prompt, prompt,
+                             cr.template_kwargs_json))
+    return e;
   job.spec = spec_from(cr.common);
   job.spec.prompt = st.tokenizer->encode(prompt, false);
   if (auto e = validate_common(cr.common)) return e;
