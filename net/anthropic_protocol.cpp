@@ -253,6 +253,9 @@ MaybeError parse_messages_request(std::string_view body, MessagesRequest& out, b
       e = read_bool(v, "ignore_eos", c.ignore_eos);
     } else if (key == "tools") {
       e = parse_tools(v, out.tools_json);
+    } else if (key == "logit_bias") {  // extension (as in the OpenAI API)
+      bool handled = false;
+      e = parse_common_field(key, v, c, handled);
     } else if (key == "chat_template_kwargs") {  // extension (vLLM)
       e = parse_template_kwargs(v, out.template_kwargs_json);
     } else if (key == "thinking") {

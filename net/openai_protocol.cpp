@@ -126,7 +126,7 @@ MaybeError parse_chat_messages(JsonValue& v, std::string& messages_json) {
     const std::string at = "messages[" + std::to_string(idx) + "]";
     od::object m;
     if (el.get_object().get(m)) return bad_field(at, "must be an object");
-    std::string role, content, name, tool_calls, tool_call_id;
+    std::string role, content, name, tool_calls, tool_call_id, reasoning;
     bool have_content = false;
     auto err = for_each_field_at(m, at, [&](std::string_view k, JsonValue& fv) -> MaybeError {
       if (k == "role") {
@@ -178,6 +178,10 @@ MaybeError parse_chat_messages(JsonValue& v, std::string& messages_json) {
         if (auto e = read_raw(fv, at + ".tool_calls", tool_calls)) return e;
       } else if (k == "tool_call_id") {
         if (auto e = read_string(fv, at + ".tool_call_id", tool_call_id)) return e;
+      } else if (k == "reasoning_content" && !is_null(fv)) {
+        // An earlier turn's reasoning, as this server returned it: templates that show it (Qwen3's
+        // keeps the last turn's) read message.reasoning_content.
+        if (auto e = read_string(fv, at + ".reasoning_content", reasoning)) return e;
       }
       return std::nullopt;
     });
@@ -193,6 +197,7 @@ MaybeError parse_chat_messages(JsonValue& v, std::string& messages_json) {
     if (!name.empty()) w.key("name").value(name);
     if (!tool_calls.empty()) w.key("tool_calls").raw(tool_calls);
     if (!tool_call_id.empty()) w.key("tool_call_id").value(tool_call_id);
+    if (!reasoning.empty()) w.key("reasoning_content").value(reasoning);
     w.end_object();
     ++idx;
   }

@@ -5,6 +5,7 @@
 #include "net/anthropic_protocol.h"
 #include "net/chat_page.h"
 #include "net/openai_protocol.h"
+#include "net/responses_protocol.h"
 #include "net/stats_routes.h"
 #include "net/websocket_frames.h"
 #include "src/core/json_writer.h"
@@ -194,6 +195,23 @@ RouteResult messages(const HttpRequest& req, ServerState& st) {
   return RouteResult{{}, std::move(job)};
 }
 
+RouteResult responses(const HttpRequest& req, ServerState& st) {
+  ResponsesRequest rr;
+  if (auto e = parse_responses_request(req.body, rr)) return error(*e, Dialect::openai);
+  if (auto e = check_model(rr.common.model, st)) return error(*e, Dialect::openai);
+  std::string prompt;
+  const std::string tools = rr.tool_choice == "none" ? std::string() : rr.tools_json;
+  if (auto e = render_prompt(st, rr.messages_json, tools, true, prompt, rr.template_kwargs_json))
+    return error(*e, Dialect::openai);
+  GenerationJob job;
+  job.spec = spec_from(rr.common);
+  job.spec.prompt = st.tokenizer->encode(prompt, false);
+  job.fmt = make_responses_formatter(rr, st.model_name, reasoning_mode(st.reasoning, prompt));
+  if (auto e = validate_common(rr.common)) return error(*e, Dialect::openai);
+  if (auto e = take_slot(st, job)) return error(*e, Dialect::openai);
+  return RouteResult{{}, std::move(job)};
+}
+
 RouteResult count_tokens(const HttpRequest& req, ServerState& st) {
   MessagesRequest mr;
   if (auto e = parse_messages_request(req.body, mr, false)) return error(*e, Dialect::anthropic);
@@ -348,6 +366,7 @@ RouteResult route(const HttpRequest& req, ServerState& st) {
       {"/v1/chat/completions", "POST", chat_completions},
       {"/v1/completions", "POST", completions},
       {"/v1/messages", "POST", messages},
+      {"/v1/responses", "POST", responses},
       {"/v1/messages/count_tokens", "POST", count_tokens},
       {"/tokenize", "POST", tokenize},
       {"/detokenize", "POST", detokenize},
