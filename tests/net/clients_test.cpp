@@ -27,6 +27,11 @@ TEST_CASE("the Anthropic SDK: messages, streaming events, stop_sequences, tools,
   node_script("anthropic_client.mjs", {shared_server().url()});
 }
 
+TEST_CASE("the openai SDK's Responses API: create, stream events, input items, unsupported fields",
+          "[integration]") {
+  node_script("responses_client.mjs", {shared_server().url()});
+}
+
 TEST_CASE("one WebSocket multiplexes three generations and cancels one", "[integration]") {
   node_script("ws_client.mjs", {shared_server().url()});
 }
