@@ -4,6 +4,7 @@
 
 #include "net/anthropic_protocol.h"
 #include "net/chat_page.h"
+#include "net/dashboard_page.h"
 #include "net/openai_protocol.h"
 #include "net/responses_protocol.h"
 #include "net/stats_routes.h"
@@ -340,13 +341,20 @@ RouteResult route(const HttpRequest& req, ServerState& st) {
     r.content_type.clear();
     return RouteResult{std::move(r), std::nullopt};
   }
-  // Open routes: liveness, the chat page, Prometheus scraping.
+  // Open routes: liveness, the chat page and the dashboard, Prometheus scraping.
   if (p == "/health") return m == "GET" ? health(st) : method_not_allowed("GET");
   if (p == "/") {
     if (m != "GET") return method_not_allowed("GET");
     HttpResponse r;
     r.content_type = "text/html; charset=utf-8";
     r.body = std::string(chat_page_html());
+    return RouteResult{std::move(r), std::nullopt};
+  }
+  if (p == "/dashboard") {  // the page itself; the /stats it polls needs the API key
+    if (m != "GET") return method_not_allowed("GET");
+    HttpResponse r;
+    r.content_type = "text/html; charset=utf-8";
+    r.body = std::string(dashboard_page_html());
     return RouteResult{std::move(r), std::nullopt};
   }
   if (p == "/metrics") {

@@ -40,6 +40,10 @@ TEST_CASE("the chat page streams a reply in headless Chromium", "[integration]")
   node_script("chat_page.mjs", {shared_server().url()});
 }
 
+TEST_CASE("the dashboard draws live /stats figures in headless Chromium while a load runs", "[integration]") {
+  node_script("dashboard.mjs", {shared_server().url()});
+}
+
 TEST_CASE("200 concurrent SSE streams, 50 disconnecting early, leave no request or KV page behind",
           "[slow]") {
   ServerProcess s({"--max-concurrent", "400", "--max-batch-size", "256", "--access-log", "false"});
