@@ -522,13 +522,8 @@ class ChatFormatter final : public ResponseFormatter {
       const bool calls = !parsed.calls.empty();
       w.begin_object().key("index").value(int(c)).key("message").begin_object();
       w.key("role").value("assistant");
-      if (reasoning_.enabled) {
-        w.key("reasoning_content");
-        if (split.reasoning.empty())
-          w.null();
-        else
-          w.value(split.reasoning);
-      }
+      // Only with reasoning: an output without any is answered as without a parser.
+      if (!split.reasoning.empty()) w.key("reasoning_content").value(split.reasoning);
       w.key("content");
       if (calls) {
         std::string_view content = parsed.content;
