@@ -41,6 +41,15 @@ std::optional<ReasoningParser> reasoning_parser_from_name(std::string_view name)
   return std::nullopt;
 }
 
+const char* reasoning_parser_name(ReasoningParser p) {
+  switch (p) {
+    case ReasoningParser::none: return "none";
+    case ReasoningParser::qwen3: return "qwen3";
+    case ReasoningParser::deepseek_r1: return "deepseek_r1";
+  }
+  return "none";
+}
+
 ReasoningParser detect_reasoning_parser(const Tokenizer& tok) {
   return tok.token_to_id(kOpen) && tok.token_to_id(kClose) ? ReasoningParser::qwen3 : ReasoningParser::none;
 }

@@ -26,6 +26,7 @@ enum class ReasoningParser : uint8_t { none, qwen3, deepseek_r1 };
 
 // "qwen3", "deepseek_r1", "none"; nullopt for any other name.
 std::optional<ReasoningParser> reasoning_parser_from_name(std::string_view name);
+const char* reasoning_parser_name(ReasoningParser p);
 // auto: qwen3 when both markers are added tokens of `tok`, else none.
 ReasoningParser detect_reasoning_parser(const Tokenizer& tok);
 

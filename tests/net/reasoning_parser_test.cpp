@@ -158,4 +158,6 @@ TEST_CASE("a prompt that ends inside a think block starts the output in reasonin
   CHECK(reasoning_parser_from_name("deepseek_r1") == ReasoningParser::deepseek_r1);
   CHECK(reasoning_parser_from_name("none") == ReasoningParser::none);
   CHECK_FALSE(reasoning_parser_from_name("auto"));
+  for (auto p : {ReasoningParser::none, ReasoningParser::qwen3, ReasoningParser::deepseek_r1})
+    CHECK(reasoning_parser_from_name(reasoning_parser_name(p)) == p);
 }
