@@ -1,8 +1,8 @@
 #include "net/reasoning_parser.h"
 
-#include <algorithm>
 #include <cctype>
 
+#include "net/tool_calls.h"
 #include "src/tokenizer/tokenizer.h"
 
 namespace astrai::net {
@@ -23,13 +23,6 @@ std::string_view ltrim(std::string_view s) {
 std::string_view rtrim(std::string_view s) {
   while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
   return s;
-}
-
-// Length of the longest suffix of s that is a proper prefix of tag.
-size_t partial_suffix(std::string_view s, std::string_view tag) {
-  for (size_t k = std::min(s.size(), tag.size() - 1); k > 0; --k)
-    if (s.substr(s.size() - k) == tag.substr(0, k)) return k;
-  return 0;
 }
 
 }  // namespace
@@ -109,7 +102,7 @@ void ReasoningSplitter::drain(ReasoningSplit& out, bool final) {
           state_ = State::answer;
           break;
         }
-        const size_t keep = final ? 0 : partial_suffix(buf_, kClose);
+        const size_t keep = final ? 0 : partial_tag_suffix(buf_, kClose);
         out.reasoning.append(buf_, 0, buf_.size() - keep);
         buf_.erase(0, buf_.size() - keep);
         return;
