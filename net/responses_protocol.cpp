@@ -1,5 +1,7 @@
 #include "net/responses_protocol.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <vector>
 
@@ -185,6 +187,13 @@ MaybeError parse_tool_choice(JsonValue& v, std::string& choice, std::string& ech
     return bad_field("tool_choice", what);
   choice = std::string(name);
   return std::nullopt;
+}
+
+// A sampling float as the client wrote it (0.7, not the float's 0.699999988079071).
+double echo(float x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.7g", double(x));
+  return std::strtod(buf, nullptr);
 }
 
 MaybeError unsupported(const std::string& field, const std::string& why) {
@@ -571,7 +580,7 @@ class ResponsesFormatter final : public ResponseFormatter {
     w.end_array();
     w.key("parallel_tool_calls").value(req_.parallel_tool_calls).key("previous_response_id").null();
     w.key("reasoning").begin_object().key("effort").null().key("summary").null().end_object();
-    w.key("store").value(false).key("temperature").value(double(s.temperature));
+    w.key("store").value(false).key("temperature").value(echo(s.temperature));
     w.key("text")
         .begin_object()
         .key("format")
@@ -581,7 +590,7 @@ class ResponsesFormatter final : public ResponseFormatter {
         .end_object()
         .end_object();
     w.key("tool_choice").raw(req_.tool_choice_echo).key("tools").raw(req_.tools_echo);
-    w.key("top_p").value(double(s.top_p)).key("truncation").value("disabled");
+    w.key("top_p").value(echo(s.top_p)).key("truncation").value("disabled");
     w.key("usage");
     if (g) {
       w.begin_object().key("input_tokens").value(g->prompt_tokens());

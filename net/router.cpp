@@ -224,9 +224,10 @@ RouteResult count_tokens(const HttpRequest& req, ServerState& st) {
                      std::nullopt};
 }
 
-// /tokenize {"text"|"prompt": str, "add_special_tokens"?: bool} or {"messages": [...]} -> {"tokens", "count"}
+// /tokenize {"text"|"prompt": str, "add_special_tokens"?: bool} or {"messages": [...],
+// "chat_template_kwargs"?: {...}} -> {"tokens", "count"}
 RouteResult tokenize(const HttpRequest& req, ServerState& st) {
-  std::string text, messages;
+  std::string text, messages, kwargs;
   bool have_text = false, add_special = true, have_messages = false;
   auto err =
       for_each_body_field(req.body, "request body", [&](std::string_view k, JsonValue& v) -> MaybeError {
@@ -239,13 +240,14 @@ RouteResult tokenize(const HttpRequest& req, ServerState& st) {
           have_messages = true;
           return parse_chat_messages(v, messages);
         }
+        if (k == "chat_template_kwargs" && !is_null(v)) return parse_template_kwargs(v, kwargs);
         return std::nullopt;
       });
   if (err) return error(*err, Dialect::openai);
   if (!have_text && !have_messages)
     return error(bad_field("text", "is required (or 'messages')"), Dialect::openai);
   if (have_messages) {
-    if (auto e = render_prompt(st, messages, "", true, text)) return error(*e, Dialect::openai);
+    if (auto e = render_prompt(st, messages, "", true, text, kwargs)) return error(*e, Dialect::openai);
     add_special = false;
   }
   const auto ids = st.tokenizer->encode(text, add_special);

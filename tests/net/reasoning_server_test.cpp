@@ -120,6 +120,7 @@ TEST_CASE("chat_template_kwargs renders the prompt jinja2 renders on every route
               anthropic +
                   R"(,"thinking":{"type":"enabled"},"chat_template_kwargs":{"x":1,"enable_thinking":false}})",
               {"input_tokens"}) == n_off);
+  CHECK(usage("/tokenize", R"({"messages":)" + messages + "," + off + "}", {"count"}) == n_off);
   const std::string responses = R"({"instructions":"Be brief.","input":"Hi ünï","max_output_tokens":1)";
   CHECK(usage("/v1/responses", responses + "," + off + "}", {"usage", "input_tokens"}) == n_off);
   CHECK(usage("/v1/responses", responses + "}", {"usage", "input_tokens"}) == n_on);

@@ -36,6 +36,8 @@ await run([
     assert.equal(r.model, model);
     assert.equal(r.instructions, instructions);
     assert.equal(r.max_output_tokens, 12);
+    assert.equal(r.top_p, 0.95);
+    assert.equal(r.temperature, sampled.temperature);
     assert.equal(r.output_text, ref.choices[0].message.content);
     assert.equal(r.output.length, 1);
     assert.equal(r.output[0].type, 'message');
