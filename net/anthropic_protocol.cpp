@@ -53,7 +53,7 @@ MaybeError parse_messages(JsonValue& v, JsonWriter& w) {
     const std::string at = "messages[" + std::to_string(idx++) + "]";
     od::object m;
     if (el.get_object().get(m)) return bad_field(at, "must be an object");
-    std::string role, text;
+    std::string role, text, thinking;
     bool have_content = false;
     std::vector<ToolUse> uses;
     std::vector<ToolResult> results;
@@ -73,7 +73,7 @@ MaybeError parse_messages(JsonValue& v, JsonWriter& w) {
         const std::string bat = at + ".content[" + std::to_string(bi++) + "]";
         od::object b;
         if (be.get_object().get(b)) return bad_field(bat, "must be an object");
-        std::string type, btext, id, name, input = "{}", tool_use_id, result;
+        std::string type, btext, id, name, input = "{}", tool_use_id, result, bthinking;
         auto berr = for_each_field_at(b, bat, [&](std::string_view bk, JsonValue& bv) -> MaybeError {
           if (bk == "type") return read_string(bv, bat + ".type", type);
           if (bk == "text") return read_string(bv, bat + ".text", btext);
@@ -82,6 +82,7 @@ MaybeError parse_messages(JsonValue& v, JsonWriter& w) {
           if (bk == "input") return read_raw(bv, bat + ".input", input);
           if (bk == "tool_use_id") return read_string(bv, bat + ".tool_use_id", tool_use_id);
           if (bk == "content") return read_text_or_blocks(bv, bat + ".content", result);
+          if (bk == "thinking") return read_string(bv, bat + ".thinking", bthinking);
           return std::nullopt;
         });
         if (berr) return berr;
@@ -94,7 +95,10 @@ MaybeError parse_messages(JsonValue& v, JsonWriter& w) {
         } else if (type == "tool_result") {
           if (tool_use_id.empty()) return bad_field(bat + ".tool_use_id", "is required");
           results.push_back({tool_use_id, result});
-        } else {
+        } else if (type == "thinking") {
+          // An earlier turn's thinking, as clients send it back: the template's reasoning_content.
+          thinking += bthinking;
+        } else if (type != "redacted_thinking") {
           return bad_field(bat + ".type", "content block type '" + type + "' is not supported");
         }
       }
@@ -116,6 +120,7 @@ MaybeError parse_messages(JsonValue& v, JsonWriter& w) {
           .end_object();
     if (!results.empty() && text.empty() && uses.empty()) continue;
     w.begin_object().key("role").value(role).key("content").value(text);
+    if (!thinking.empty()) w.key("reasoning_content").value(thinking);
     if (!uses.empty()) {
       w.key("tool_calls").begin_array();
       for (const auto& u : uses) {

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <utility>
 #include <vector>
 
 #include "net/sse_format.h"
@@ -17,6 +18,7 @@ namespace {
 // One chat-template message built from input items.
 struct TemplateMessage {
   std::string role, content, tool_call_id;
+  std::string reasoning;  // an assistant turn's reasoning (reasoning_content for the template)
   struct Call {
     std::string id, name, arguments;
   };
@@ -43,7 +45,7 @@ MaybeError read_content(JsonValue& v, const std::string& at, std::string& out) {
       return std::nullopt;
     });
     if (err) return err;
-    if (type != "input_text" && type != "output_text" && type != "text")
+    if (type != "input_text" && type != "output_text" && type != "text" && type != "reasoning_text")
       return bad_field(pat + ".type",
                        "content part type '" + type + "' is not supported (only input_text and output_text)");
     if (i > 1) out += '\n';
@@ -52,8 +54,9 @@ MaybeError read_content(JsonValue& v, const std::string& at, std::string& out) {
   return std::nullopt;
 }
 
-// One item of `input`.
-MaybeError read_item(JsonValue& v, const std::string& at, std::vector<TemplateMessage>& msgs) {
+// One item of `input`. A reasoning item's text waits in `reasoning` for the assistant turn it precedes.
+MaybeError read_item(JsonValue& v, const std::string& at, std::vector<TemplateMessage>& msgs,
+                     std::string& reasoning) {
   od::object o;
   if (v.get_object().get(o)) return bad_field(at, "must be an object");
   std::string type, role, content, call_id, name, arguments, output;
@@ -78,23 +81,27 @@ MaybeError read_item(JsonValue& v, const std::string& at, std::vector<TemplateMe
     if (role != "user" && role != "assistant" && role != "system")
       return bad_field(at + ".role", "must be one of user, assistant, system, developer; got '" + role + "'");
     if (!have_content) return bad_field(at + ".content", "is required");
-    msgs.push_back({role, content, "", {}});
+    msgs.push_back({role, content, "", role == "assistant" ? std::exchange(reasoning, {}) : "", {}});
     return std::nullopt;
   }
   if (type == "function_call") {
     if (name.empty()) return bad_field(at + ".name", "is required");
     if (call_id.empty()) return bad_field(at + ".call_id", "is required");
     // Calls join the assistant turn they belong to (the text before them, or earlier calls).
-    if (msgs.empty() || msgs.back().role != "assistant") msgs.push_back({"assistant", "", "", {}});
+    if (msgs.empty() || msgs.back().role != "assistant") msgs.push_back({"assistant", "", "", "", {}});
+    msgs.back().reasoning += std::exchange(reasoning, {});
     msgs.back().calls.push_back({call_id, name, arguments.empty() ? "{}" : arguments});
     return std::nullopt;
   }
   if (type == "function_call_output") {
     if (call_id.empty()) return bad_field(at + ".call_id", "is required");
-    msgs.push_back({"tool", output, call_id, {}});
+    msgs.push_back({"tool", output, call_id, "", {}});
     return std::nullopt;
   }
-  if (type == "reasoning") return std::nullopt;  // earlier reasoning is not fed back to the model
+  if (type == "reasoning") {
+    reasoning += content;
+    return std::nullopt;
+  }
   return bad_field(at + ".type", "input item type '" + type +
                                      "' is not supported (message, function_call, function_call_output)");
 }
@@ -103,7 +110,7 @@ MaybeError parse_input(JsonValue& v, std::vector<TemplateMessage>& msgs) {
   od::json_type t;
   if (v.type().get(t)) return bad_field("input", "is not valid JSON");
   if (t == od::json_type::string) {
-    TemplateMessage m{"user", "", "", {}};
+    TemplateMessage m{"user", "", "", "", {}};
     if (auto e = read_string(v, "input", m.content)) return e;
     msgs.push_back(std::move(m));
     return std::nullopt;
@@ -112,10 +119,11 @@ MaybeError parse_input(JsonValue& v, std::vector<TemplateMessage>& msgs) {
   if (t != od::json_type::array || v.get_array().get(arr))
     return bad_field("input", "must be a string or an array of input items");
   size_t i = 0;
+  std::string reasoning;
   for (auto el : arr) {
     JsonValue ev;
     if (el.get(ev)) return bad_field("input", "is not valid JSON");
-    if (auto e = read_item(ev, "input[" + std::to_string(i++) + "]", msgs)) return e;
+    if (auto e = read_item(ev, "input[" + std::to_string(i++) + "]", msgs, reasoning)) return e;
   }
   if (i == 0) return bad_field("input", "must contain at least one item");
   return std::nullopt;
@@ -314,6 +322,7 @@ MaybeError parse_responses_request(std::string_view body, ResponsesRequest& out)
       w.end_array();
     }
     if (!m.tool_call_id.empty()) w.key("tool_call_id").value(m.tool_call_id);
+    if (!m.reasoning.empty()) w.key("reasoning_content").value(m.reasoning);
     w.end_object();
   }
   w.end_array();

@@ -214,6 +214,7 @@ TEST_CASE("responses input items become template messages; unsupported fields na
   ResponsesRequest req;
   REQUIRE_FALSE(parse_responses_request(R"({"instructions":"sys","input":[
       {"role":"user","content":[{"type":"input_text","text":"a"},{"type":"input_text","text":"b"}]},
+      {"type":"reasoning","summary":[],"content":[{"type":"reasoning_text","text":"hmm"}]},
       {"type":"message","role":"assistant","content":"thinking aloud"},
       {"type":"function_call","call_id":"c1","name":"f","arguments":"{\"k\":2}"},
       {"type":"function_call","call_id":"c2","name":"h","arguments":"{}"},
@@ -228,6 +229,7 @@ TEST_CASE("responses input items become template messages; unsupported fields na
   CHECK(str(m.at(1)["content"]) == "a\nb");
   CHECK(str(m.at(2)["role"]) == "assistant");
   CHECK(str(m.at(2)["content"]) == "thinking aloud");
+  CHECK(str(m.at(2)["reasoning_content"]) == "hmm");
   CHECK(m.at(2)["tool_calls"].get_array().size() == 2);
   CHECK(str(m.at(2)["tool_calls"].at(0)["function"]["arguments"]) == R"({"k":2})");
   CHECK(str(m.at(3)["role"]) == "tool");
@@ -259,4 +261,20 @@ TEST_CASE("responses input items become template messages; unsupported fields na
     CHECK(e->status == 400);
     CHECK(e->param == c.param);
   }
+}
+
+TEST_CASE("Anthropic thinking blocks sent back become the turn's reasoning_content", "[unit]") {
+  simdjson::dom::parser p;
+  MessagesRequest req;
+  REQUIRE_FALSE(parse_messages_request(R"({"max_tokens":5,"messages":[
+      {"role":"user","content":"q"},
+      {"role":"assistant","content":[{"type":"thinking","thinking":"let me see","signature":""},
+                                     {"type":"redacted_thinking","data":"xx"},{"type":"text","text":"a"}]},
+      {"role":"user","content":"q2"}]})",
+                                       req, true));
+  auto m = p.parse(req.messages_json).get_array();
+  REQUIRE(m.size() == 3);
+  CHECK(str(m.at(1)["content"]) == "a");
+  CHECK(str(m.at(1)["reasoning_content"]) == "let me see");
+  CHECK(m.at(0)["reasoning_content"].error() == simdjson::NO_SUCH_FIELD);
 }
