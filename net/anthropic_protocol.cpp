@@ -53,7 +53,7 @@ MaybeError parse_messages(JsonValue& v, JsonWriter& w) {
     const std::string at = "messages[" + std::to_string(idx++) + "]";
     od::object m;
     if (el.get_object().get(m)) return bad_field(at, "must be an object");
-    std::string role, text;
+    std::string role, text, thinking;
     bool have_content = false;
     std::vector<ToolUse> uses;
     std::vector<ToolResult> results;
@@ -73,7 +73,7 @@ MaybeError parse_messages(JsonValue& v, JsonWriter& w) {
         const std::string bat = at + ".content[" + std::to_string(bi++) + "]";
         od::object b;
         if (be.get_object().get(b)) return bad_field(bat, "must be an object");
-        std::string type, btext, id, name, input = "{}", tool_use_id, result;
+        std::string type, btext, id, name, input = "{}", tool_use_id, result, bthinking;
         auto berr = for_each_field_at(b, bat, [&](std::string_view bk, JsonValue& bv) -> MaybeError {
           if (bk == "type") return read_string(bv, bat + ".type", type);
           if (bk == "text") return read_string(bv, bat + ".text", btext);
@@ -82,6 +82,7 @@ MaybeError parse_messages(JsonValue& v, JsonWriter& w) {
           if (bk == "input") return read_raw(bv, bat + ".input", input);
           if (bk == "tool_use_id") return read_string(bv, bat + ".tool_use_id", tool_use_id);
           if (bk == "content") return read_text_or_blocks(bv, bat + ".content", result);
+          if (bk == "thinking") return read_string(bv, bat + ".thinking", bthinking);
           return std::nullopt;
         });
         if (berr) return berr;
@@ -94,7 +95,10 @@ MaybeError parse_messages(JsonValue& v, JsonWriter& w) {
         } else if (type == "tool_result") {
           if (tool_use_id.empty()) return bad_field(bat + ".tool_use_id", "is required");
           results.push_back({tool_use_id, result});
-        } else {
+        } else if (type == "thinking") {
+          // An earlier turn's thinking, as clients send it back: the template's reasoning_content.
+          thinking += bthinking;
+        } else if (type != "redacted_thinking") {
           return bad_field(bat + ".type", "content block type '" + type + "' is not supported");
         }
       }
@@ -116,6 +120,7 @@ MaybeError parse_messages(JsonValue& v, JsonWriter& w) {
           .end_object();
     if (!results.empty() && text.empty() && uses.empty()) continue;
     w.begin_object().key("role").value(role).key("content").value(text);
+    if (!thinking.empty()) w.key("reasoning_content").value(thinking);
     if (!uses.empty()) {
       w.key("tool_calls").begin_array();
       for (const auto& u : uses) {
@@ -158,11 +163,55 @@ MaybeError parse_tools(JsonValue& v, std::string& out) {
   return std::nullopt;
 }
 
+// The `thinking` request field: {"type": "enabled", "budget_tokens": N} | {"type": "disabled"}.
+// budget_tokens is accepted and not enforced (max_tokens bounds the whole output).
+MaybeError parse_thinking(JsonValue& v, bool& enabled) {
+  od::object o;
+  if (v.get_object().get(o))
+    return bad_field("thinking", "must be an object with a 'type' (enabled, disabled)");
+  std::string type;
+  auto err = for_each_field_at(o, "thinking", [&](std::string_view k, JsonValue& fv) -> MaybeError {
+    if (k == "type") return read_string(fv, "thinking.type", type);
+    if (k == "budget_tokens" && !is_null(fv)) {
+      int64_t n = 0;
+      return read_int(fv, "thinking.budget_tokens", 0, int64_t(1) << 30, n);
+    }
+    return std::nullopt;
+  });
+  if (err) return err;
+  if (type != "enabled" && type != "disabled" && type != "adaptive")
+    return bad_field("thinking.type", "must be 'enabled', 'adaptive' or 'disabled', got '" + type + "'");
+  enabled = type != "disabled";
+  return std::nullopt;
+}
+
+// kwargs (a JSON object's text, or "") with "enable_thinking" added unless it is there already.
+std::string with_enable_thinking(const std::string& kwargs, bool on) {
+  const std::string kv = std::string("\"enable_thinking\":") + (on ? "true" : "false");
+  if (kwargs.empty()) return "{" + kv + "}";
+  od::parser p;
+  simdjson::padded_string padded(kwargs);
+  od::document doc;
+  od::object o;
+  if (p.iterate(padded).get(doc) || doc.get_object().get(o)) return kwargs;
+  for (auto field : o) {
+    std::string_view key;
+    if (field.unescaped_key().get(key)) return kwargs;
+    if (key == "enable_thinking") return kwargs;
+  }
+  const size_t open = kwargs.find('{');
+  const size_t next = kwargs.find_first_not_of(" \t\r\n", open + 1);
+  if (open == std::string::npos || next == std::string::npos) return kwargs;
+  const bool empty = kwargs[next] == '}';
+  return kwargs.substr(0, open + 1) + kv + (empty ? "" : ",") + kwargs.substr(open + 1);
+}
+
 }  // namespace
 
 MaybeError parse_messages_request(std::string_view body, MessagesRequest& out, bool require_max_tokens) {
   std::string system;
   bool have_messages = false, have_max_tokens = false;
+  std::optional<bool> thinking;
   auto& c = out.common;
   // The Anthropic dialect's documented ranges (temperature 0..1, unlike OpenAI's 0..2); the engine's
   // own ranges are checked by validate_common on the generation route.
@@ -209,6 +258,13 @@ MaybeError parse_messages_request(std::string_view body, MessagesRequest& out, b
       e = read_bool(v, "ignore_eos", c.ignore_eos);
     } else if (key == "tools") {
       e = parse_tools(v, out.tools_json);
+    } else if (key == "logit_bias") {  // extension (as in the OpenAI API)
+      bool handled = false;
+      e = parse_common_field(key, v, c, handled);
+    } else if (key == "chat_template_kwargs") {  // extension (vLLM)
+      e = parse_template_kwargs(v, out.template_kwargs_json);
+    } else if (key == "thinking") {
+      e = parse_thinking(v, thinking.emplace());
     } else if (key == "tool_choice") {
       od::object o;
       std::string_view type;
@@ -222,6 +278,7 @@ MaybeError parse_messages_request(std::string_view body, MessagesRequest& out, b
   if (err) return err;
   if (!have_messages) return bad_field("messages", "is required");
   if (require_max_tokens && !have_max_tokens) return bad_field("max_tokens", "is required");
+  if (thinking) out.template_kwargs_json = with_enable_thinking(out.template_kwargs_json, *thinking);
   if (!system.empty()) {
     JsonWriter w;
     w.begin_object().key("role").value("system").key("content").value(system).end_object();
@@ -249,11 +306,13 @@ const char* stop_reason(FinishReason finish, bool tool_use, bool stop_string) {
 
 class MessagesFormatter final : public ResponseFormatter {
  public:
-  MessagesFormatter(const MessagesRequest& req, std::string model)
+  MessagesFormatter(const MessagesRequest& req, std::string model, ReasoningMode reasoning)
       : stream_(req.common.stream),
         tools_(!req.tools_json.empty() && !req.tool_choice_none),
         model_(std::move(model)),
-        id_(random_id("msg_")) {}
+        id_(random_id("msg_")),
+        reasoning_(reasoning),
+        splitter_(reasoning.starts_inside) {}
 
   bool streaming() const override { return stream_; }
 
@@ -275,13 +334,37 @@ class MessagesFormatter final : public ResponseFormatter {
         text_ += d.text;
         continue;
       }
+      ReasoningSplit split;
+      if (reasoning_.enabled)
+        split = splitter_.feed(d.text, last);
+      else
+        split.content = d.text;
+      if (!split.reasoning.empty()) {
+        if (!thinking_open_) {
+          close_block(out);
+          open_thinking(out);
+        }
+        JsonWriter w;
+        w.begin_object().key("type").value("content_block_delta").key("index").value(index_);
+        w.key("delta")
+            .begin_object()
+            .key("type")
+            .value("thinking_delta")
+            .key("thinking")
+            .value(split.reasoning);
+        w.end_object().end_object();
+        append_sse(out, w.str(), "content_block_delta");
+      }
       ToolParse parsed;
       if (tools_)
-        parsed = parser_.feed(d.text, last);
+        parsed = parser_.feed(split.content, last);
       else
-        parsed.content = d.text;
+        parsed.content = std::move(split.content);
       if (!parsed.content.empty()) {
-        if (!text_open_) open_text(out);
+        if (!text_open_) {
+          close_block(out);  // a thinking block
+          open_text(out);
+        }
         JsonWriter w;
         w.begin_object().key("type").value("content_block_delta").key("index").value(index_);
         w.key("delta").begin_object().key("type").value("text_delta").key("text").value(parsed.content);
@@ -322,6 +405,7 @@ class MessagesFormatter final : public ResponseFormatter {
     if (stream_) {
       std::string out;
       if (!started_) start(out, g);
+      if (thinking_open_) close_block(out);
       if (!text_open_ && num_calls_ == 0 && index_ == 0) open_text(out);  // always at least one block
       close_block(out);
       JsonWriter w;
@@ -343,14 +427,28 @@ class MessagesFormatter final : public ResponseFormatter {
       append_sse(out, R"({"type":"message_stop"})", "message_stop");
       return out;
     }
+    ReasoningSplit split;
+    if (reasoning_.enabled)
+      split = split_reasoning(text_, reasoning_.starts_inside);
+    else
+      split.content = text_;
     ToolParse parsed;
     if (tools_)
-      parsed = parse_tool_calls(text_);
+      parsed = parse_tool_calls(split.content);
     else
-      parsed.content = text_;
+      parsed.content = std::move(split.content);
     JsonWriter w;
     w.begin_object().key("id").value(id_).key("type").value("message").key("role").value("assistant");
     w.key("model").value(model_).key("content").begin_array();
+    if (!split.reasoning.empty())
+      w.begin_object()
+          .key("type")
+          .value("thinking")
+          .key("thinking")
+          .value(split.reasoning)
+          .key("signature")
+          .value("")
+          .end_object();
     std::string_view content = parsed.content;
     if (!parsed.calls.empty())
       while (!content.empty() && (content.back() == '\n' || content.back() == ' ')) content.remove_suffix(1);
@@ -428,12 +526,22 @@ class MessagesFormatter final : public ResponseFormatter {
     text_open_ = block_open_ = true;
   }
 
+  // A thinking block as Anthropic streams one (its signature stays empty: nothing to verify here).
+  void open_thinking(std::string& out) {
+    JsonWriter w;
+    w.begin_object().key("type").value("content_block_start").key("index").value(index_);
+    w.key("content_block").begin_object().key("type").value("thinking").key("thinking").value("");
+    w.key("signature").value("").end_object().end_object();
+    append_sse(out, w.str(), "content_block_start");
+    thinking_open_ = block_open_ = true;
+  }
+
   void close_block(std::string& out) {
     if (!block_open_) return;
     JsonWriter w;
     w.begin_object().key("type").value("content_block_stop").key("index").value(index_).end_object();
     append_sse(out, w.str(), "content_block_stop");
-    block_open_ = text_open_ = false;
+    block_open_ = text_open_ = thinking_open_ = false;
     ++index_;
   }
 
@@ -441,16 +549,19 @@ class MessagesFormatter final : public ResponseFormatter {
   std::string model_, id_;
   std::string text_, stop_string_;
   FinishReason finish_ = FinishReason::none;
+  ReasoningMode reasoning_;
+  ReasoningSplitter splitter_;
   ToolCallStreamParser parser_;
-  bool started_ = false, text_open_ = false, block_open_ = false;
+  bool started_ = false, text_open_ = false, block_open_ = false, thinking_open_ = false;
   int index_ = 0, num_calls_ = 0;
 };
 
 }  // namespace
 
 std::unique_ptr<ResponseFormatter> make_messages_formatter(const MessagesRequest& req,
-                                                           const std::string& model) {
-  return std::make_unique<MessagesFormatter>(req, model);
+                                                           const std::string& model,
+                                                           ReasoningMode reasoning) {
+  return std::make_unique<MessagesFormatter>(req, model, reasoning);
 }
 
 }  // namespace astrai::net

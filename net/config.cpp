@@ -154,6 +154,11 @@ std::vector<ConfigKey> make_keys() {
       dbl_key(&ServeConfig::idle_timeout, 0.01, 86400, "idle_timeout"));
   add("served_model_name", "Model name in the API (default: the model directory's name)", true,
       str_key(&ServeConfig::served_model_name, {}, "served_model_name"));
+  add("reasoning_parser",
+      "Split the model's <think>...</think> text off the answer (reasoning_content, thinking blocks): "
+      "qwen3 | deepseek_r1 | none | auto (qwen3 when the tokenizer has <think> and </think> tokens)",
+      true,
+      str_key(&ServeConfig::reasoning_parser, {"auto", "qwen3", "deepseek_r1", "none"}, "reasoning_parser"));
   add("access_log", "Log one line per request", true,
       [](ServeConfig& c, const std::string& v) { return parse_bool("access_log", v, c.access_log); });
   // Chat-template budgets (chat_template_limits.h): templates come with model files, untrusted.

@@ -35,6 +35,9 @@ struct ServeConfig {
   double idle_timeout = 60;       // seconds a keep-alive connection may sit idle
   std::string served_model_name;  // "" = the model directory's name (or the preset's)
   bool access_log = true;
+  // Splits think-block text off the answer: qwen3 | deepseek_r1 | none | auto (qwen3 when the
+  // tokenizer has <think> and </think> as added tokens). See net/reasoning_parser.h.
+  std::string reasoning_parser = "auto";
   // The model's chat template runs under these (template_max_steps, ..._output, ..._memory, ..._depth).
   ChatTemplateLimits template_limits;
   EngineOptions engine;

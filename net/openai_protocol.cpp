@@ -126,7 +126,7 @@ MaybeError parse_chat_messages(JsonValue& v, std::string& messages_json) {
     const std::string at = "messages[" + std::to_string(idx) + "]";
     od::object m;
     if (el.get_object().get(m)) return bad_field(at, "must be an object");
-    std::string role, content, name, tool_calls, tool_call_id;
+    std::string role, content, name, tool_calls, tool_call_id, reasoning;
     bool have_content = false;
     auto err = for_each_field_at(m, at, [&](std::string_view k, JsonValue& fv) -> MaybeError {
       if (k == "role") {
@@ -178,6 +178,10 @@ MaybeError parse_chat_messages(JsonValue& v, std::string& messages_json) {
         if (auto e = read_raw(fv, at + ".tool_calls", tool_calls)) return e;
       } else if (k == "tool_call_id") {
         if (auto e = read_string(fv, at + ".tool_call_id", tool_call_id)) return e;
+      } else if (k == "reasoning_content" && !is_null(fv)) {
+        // An earlier turn's reasoning, as this server returned it: templates that show it (Qwen3's
+        // keeps the last turn's) read message.reasoning_content.
+        if (auto e = read_string(fv, at + ".reasoning_content", reasoning)) return e;
       }
       return std::nullopt;
     });
@@ -193,6 +197,7 @@ MaybeError parse_chat_messages(JsonValue& v, std::string& messages_json) {
     if (!name.empty()) w.key("name").value(name);
     if (!tool_calls.empty()) w.key("tool_calls").raw(tool_calls);
     if (!tool_call_id.empty()) w.key("tool_call_id").value(tool_call_id);
+    if (!reasoning.empty()) w.key("reasoning_content").value(reasoning);
     w.end_object();
     ++idx;
   }
@@ -200,6 +205,13 @@ MaybeError parse_chat_messages(JsonValue& v, std::string& messages_json) {
   w.end_array();
   messages_json = w.take();
   return std::nullopt;
+}
+
+MaybeError parse_template_kwargs(JsonValue& v, std::string& kwargs_json) {
+  od::json_type t;
+  if (v.type().get(t) || t != od::json_type::object)
+    return bad_field("chat_template_kwargs", "must be an object of template variables");
+  return read_raw(v, "chat_template_kwargs", kwargs_json);
 }
 
 namespace {
@@ -268,6 +280,7 @@ MaybeError parse_chat_request(std::string_view body, ChatRequest& out) {
     if (key == "tool_choice") return parse_tool_choice(v, out.tool_choice);
     if (key == "add_generation_prompt")
       return read_bool(v, "add_generation_prompt", out.add_generation_prompt);
+    if (key == "chat_template_kwargs") return parse_template_kwargs(v, out.template_kwargs_json);
     return std::nullopt;  // unknown fields are ignored, as OpenAI-compatible servers do
   });
   if (err) return err;
@@ -394,7 +407,7 @@ void write_tool_call(JsonWriter& w, const ToolCall& c, int index, bool with_inde
 
 class ChatFormatter final : public ResponseFormatter {
  public:
-  ChatFormatter(const ChatRequest& req, std::string model, const Tokenizer& tok)
+  ChatFormatter(const ChatRequest& req, std::string model, const Tokenizer& tok, ReasoningMode reasoning)
       : stream_(req.common.stream),
         include_usage_(req.common.include_usage),
         logprobs_(req.common.sampling.logprobs),
@@ -403,7 +416,8 @@ class ChatFormatter final : public ResponseFormatter {
         tok_(tok),
         id_(random_id("chatcmpl-")),
         created_(int64_t(std::time(nullptr))),
-        choices_(size_t(req.common.n)) {}
+        reasoning_(reasoning),
+        choices_(size_t(req.common.n), ChatChoice(reasoning)) {}
 
   bool streaming() const override { return stream_; }
 
@@ -433,12 +447,17 @@ class ChatFormatter final : public ResponseFormatter {
         continue;
       }
       const bool last = d.finish != FinishReason::none;
+      ReasoningSplit split;
+      if (reasoning_.enabled)
+        split = ch.reasoning.feed(d.text, last);
+      else
+        split.content = d.text;
       ToolParse parsed;
       if (tools_)
-        parsed = ch.parser.feed(d.text, last);
+        parsed = ch.parser.feed(split.content, last);
       else
-        parsed.content = d.text;
-      if (!parsed.content.empty() || (logprobs_ && !d.tokens.empty())) {
+        parsed.content = std::move(split.content);
+      if (!parsed.content.empty() || !split.reasoning.empty() || (logprobs_ && !d.tokens.empty())) {
         std::string lp;
         if (logprobs_ && !d.tokens.empty()) {
           JsonWriter lw;
@@ -447,9 +466,14 @@ class ChatFormatter final : public ResponseFormatter {
           lw.end_array().end_object();
           lp = lw.take();
         }
-        append_sse(
-            out, chunk(
-                     d.choice, [&](JsonWriter& w) { w.key("content").value(parsed.content); }, nullptr, lp));
+        append_sse(out, chunk(
+                            d.choice,
+                            [&](JsonWriter& w) {
+                              if (!split.reasoning.empty()) w.key("reasoning_content").value(split.reasoning);
+                              if (!parsed.content.empty() || split.reasoning.empty())
+                                w.key("content").value(parsed.content);
+                            },
+                            nullptr, lp));
       }
       for (const auto& call : parsed.calls) {
         const int index = ch.num_calls++;
@@ -485,14 +509,22 @@ class ChatFormatter final : public ResponseFormatter {
     w.key("created").value(created_).key("model").value(model_).key("choices").begin_array();
     for (size_t c = 0; c < choices_.size(); ++c) {
       auto& ch = choices_[c];
+      ReasoningSplit split;
+      if (reasoning_.enabled)
+        split = split_reasoning(ch.text, reasoning_.starts_inside);
+      else
+        split.content = std::move(ch.text);
       ToolParse parsed;
       if (tools_)
-        parsed = parse_tool_calls(ch.text);
+        parsed = parse_tool_calls(split.content);
       else
-        parsed.content = ch.text;
+        parsed.content = std::move(split.content);
       const bool calls = !parsed.calls.empty();
       w.begin_object().key("index").value(int(c)).key("message").begin_object();
-      w.key("role").value("assistant").key("content");
+      w.key("role").value("assistant");
+      // Only with reasoning: an output without any is answered as without a parser.
+      if (!split.reasoning.empty()) w.key("reasoning_content").value(split.reasoning);
+      w.key("content");
       if (calls) {
         std::string_view content = parsed.content;
         while (!content.empty() && (content.back() == '\n' || content.back() == ' '))
@@ -529,9 +561,11 @@ class ChatFormatter final : public ResponseFormatter {
  private:
   // What a chat response has gathered for one choice.
   struct ChatChoice {
+    explicit ChatChoice(ReasoningMode m) : reasoning(m.starts_inside) {}
     std::string text;
     std::vector<std::string> logprobs;  // serialised "content" entries
     FinishReason finish = FinishReason::none;
+    ReasoningSplitter reasoning;
     ToolCallStreamParser parser;
     int num_calls = 0;
   };
@@ -567,14 +601,15 @@ class ChatFormatter final : public ResponseFormatter {
   const Tokenizer& tok_;
   std::string id_;
   int64_t created_;
+  ReasoningMode reasoning_;
   std::vector<ChatChoice> choices_;
 };
 
 }  // namespace
 
 std::unique_ptr<ResponseFormatter> make_chat_formatter(const ChatRequest& req, const std::string& model,
-                                                       const Tokenizer& tok) {
-  return std::make_unique<ChatFormatter>(req, model, tok);
+                                                       const Tokenizer& tok, ReasoningMode reasoning) {
+  return std::make_unique<ChatFormatter>(req, model, tok, reasoning);
 }
 
 }  // namespace astrai::net

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "net/json_fields.h"
+#include "net/reasoning_parser.h"
 #include "net/response_formatter.h"
 #include "src/engine/engine.h"
 
@@ -38,6 +39,7 @@ struct ChatRequest {
   std::string tools_json;            // "" when no tools
   std::string tool_choice = "auto";  // none | auto | required | <function name>
   bool add_generation_prompt = true;
+  std::string template_kwargs_json;  // chat_template_kwargs: extra template variables; "" when none
 };
 
 struct CompletionRequest {
@@ -60,9 +62,13 @@ MaybeError parse_common_field(std::string_view key, JsonValue& v, CommonParams& 
 MaybeError validate_common(const CommonParams& c);
 // Parses the `messages` array into the chat template's message list.
 MaybeError parse_chat_messages(JsonValue& v, std::string& messages_json);
+// `chat_template_kwargs` (vLLM's name): a JSON object whose keys become chat template variables
+// (Qwen3's {"enable_thinking": false}).
+MaybeError parse_template_kwargs(JsonValue& v, std::string& kwargs_json);
 
+// `reasoning` splits think-block text off the answer (reasoning_content); default: off.
 std::unique_ptr<ResponseFormatter> make_chat_formatter(const ChatRequest& req, const std::string& model,
-                                                       const Tokenizer& tok);
+                                                       const Tokenizer& tok, ReasoningMode reasoning = {});
 std::unique_ptr<ResponseFormatter> make_completion_formatter(const CompletionRequest& req,
                                                              const std::string& model, const Tokenizer& tok,
                                                              std::string prompt_text);

@@ -4,7 +4,9 @@
 
 #include "net/anthropic_protocol.h"
 #include "net/chat_page.h"
+#include "net/dashboard_page.h"
 #include "net/openai_protocol.h"
+#include "net/responses_protocol.h"
 #include "net/stats_routes.h"
 #include "net/websocket_frames.h"
 #include "src/core/json_writer.h"
@@ -98,9 +100,10 @@ GenerationSpec spec_from(const CommonParams& c) {
 }
 
 // Renders the model's chat template and tokenizes the prompt it produces.
+// `kwargs`: chat_template_kwargs, a JSON object of extra template variables ("" for none).
 std::optional<ApiError> render_prompt(const ServerState& st, const std::string& messages,
-                                      const std::string& tools, bool add_generation_prompt,
-                                      std::string& text) {
+                                      const std::string& tools, bool add_generation_prompt, std::string& text,
+                                      const std::string& kwargs = {}) {
   const ChatTemplate* t = st.tokenizer->chat_template();
   if (!t)
     return ApiError{400, "the model has no chat template; use /v1/completions with a plain prompt",
@@ -109,6 +112,7 @@ std::optional<ApiError> render_prompt(const ServerState& st, const std::string& 
   in.messages_json = messages;
   in.tools_json = tools;
   in.add_generation_prompt = add_generation_prompt;
+  in.extra_context_json = kwargs;
   const auto& sp = st.tokenizer->special_tokens();
   in.bos_token = sp.bos_token;
   in.eos_token = sp.eos_token;
@@ -135,12 +139,13 @@ RouteResult chat_completions(const HttpRequest& req, ServerState& st) {
   if (auto e = check_model(cr.common.model, st)) return error(*e, Dialect::openai);
   std::string prompt;
   const std::string tools = cr.tool_choice == "none" ? std::string() : cr.tools_json;
-  if (auto e = render_prompt(st, cr.messages_json, tools, cr.add_generation_prompt, prompt))
+  if (auto e = render_prompt(st, cr.messages_json, tools, cr.add_generation_prompt, prompt,
+                             cr.template_kwargs_json))
     return error(*e, Dialect::openai);
   GenerationJob job;
   job.spec = spec_from(cr.common);
   job.spec.prompt = st.tokenizer->encode(prompt, /*add_special_tokens=*/false);
-  job.fmt = make_chat_formatter(cr, st.model_name, *st.tokenizer);
+  job.fmt = make_chat_formatter(cr, st.model_name, *st.tokenizer, reasoning_mode(st.reasoning, prompt));
   if (auto e = validate_common(cr.common)) return error(*e, Dialect::openai);
   if (auto e = take_slot(st, job)) return error(*e, Dialect::openai);
   return RouteResult{{}, std::move(job)};
@@ -179,14 +184,32 @@ RouteResult messages(const HttpRequest& req, ServerState& st) {
   if (auto e = check_model(mr.common.model, st)) return error(*e, Dialect::anthropic);
   std::string prompt;
   const std::string tools = mr.tool_choice_none ? std::string() : mr.tools_json;
-  if (auto e = render_prompt(st, mr.messages_json, tools, true, prompt)) return error(*e, Dialect::anthropic);
+  if (auto e = render_prompt(st, mr.messages_json, tools, true, prompt, mr.template_kwargs_json))
+    return error(*e, Dialect::anthropic);
   GenerationJob job;
   job.dialect = Dialect::anthropic;
   job.spec = spec_from(mr.common);
   job.spec.prompt = st.tokenizer->encode(prompt, false);
-  job.fmt = make_messages_formatter(mr, st.model_name);
+  job.fmt = make_messages_formatter(mr, st.model_name, reasoning_mode(st.reasoning, prompt));
   if (auto e = validate_common(mr.common)) return error(*e, Dialect::anthropic);
   if (auto e = take_slot(st, job)) return error(*e, Dialect::anthropic);
+  return RouteResult{{}, std::move(job)};
+}
+
+RouteResult responses(const HttpRequest& req, ServerState& st) {
+  ResponsesRequest rr;
+  if (auto e = parse_responses_request(req.body, rr)) return error(*e, Dialect::openai);
+  if (auto e = check_model(rr.common.model, st)) return error(*e, Dialect::openai);
+  std::string prompt;
+  const std::string tools = rr.tool_choice == "none" ? std::string() : rr.tools_json;
+  if (auto e = render_prompt(st, rr.messages_json, tools, true, prompt, rr.template_kwargs_json))
+    return error(*e, Dialect::openai);
+  GenerationJob job;
+  job.spec = spec_from(rr.common);
+  job.spec.prompt = st.tokenizer->encode(prompt, false);
+  job.fmt = make_responses_formatter(rr, st.model_name, reasoning_mode(st.reasoning, prompt));
+  if (auto e = validate_common(rr.common)) return error(*e, Dialect::openai);
+  if (auto e = take_slot(st, job)) return error(*e, Dialect::openai);
   return RouteResult{{}, std::move(job)};
 }
 
@@ -195,15 +218,16 @@ RouteResult count_tokens(const HttpRequest& req, ServerState& st) {
   if (auto e = parse_messages_request(req.body, mr, false)) return error(*e, Dialect::anthropic);
   if (auto e = check_model(mr.common.model, st)) return error(*e, Dialect::anthropic);
   std::string prompt;
-  if (auto e = render_prompt(st, mr.messages_json, mr.tools_json, true, prompt))
+  if (auto e = render_prompt(st, mr.messages_json, mr.tools_json, true, prompt, mr.template_kwargs_json))
     return error(*e, Dialect::anthropic);
   return RouteResult{json_response(count_tokens_body(int(st.tokenizer->encode(prompt, false).size()))),
                      std::nullopt};
 }
 
-// /tokenize {"text"|"prompt": str, "add_special_tokens"?: bool} or {"messages": [...]} -> {"tokens", "count"}
+// /tokenize {"text"|"prompt": str, "add_special_tokens"?: bool} or {"messages": [...],
+// "chat_template_kwargs"?: {...}} -> {"tokens", "count"}
 RouteResult tokenize(const HttpRequest& req, ServerState& st) {
-  std::string text, messages;
+  std::string text, messages, kwargs;
   bool have_text = false, add_special = true, have_messages = false;
   auto err =
       for_each_body_field(req.body, "request body", [&](std::string_view k, JsonValue& v) -> MaybeError {
@@ -216,13 +240,14 @@ RouteResult tokenize(const HttpRequest& req, ServerState& st) {
           have_messages = true;
           return parse_chat_messages(v, messages);
         }
+        if (k == "chat_template_kwargs" && !is_null(v)) return parse_template_kwargs(v, kwargs);
         return std::nullopt;
       });
   if (err) return error(*err, Dialect::openai);
   if (!have_text && !have_messages)
     return error(bad_field("text", "is required (or 'messages')"), Dialect::openai);
   if (have_messages) {
-    if (auto e = render_prompt(st, messages, "", true, text)) return error(*e, Dialect::openai);
+    if (auto e = render_prompt(st, messages, "", true, text, kwargs)) return error(*e, Dialect::openai);
     add_special = false;
   }
   const auto ids = st.tokenizer->encode(text, add_special);
@@ -272,7 +297,8 @@ RouteResult apply_template(const HttpRequest& req, ServerState& st) {
   cr.add_generation_prompt = false;  // the contract's default for templates
   if (auto e = parse_chat_request(req.body, cr)) return error(*e, Dialect::openai);
   std::string text;
-  if (auto e = render_prompt(st, cr.messages_json, cr.tools_json, cr.add_generation_prompt, text))
+  if (auto e = render_prompt(st, cr.messages_json, cr.tools_json, cr.add_generation_prompt, text,
+                             cr.template_kwargs_json))
     return error(*e, Dialect::openai);
   JsonWriter w;
   w.begin_object().key("text").value(text).end_object();
@@ -317,13 +343,20 @@ RouteResult route(const HttpRequest& req, ServerState& st) {
     r.content_type.clear();
     return RouteResult{std::move(r), std::nullopt};
   }
-  // Open routes: liveness, the chat page, Prometheus scraping.
+  // Open routes: liveness, the chat page and the dashboard, Prometheus scraping.
   if (p == "/health") return m == "GET" ? health(st) : method_not_allowed("GET");
   if (p == "/") {
     if (m != "GET") return method_not_allowed("GET");
     HttpResponse r;
     r.content_type = "text/html; charset=utf-8";
     r.body = std::string(chat_page_html());
+    return RouteResult{std::move(r), std::nullopt};
+  }
+  if (p == "/dashboard") {  // the page itself; the /stats it polls needs the API key
+    if (m != "GET") return method_not_allowed("GET");
+    HttpResponse r;
+    r.content_type = "text/html; charset=utf-8";
+    r.body = std::string(dashboard_page_html());
     return RouteResult{std::move(r), std::nullopt};
   }
   if (p == "/metrics") {
@@ -343,6 +376,7 @@ RouteResult route(const HttpRequest& req, ServerState& st) {
       {"/v1/chat/completions", "POST", chat_completions},
       {"/v1/completions", "POST", completions},
       {"/v1/messages", "POST", messages},
+      {"/v1/responses", "POST", responses},
       {"/v1/messages/count_tokens", "POST", count_tokens},
       {"/tokenize", "POST", tokenize},
       {"/detokenize", "POST", detokenize},
@@ -377,7 +411,9 @@ std::optional<ApiError> websocket_generate_job(std::string_view frame, ServerSta
   if (auto e = check_model(cr.common.model, st)) return e;
   std::string prompt;
   const std::string tools = cr.tool_choice == "none" ? std::string() : cr.tools_json;
-  if (auto e = render_prompt(st, cr.messages_json, tools, cr.add_generation_prompt, prompt)) return e;
+  if (auto e = render_prompt(st, cr.messages_json, tools, cr.add_generation_prompt, prompt,
+                             cr.template_kwargs_json))
+    return e;
   job.spec = spec_from(cr.common);
   job.spec.prompt = st.tokenizer->encode(prompt, false);
   if (auto e = validate_common(cr.common)) return e;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "net/config.h"
+#include "net/reasoning_parser.h"
 #include "net/server_metrics.h"
 #include "src/engine/engine.h"
 #include "src/tokenizer/tokenizer.h"
@@ -22,6 +23,7 @@ struct ServerState {
   // Written once by the loader thread before `ready` is released; read after acquiring it.
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<Engine> engine;
+  ReasoningParser reasoning = ReasoningParser::none;  // config.reasoning_parser, resolved at load
   std::atomic<bool> ready{false};
   std::atomic<bool> load_failed{false};
   std::string load_error;  // written before load_failed is released

@@ -22,13 +22,6 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-// Length of the longest suffix of s that is a proper prefix of tag.
-size_t partial_tag_suffix(std::string_view s, std::string_view tag) {
-  for (size_t k = std::min(s.size(), tag.size() - 1); k > 0; --k)
-    if (s.substr(s.size() - k) == tag.substr(0, k)) return k;
-  return 0;
-}
-
 bool parse_call_object(simdjson::ondemand::object obj, ToolCall& out) {
   bool have_name = false;
   out.arguments_json = "{}";
@@ -64,6 +57,12 @@ bool parse_call_object(simdjson::ondemand::object obj, ToolCall& out) {
 }
 
 }  // namespace
+
+size_t partial_tag_suffix(std::string_view s, std::string_view tag) {
+  for (size_t k = std::min(s.size(), tag.size() - 1); k > 0; --k)
+    if (s.substr(s.size() - k) == tag.substr(0, k)) return k;
+  return 0;
+}
 
 std::string new_tool_call_id(std::string_view prefix) {
   static std::atomic<uint64_t> counter{uint64_t(std::chrono::steady_clock::now().time_since_epoch().count())};

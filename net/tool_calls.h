@@ -48,4 +48,8 @@ class ToolCallStreamParser {
 
 std::string new_tool_call_id(std::string_view prefix = "call_");
 
+// Length of the longest suffix of s that is a proper prefix of tag: what a streaming parser holds
+// back because the next delta may complete the tag.
+size_t partial_tag_suffix(std::string_view s, std::string_view tag);
+
 }  // namespace astrai::net

@@ -48,6 +48,10 @@ Status load_model(net::ServerState& st) {
   ASTRAI_ASSIGN_OR_RETURN(auto model, Model::load(dir, *backend.value()));
   ASTRAI_ASSIGN_OR_RETURN(auto engine,
                           Engine::create(std::move(backend).value(), std::move(model), c.engine));
+  st.reasoning = c.reasoning_parser == "auto" ? net::detect_reasoning_parser(*tok)
+                                              : *net::reasoning_parser_from_name(c.reasoning_parser);
+  spdlog::info("reasoning parser: {}{}", net::reasoning_parser_name(st.reasoning),
+               c.reasoning_parser == "auto" ? " (auto)" : "");
   st.tokenizer = std::move(tok);
   st.engine = std::move(engine);
   if (st.model_name.empty()) st.model_name = source;

@@ -149,6 +149,7 @@ json::MaybeFieldError read_prompt_ids(json::Value& v, std::vector<int32_t>& out)
 struct LineFields {
   std::string id_json;  // minified; empty: not given
   std::optional<std::string> prompt, messages_json;
+  std::string template_kwargs_json;  // chat_template_kwargs ("" when not given)
   std::optional<std::vector<int32_t>> prompt_ids;
   std::string error;  // the line's first problem
 };
@@ -174,6 +175,11 @@ void read_line(simdjson::dom::parser& dom, simdjson::ondemand::parser& parser, c
       if (v.type().get(t) || t != simdjson::ondemand::json_type::array || json::read_raw(v, "messages", raw))
         return json::FieldError{"messages", "must be an array of messages"};
       f.messages_json = std::move(raw);
+    } else if (key == "chat_template_kwargs") {
+      simdjson::ondemand::json_type t;
+      if (v.type().get(t) || t != simdjson::ondemand::json_type::object ||
+          json::read_raw(v, "chat_template_kwargs", f.template_kwargs_json))
+        return json::FieldError{"chat_template_kwargs", "must be an object of template variables"};
     } else if (key == "prompt_ids") {
       e = read_prompt_ids(v, f.prompt_ids.emplace());
     } else if (key == "ignore_eos") {
@@ -255,6 +261,7 @@ std::string tokenize_prompt(const Tokenizer& tok, const LineFields& f, std::vect
   ChatTemplateInput in;
   in.messages_json = *f.messages_json;
   in.add_generation_prompt = true;
+  in.extra_context_json = f.template_kwargs_json;
   in.bos_token = tok.special_tokens().bos_token;
   in.eos_token = tok.special_tokens().eos_token;
   auto text = tmpl->render(in);

@@ -3,7 +3,8 @@
 // allows; the rest follow as others finish), so the engine batches them continuously.
 //
 // Input line:  {"id"?: any, "prompt": str} or {"id"?: any, "messages": [...]} (the model's chat
-//              template with add_generation_prompt), optional max_tokens, temperature, top_p, top_k,
+//              template with add_generation_prompt; "chat_template_kwargs": {...} adds template
+//              variables, e.g. {"enable_thinking": false}), optional max_tokens, temperature, top_p, top_k,
 //              min_p, seed, stop (string or list: trimmed from the text, end the choice; matched on
 //              the detokenized text, so across token boundaries), n.
 // Output line: {"id", "text" | "texts" (n > 1), "finish_reason": "stop"|"length"

@@ -1,5 +1,5 @@
-// The request bodies of every route that takes JSON: OpenAI chat completions and completions,
-// Anthropic messages (and count_tokens), WebSocket client frames. The first byte picks the parser,
+// The request bodies of every route that takes JSON: OpenAI chat completions, completions and
+// responses, Anthropic messages (and count_tokens), WebSocket client frames. The first byte picks the parser,
 // the rest is the body. Any body is a request or a 400 naming the problem; an accepted request's
 // message and tool lists are JSON arrays (they go to the chat template as they are), and its
 // parameters pass or fail the engine's checks without crashing.
@@ -12,6 +12,7 @@
 
 #include "net/anthropic_protocol.h"
 #include "net/openai_protocol.h"
+#include "net/responses_protocol.h"
 #include "net/websocket_frames.h"
 
 using namespace astrai::net;
@@ -34,7 +35,7 @@ void require_error_message(const MaybeError& e) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view body(reinterpret_cast<const char*>(data) + 1, size - 1);
-  switch (data[0] % 5) {
+  switch (data[0] % 6) {
     case 0: {
       ChatRequest r;
       auto e = parse_chat_request(body, r);
@@ -59,7 +60,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 2:
     case 3: {
       MessagesRequest r;
-      auto e = parse_messages_request(body, r, data[0] % 5 == 2);
+      auto e = parse_messages_request(body, r, data[0] % 6 == 2);
+      require_error_message(e);
+      if (e) break;
+      require_json_array(r.messages_json, false);
+      require_json_array(r.tools_json, true);
+      require_error_message(validate_common(r.common));
+      break;
+    }
+    case 5: {
+      ResponsesRequest r;
+      auto e = parse_responses_request(body, r);
       require_error_message(e);
       if (e) break;
       require_json_array(r.messages_json, false);

@@ -27,12 +27,21 @@ TEST_CASE("the Anthropic SDK: messages, streaming events, stop_sequences, tools,
   node_script("anthropic_client.mjs", {shared_server().url()});
 }
 
+TEST_CASE("the openai SDK's Responses API: create, stream events, input items, unsupported fields",
+          "[integration]") {
+  node_script("responses_client.mjs", {shared_server().url()});
+}
+
 TEST_CASE("one WebSocket multiplexes three generations and cancels one", "[integration]") {
   node_script("ws_client.mjs", {shared_server().url()});
 }
 
 TEST_CASE("the chat page streams a reply in headless Chromium", "[integration]") {
   node_script("chat_page.mjs", {shared_server().url()});
+}
+
+TEST_CASE("the dashboard draws live /stats figures in headless Chromium while a load runs", "[integration]") {
+  node_script("dashboard.mjs", {shared_server().url()});
 }
 
 TEST_CASE("200 concurrent SSE streams, 50 disconnecting early, leave no request or KV page behind",
