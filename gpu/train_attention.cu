@@ -9,7 +9,8 @@
 // Each output element is summed by one thread in a fixed order (no atomics): deterministic.
 // 256 threads; thread (row = tid / 4, sub = tid % 4) owns one query (key, in dk/dv) row of the tile
 // and head dims sub, sub + 4, ... (at most kD / 4 of them, in registers). CUDA cores, f32 math:
-// correct first; the tensor-core version is future work (docs/performance.md, "Training").
+// the general path; bf16 with head_dim 64 or 128 takes the tensor-core kernels of
+// train_attention_mma.cu first.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -389,6 +390,7 @@ void attention_train(cudaStream_t stream, const Tensor& q, const Tensor& k, cons
   ASTRAI_GPU_CHECK(kv_begin.numel() == g.n && lse.numel() == g.n * g.heads && lse.is_contiguous(),
                    "attention_train: kv_begin " + kv_begin.shape_str() + " lse " + lse.shape_str());
   if (g.n == 0) return;
+  if (attention_train_mma(stream, q, k, v, kv_begin, scale, out, lse)) return;
   const int32_t* kvb = kv_begin.ptr<int32_t>();
   if (q.dtype == DType::bf16) {
     if (g.d <= 64)
@@ -423,6 +425,8 @@ void attention_train_backward(cudaStream_t stream, const Tensor& dout, const Ten
                    "attention_train_backward: kv_begin " + kv_begin.shape_str() + " lse " + lse.shape_str());
   if (g.n == 0) return;
   float* delta = static_cast<float*>(scratch.ensure(size_t(g.n * g.heads) * sizeof(float)));
+  if (attention_train_backward_mma(stream, dout, q, k, v, kv_begin, out, lse, scale, dq, dk, dv, delta))
+    return;
   const int32_t* kvb = kv_begin.ptr<int32_t>();
   if (t == DType::bf16) {
     if (g.d <= 64)

@@ -1,10 +1,10 @@
 // The CUDA training ops (backend.h's training and optimizer blocks), one file per family:
 // train_norm.cu (rms_norm_train, rms_norm_backward, column_sum for bias gradients),
 // train_elementwise.cu (rope_backward, swiglu_backward, embedding_backward), train_attention.cu
-// (attention_train and its backward), cross_entropy.cu, optimizer.cu (adamw, sum_squares) and
-// gemm.cpp (cuBLASLt). Activations bf16 (f32 accepted), f32 inside every op; parameter gradients,
-// rstd, lse, logits and losses f32. Every op is deterministic: no atomics, every sum in a fixed
-// order that depends only on the shapes, so the same step gives the same bits (exact resume).
+// (attention_train and its backward; tensor cores in train_attention_mma.cu), cross_entropy.cu, optimizer.cu
+// (adamw, sum_squares) and gemm.cpp (cuBLASLt). Activations bf16 (f32 accepted), f32 inside every op;
+// parameter gradients, rstd, lse, logits and losses f32. Every op is deterministic: no atomics, every sum in
+// a fixed order that depends only on the shapes, so the same step gives the same bits (exact resume).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -32,6 +32,14 @@ void attention_train(cudaStream_t stream, const Tensor& q, const Tensor& k, cons
 void attention_train_backward(cudaStream_t stream, const Tensor& dout, const Tensor& q, const Tensor& k,
                               const Tensor& v, const Tensor& kv_begin, const Tensor& out, const Tensor& lse,
                               float scale, Tensor dq, Tensor dk, Tensor dv, Scratch& scratch);
+// The tensor-core paths (train_attention_mma.cu) the two above take first: false (nothing launched)
+// unless bf16, head_dim 64 or 128 and 16-byte aligned rows. `delta` holds N * heads floats.
+bool attention_train_mma(cudaStream_t stream, const Tensor& q, const Tensor& k, const Tensor& v,
+                         const Tensor& kv_begin, float scale, Tensor out, Tensor lse);
+bool attention_train_backward_mma(cudaStream_t stream, const Tensor& dout, const Tensor& q, const Tensor& k,
+                                  const Tensor& v, const Tensor& kv_begin, const Tensor& out,
+                                  const Tensor& lse, float scale, Tensor dq, Tensor dk, Tensor dv,
+                                  float* delta);
 void cross_entropy(cudaStream_t stream, Tensor logits, const Tensor& targets, float label_smoothing,
                    float grad_scale, Tensor losses);
 void adamw(cudaStream_t stream, Tensor p, const Tensor& g, Tensor m, Tensor v, const AdamWStep& s);

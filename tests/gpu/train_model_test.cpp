@@ -1,10 +1,10 @@
 // Training on the CUDA backend (bf16 compute, f32 master weights and gradients) against the CPU
 // backend (f32) on the same random bf16 weights and batch: the loss and every parameter's gradient
-// of the tiny preset and a Qwen3-style model (q/k norm, GQA, untied head), with packed documents
-// and ignored targets. Tolerance per parameter ||g_gpu - g_cpu|| / ||g_cpu|| <= 5e-2: bf16
-// activations round each op's output to 2^-9 relative, a few dozen ops deep forward and back.
-// Then `astrai train --device cuda` resumes with identical losses (20 steps vs 10 + --resume + 10).
-// Skips itself (with a warning) without a GPU.
+// of the tiny preset and a Qwen3-style model (q/k norm, GQA, untied head), each also with head_dim
+// 64 / 128 (the tensor-core attention), with packed documents and ignored targets. Tolerance per parameter
+// ||g_gpu - g_cpu|| / ||g_cpu|| <= 5e-2: bf16 activations round each op's output to 2^-9 relative, a few
+// dozen ops deep forward and back. Then `astrai train --device cuda` resumes with identical losses (20 steps
+// vs 10 + --resume + 10). Skips itself (with a warning) without a GPU.
 #include "train/train_model.h"
 
 #include <simdjson.h>
@@ -113,6 +113,18 @@ TEST_CASE("cuda TrainModel gradients match the cpu's: Qwen3-style (q/k norm, GQA
   ModelConfig c = qwen3_style_config();
   c.tie_word_embeddings = false;
   check_gradients(c, "Qwen3-style");
+}
+
+// head_dim 64 and 128 with bf16: the tensor-core attention kernels (the two above take the
+// CUDA-core ones, head_dim 32).
+TEST_CASE("cuda TrainModel gradients match the cpu's: head_dim 64 and 128 (tensor-core attention)", "[gpu]") {
+  ModelConfig a = preset_config("tiny").value();
+  a.head_dim = 64;
+  check_gradients(a, "tiny, head_dim 64");
+  ModelConfig b = qwen3_style_config();
+  b.head_dim = 128;
+  b.tie_word_embeddings = false;
+  check_gradients(b, "Qwen3-style, head_dim 128");
 }
 
 std::vector<std::string> losses(const std::filesystem::path& metrics) {

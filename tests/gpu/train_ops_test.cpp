@@ -53,10 +53,10 @@ Both both_i32(Pair& p, const std::vector<int32_t>& host, std::initializer_list<i
 
 // A [rows, width] view at column `col` of a [rows, ld] tensor (or [rows, heads, d] when heads > 0).
 Tensor cols(const DeviceTensor& d, int64_t rows, int64_t ld, int64_t col, int64_t width, int64_t heads = 0) {
-  Tensor t(offset(d.t, col), d.t.dtype, {rows, width});
+  Tensor t(offset(d.t, col), d.t.dtype, {rows, width}, d.t.device);
   t.stride = {ld, 1, 0, 0};
   if (heads > 0) {
-    t = Tensor(offset(d.t, col), d.t.dtype, {rows, heads, width / heads});
+    t = Tensor(offset(d.t, col), d.t.dtype, {rows, heads, width / heads}, d.t.device);
     t.stride = {ld, width / heads, 1, 0};
   }
   return t;
