@@ -5,6 +5,7 @@
 
 #include "gpu/check.h"
 #include "gpu/device_util.cuh"
+#include "gpu/reduce.cuh"
 #include "gpu/rows.h"
 #include "gpu/train_ops.h"
 
@@ -12,37 +13,6 @@ namespace astrai::gpu {
 namespace {
 
 constexpr int kThreads = 1024;
-
-__device__ __forceinline__ double warp_sum_d(double v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-// Block-wide f64 sum (every thread gets it); scratch 32 doubles of shared memory.
-__device__ double block_sum_d(double v, double* scratch) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  v = warp_sum_d(v);
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = lane < warps ? scratch[lane] : 0.0;
-  return warp_sum_d(v);
-}
-__device__ float block_max(float v, float* scratch) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  v = warp_max(v);
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = lane < warps ? scratch[lane] : -INFINITY;
-  return warp_max(v);
-}
 
 __global__ void cross_entropy_kernel(Rows z, const int32_t* __restrict__ targets, float e, float grad_scale,
                                      float* __restrict__ losses) {
@@ -61,14 +31,14 @@ __global__ void cross_entropy_kernel(Rows z, const int32_t* __restrict__ targets
   }
   float m = -INFINITY;
   for (int64_t j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, row[j]);
-  m = block_max(m, fscratch);
+  m = block_max_f32(m, fscratch);
   double sum = 0.0, zsum = 0.0;
   for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
     sum += double(expf(row[j] - m));
     zsum += double(row[j]);
   }
-  sum = block_sum_d(sum, dscratch);
-  zsum = block_sum_d(zsum, dscratch);
+  sum = block_sum_f64(sum, dscratch);
+  zsum = block_sum_f64(zsum, dscratch);
   const double lse = double(m) + log(sum);
   const float zy = row[y];
   __syncthreads();  // every thread has read row[y] before it is overwritten

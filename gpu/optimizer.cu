@@ -8,6 +8,7 @@
 
 #include "gpu/check.h"
 #include "gpu/device_util.cuh"
+#include "gpu/reduce.cuh"
 #include "gpu/rows.h"
 #include "gpu/train_ops.h"
 
@@ -30,28 +31,13 @@ __global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ g,
   }
 }
 
-__device__ __forceinline__ double warp_sum_d(double v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ double block_sum_d(double v, double* scratch) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  v = warp_sum_d(v);
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = lane < warps ? scratch[lane] : 0.0;
-  return warp_sum_d(v);
-}
-
 __global__ void square_partials_kernel(const float* __restrict__ x, int64_t n, int64_t chunk,
                                        double* __restrict__ out) {
   __shared__ double scratch[32];
   const int64_t begin = blockIdx.x * chunk, end = min(n, begin + chunk);
   double s = 0.0;
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) s += double(x[i]) * double(x[i]);
-  s = block_sum_d(s, scratch);
+  s = block_sum_f64(s, scratch);
   if (threadIdx.x == 0) out[blockIdx.x] = s;
 }
 
@@ -59,7 +45,7 @@ __global__ void sum_partials_kernel(const double* __restrict__ partial, int64_t 
   __shared__ double scratch[32];
   double s = 0.0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += partial[i];
-  s = block_sum_d(s, scratch);
+  s = block_sum_f64(s, scratch);
   if (threadIdx.x == 0) *out = s;
 }
 
