@@ -9,10 +9,12 @@
 
 #include "gpu/check.h"
 #include "gpu/device_info.h"
+#include "gpu/gemm.h"
 #include "gpu/graph.h"
 #include "gpu/linear.h"
 #include "gpu/op_times.h"
 #include "gpu/ops.h"
+#include "gpu/train_ops.h"
 
 namespace astrai::gpu {
 namespace {
@@ -28,9 +30,11 @@ class CudaBackend final : public Backend {
     ASTRAI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     ASTRAI_CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
     linear_ = std::make_unique<Linear>();
+    gemm_ = std::make_unique<Gemm>();
   }
   ~CudaBackend() override {
     linear_.reset();
+    gemm_.reset();
     cudaStreamSynchronize(stream_);
     cudaEventDestroy(upload_done_);
     cudaStreamDestroy(stream_);
@@ -154,6 +158,86 @@ class CudaBackend final : public Backend {
     return gpu::sample_workspace_bytes(rows, vocab);
   }
 
+  // ---- training ops (gpu/train_ops.h) ----
+  bool supports_training() const override { return true; }
+  void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float alpha, float beta,
+            Tensor c) override {
+    const Scope scope = enter("gemm");
+    gemm_->run(stream_, a, trans_a, b, trans_b, alpha, beta, c);
+  }
+  // dx = dy w, dw += dy^T x (f32 dw from bf16 operands), dbias += column sums of dy. An f32 dy with
+  // bf16 x (the loss's logit gradient) is rounded to bf16 first: cuBLASLt multiplies one dtype.
+  void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx, Tensor dw,
+                       const Tensor* dbias) override {
+    const Scope scope = enter("linear_backward");
+    Tensor g = dy;
+    if (dy.dtype != x.dtype) {
+      ASTRAI_GPU_CHECK(dy.ndim == 2 && dy.is_contiguous(),
+                       "linear_backward: a converted dy must be contiguous");
+      g = Tensor(dy_scratch_.ensure(size_t(dy.numel()) * dtype_size(x.dtype)), x.dtype,
+                 {dy.shape[0], dy.shape[1]}, Device::cuda);
+      gpu::convert(stream_, dy, g);
+    }
+    if (dx) gemm_->run(stream_, g, false, w, false, 1.0f, 0.0f, *dx);
+    gemm_->run(stream_, g, true, x, false, 1.0f, 1.0f, dw);
+    if (dbias) gpu::column_sum(stream_, g, *dbias, reduce_scratch_);
+  }
+  void rms_norm_train(const Tensor& x, const Tensor& w, float eps, Tensor out, Tensor rstd) override {
+    const Scope scope = enter("rms_norm_train");
+    gpu::rms_norm_train(stream_, x, w, eps, out, rstd);
+  }
+  void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor dx,
+                         Tensor dw, bool accumulate) override {
+    const Scope scope = enter("rms_norm_backward");
+    gpu::rms_norm_backward(stream_, dy, x, w, rstd, dx, dw, accumulate, reduce_scratch_);
+  }
+  void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor dtable) override {
+    const Scope scope = enter("embedding_backward");
+    gpu::embedding_backward(stream_, dout, ids, dtable, reduce_scratch_);
+  }
+  void rope_backward(Tensor dx, const Tensor& positions, const Tensor& cos_sin) override {
+    const Scope scope = enter("rope_backward");
+    gpu::rope_backward(stream_, dx, positions, cos_sin);
+  }
+  void swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up, Tensor dgate,
+                       Tensor dup) override {
+    const Scope scope = enter("swiglu_backward");
+    gpu::swiglu_backward(stream_, dout, gate, up, dgate, dup);
+  }
+  void attention_train(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kv_begin, float scale,
+                       Tensor out, Tensor lse) override {
+    const Scope scope = enter("attention_train");
+    gpu::attention_train(stream_, q, k, v, kv_begin, scale, out, lse);
+  }
+  void attention_train_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                const Tensor& kv_begin, const Tensor& out, const Tensor& lse, float scale,
+                                Tensor dq, Tensor dk, Tensor dv) override {
+    const Scope scope = enter("attention_train_backward");
+    gpu::attention_train_backward(stream_, dout, q, k, v, kv_begin, out, lse, scale, dq, dk, dv,
+                                  reduce_scratch_);
+  }
+  void cross_entropy(Tensor logits, const Tensor& targets, float label_smoothing, float grad_scale,
+                     Tensor losses) override {
+    const Scope scope = enter("cross_entropy");
+    gpu::cross_entropy(stream_, logits, targets, label_smoothing, grad_scale, losses);
+  }
+  void zero(Tensor x) override {
+    enter();
+    ASTRAI_GPU_CHECK(x.device == Device::cuda && x.is_contiguous(),
+                     "zero: x must be a contiguous cuda tensor");
+    if (x.nbytes()) ASTRAI_CUDA_CHECK(cudaMemsetAsync(x.data, 0, x.nbytes(), stream_));
+  }
+  void adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, const AdamWStep& s) override {
+    const Scope scope = enter("adamw");
+    gpu::adamw(stream_, p, g, m, v, s);
+  }
+  double sum_squares(const std::vector<Tensor>& xs) override {
+    enter();
+    const double s = gpu::sum_squares(stream_, xs, reduce_scratch_);
+    if (times_.enabled()) times_.harvest();
+    return s;
+  }
+
   // ---- static step inputs and step graphs ----
   Buffer alloc_host_pinned(size_t bytes) override {
     enter();
@@ -229,6 +313,8 @@ class CudaBackend final : public Backend {
   std::string name_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<Linear> linear_;
+  std::unique_ptr<Gemm> gemm_;
+  Scratch dy_scratch_, reduce_scratch_;  // training: a bf16 copy of an f32 dy; gradient partial sums
   OpTimes times_;
   Scratch attention_scratch_;
   cudaEvent_t upload_done_ = nullptr;

@@ -26,42 +26,11 @@ double learning_rate(const TrainConfig& c, int64_t step) {
   return c.lr;
 }
 
-void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWStep& s) {
-  const float bc1 = 1.0f - std::pow(s.beta1, float(s.t));
-  const float bc2_sqrt = std::sqrt(1.0f - std::pow(s.beta2, float(s.t)));
-  const float step_size = s.lr / bc1;
-  const float decay = 1.0f - s.lr * s.weight_decay;
-  const float b1 = s.beta1, b2 = s.beta2, eps = s.eps, scale = s.grad_scale;
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i] * scale;
-    const float mi = b1 * m[i] + (1.0f - b1) * gi;
-    const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = p[i] * decay - step_size * mi / (std::sqrt(vi) / bc2_sqrt + eps);
-  }
-}
-
-double global_grad_norm(std::span<const ParamSpan> params) {
-  // Fixed chunks summed in a fixed order (not an OpenMP reduction, whose combining order varies
-  // between runs): the norm, hence the clipped update, is bitwise reproducible for exact resume.
-  constexpr int64_t kChunk = 1 << 16;
-  double sum = 0;
-  std::vector<double> partial;
-  for (const ParamSpan& p : params) {
-    const int64_t chunks = (p.n + kChunk - 1) / kChunk;
-    partial.assign(size_t(chunks), 0.0);
-#pragma omp parallel for schedule(static) if (chunks > 1)
-    for (int64_t c = 0; c < chunks; ++c) {
-      double s = 0;
-      for (int64_t i = c * kChunk; i < std::min(p.n, (c + 1) * kChunk); ++i)
-        s += double(p.grad[i]) * double(p.grad[i]);
-      partial[size_t(c)] = s;
-    }
-    for (double s : partial) sum += s;
-  }
-  return std::sqrt(sum);
+double global_grad_norm(Backend& backend, std::span<const Param> params) {
+  std::vector<Tensor> grads;
+  grads.reserve(params.size());
+  for (const Param& p : params) grads.push_back(p.grad);
+  return std::sqrt(backend.sum_squares(grads));
 }
 
 double clip_scale(double norm, double max_norm) {
@@ -69,19 +38,31 @@ double clip_scale(double norm, double max_norm) {
   return std::min(1.0, max_norm / (norm + 1e-6));
 }
 
-void AdamW::init(std::span<const ParamSpan> params) {
+void AdamW::init(std::span<const Param> params) {
+  int64_t total = 0;
+  for (const Param& p : params) total += p.value.numel();
+  m_buf_ = be_.alloc(size_t(total) * sizeof(float));  // zeroed
+  v_buf_ = be_.alloc(size_t(total) * sizeof(float));
   m_.clear();
   v_.clear();
-  for (const ParamSpan& p : params) {
-    m_.emplace_back(size_t(p.n), 0.0f);
-    v_.emplace_back(size_t(p.n), 0.0f);
+  int64_t offset = 0;
+  for (const Param& p : params) {
+    const int64_t n = p.value.numel();
+    for (auto [buf, out] : {std::pair{&m_buf_, &m_}, std::pair{&v_buf_, &v_}}) {
+      Tensor t = buf->as(DType::f32, {total}).rows(offset, offset + n);
+      t.ndim = p.value.ndim;
+      for (int d = 0; d < t.ndim; ++d) t.shape[d] = p.value.shape[d];
+      t.set_contiguous_strides();
+      out->push_back(t);
+    }
+    offset += n;
   }
   t_ = 0;
 }
 
-double AdamW::step(std::span<const ParamSpan> params, double lr, double max_grad_norm) {
+double AdamW::step(std::span<const Param> params, double lr, double max_grad_norm) {
   assert(params.size() == m_.size());
-  const double norm = global_grad_norm(params);
+  const double norm = global_grad_norm(be_, params);
   ++t_;
   AdamWStep s;
   s.lr = float(lr);
@@ -92,7 +73,7 @@ double AdamW::step(std::span<const ParamSpan> params, double lr, double max_grad
   s.t = t_;
   for (size_t i = 0; i < params.size(); ++i) {
     s.weight_decay = params[i].decay ? float(options_.weight_decay) : 0.0f;
-    adamw_update(params[i].value, params[i].grad, m_[i].data(), v_[i].data(), params[i].n, s);
+    be_.adamw(params[i].value, params[i].grad, m_[i], v_[i], s);
   }
   return norm;
 }

@@ -1,13 +1,15 @@
 // AdamW with decoupled weight decay, global gradient-norm clipping, and the learning-rate
-// schedules of train.yaml. f32 state on the host (the CPU backend's tensors are host memory); the
-// GPU will get the same update as a Backend op `adamw` (adamw_update below is its reference).
+// schedules of train.yaml. f32 state on the model's backend (host memory on the CPU, device memory
+// on a GPU); the update itself is the Backend op `adamw`.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "src/backend/backend.h"
 #include "train/train_config.h"
+#include "train/train_model.h"
 
 namespace astrai::train {
 
@@ -20,60 +22,46 @@ namespace astrai::train {
 // (p reaches 1 one step after the last, as nanoGPT's schedule does.)
 double learning_rate(const TrainConfig& config, int64_t step);
 
-// One trainable tensor as the optimizer sees it: f32 host values and gradients of n elements.
-struct ParamSpan {
-  float* value = nullptr;
-  const float* grad = nullptr;
-  int64_t n = 0;
-  bool decay = true;
-};
-
 struct AdamWOptions {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   double weight_decay = 0.1;
 };
 
-// The fused update of one tensor (step t >= 1, gradients scaled by grad_scale, the clip factor).
-// With bc1 = 1 - beta1^t, bc2 = 1 - beta2^t, g = grad * grad_scale, as torch.optim.AdamW computes it:
-//   p <- p * (1 - lr * wd)                       (decoupled decay; wd = 0 where decay is off)
-//   m <- beta1 m + (1 - beta1) g
-//   v <- beta2 v + (1 - beta2) g^2
-//   p <- p - (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)
-struct AdamWStep {
-  float lr = 0, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0;
-  float grad_scale = 1;
-  int64_t t = 1;
-};
-void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWStep& s);
-
-// sqrt(sum of squares of every gradient), accumulated in double.
-double global_grad_norm(std::span<const ParamSpan> params);
+// sqrt(sum of squares of every gradient): the backend's sum_squares (f64, fixed order, so
+// bitwise reproducible), on the device where the gradients live.
+double global_grad_norm(Backend& backend, std::span<const Param> params);
 
 // max_norm / (norm + 1e-6) capped at 1 (torch.nn.utils.clip_grad_norm_); max_norm 0: no clipping.
 double clip_scale(double norm, double max_norm);
 
+// AdamW over a model's parameters on their backend: f32 moments beside the f32 master weights
+// (device memory on a GPU), each tensor updated by the backend's fused adamw op (the update is
+// AdamWStep's, src/backend/backend.h).
 class AdamW {
  public:
-  explicit AdamW(AdamWOptions options = {}) : options_(options) {}
+  explicit AdamW(Backend& backend, AdamWOptions options = {}) : be_(backend), options_(options) {}
 
   // Allocates zero moments for these tensors (their sizes must stay the same afterwards).
-  void init(std::span<const ParamSpan> params);
+  void init(std::span<const Param> params);
 
   // One optimizer step over every tensor: clips by the global norm, then updates. Returns the
   // norm before clipping.
-  double step(std::span<const ParamSpan> params, double lr, double max_grad_norm);
+  double step(std::span<const Param> params, double lr, double max_grad_norm);
 
   int64_t steps_taken() const { return t_; }
   void set_steps_taken(int64_t t) { t_ = t; }
-  // First and second moments per tensor (checkpointed and restored by the trainer).
-  std::vector<std::vector<float>>& exp_avg() { return m_; }
-  std::vector<std::vector<float>>& exp_avg_sq() { return v_; }
+  // First and second moments of tensor i (f32, the parameter's shape, on the backend; the trainer
+  // checkpoints and restores them).
+  const Tensor& exp_avg(size_t i) const { return m_[i]; }
+  const Tensor& exp_avg_sq(size_t i) const { return v_[i]; }
   const AdamWOptions& options() const { return options_; }
 
  private:
+  Backend& be_;
   AdamWOptions options_;
   int64_t t_ = 0;
-  std::vector<std::vector<float>> m_, v_;
+  Buffer m_buf_, v_buf_;
+  std::vector<Tensor> m_, v_;
 };
 
 }  // namespace astrai::train

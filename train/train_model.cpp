@@ -6,6 +6,11 @@
 //                   (weights and biases) and gate/up next to each other, so the fused [q;k;v] and
 //                   [gate;up] matrices the forward multiplies by are plain views: one GEMM each, as
 //                   in serving, while every Param keeps its Hugging Face name and shape.
+//   compute copy    mixed precision (a backend whose compute_dtype() is not f32, the GPU's bf16):
+//                   the f32 params are the master weights the optimizer updates; each forward
+//                   first converts them into one bf16 buffer of the same layout, which every op
+//                   reads. Activations and their gradients are bf16 too; parameter gradients,
+//                   rstd, lse, logits and losses stay f32. On the CPU the copy is the params.
 //   activations     one buffer per (batch, seq_len), re-laid out only when the shape changes.
 //
 // Forward of layer l (N = B * T rows; x_l is the residual stream entering layer l):
@@ -72,9 +77,11 @@ class DecoderTrainModel final : public TrainModel {
       for (int64_t d : shape) n *= d;
       total += n;
     }
+    adt_ = be_.compute_dtype();
     try {
       values_ = be_.alloc(size_t(total) * sizeof(float));
       grads_ = be_.alloc(size_t(total) * sizeof(float));
+      if (mixed()) compute_ = be_.alloc(size_t(total) * dtype_size(adt_));
     } catch (const std::bad_alloc&) {
       return resource_exhausted("out of memory allocating " + std::to_string(total) +
                                 " parameters and their gradients for training");
@@ -85,15 +92,15 @@ class DecoderTrainModel final : public TrainModel {
       Param p;
       p.name = name;
       p.shape = shape;
-      p.value = view(values_, offsets[i], shape);
-      p.grad = view(grads_, offsets[i], shape);
+      p.value = view(values_, DType::f32, offsets[i], shape);
+      p.grad = view(grads_, DType::f32, offsets[i], shape);
       p.decay = shape.size() == 2 && name != "model.embed_tokens.weight";
       ASTRAI_ASSIGN_OR_RETURN(const SafeTensor* src, store.get(name, shape));
       ASTRAI_RETURN_IF_ERROR(upload_f32(p.value, *src));
       params_.push_back(std::move(p));
     }
-    bind(values_, offsets, value_layers_, value_globals_);
-    bind(grads_, offsets, grad_layers_, grad_globals_);
+    bind(mixed() ? compute_ : values_, adt_, offsets, value_layers_, value_globals_);
+    bind(grads_, DType::f32, offsets, grad_layers_, grad_globals_);
 
     max_pos_ = std::max<int64_t>(cfg_.max_position_embeddings, 1);
     const std::vector<float> table = rope_cos_sin_table(cfg_, max_pos_);
@@ -107,13 +114,7 @@ class DecoderTrainModel final : public TrainModel {
   Backend& backend() const override { return be_; }
   std::vector<Param>& params() override { return params_; }
 
-  void zero_grad() override {
-    // The gradient buffer is one allocation; re-uploading zeros keeps this backend-generic.
-    std::vector<float> zeros(size_t(std::min<int64_t>(num_values_, 1 << 20)), 0.0f);
-    Tensor flat = grads_.as(DType::f32, {num_values_});
-    for (int64_t b = 0; b < num_values_; b += int64_t(zeros.size()))
-      be_.upload(flat.rows(b, std::min(num_values_, b + int64_t(zeros.size()))), zeros.data());
-  }
+  void zero_grad() override { be_.zero(grads_.as(DType::f32, {num_values_})); }
 
   Result<float> forward_backward(const TrainBatch& batch, float scale, const LossOptions& loss) override {
     ASTRAI_RETURN_IF_ERROR(prepare(batch, loss));
@@ -148,9 +149,11 @@ class DecoderTrainModel final : public TrainModel {
     Tensor embed, final_norm, lm_head;
   };
 
-  static Tensor view(const Buffer& buf, int64_t offset, const std::vector<int64_t>& shape) {
-    Tensor t = buf.as(DType::f32, {1});
-    t.data = static_cast<float*>(buf.data()) + offset;
+  bool mixed() const { return adt_ != DType::f32; }
+
+  static Tensor view(const Buffer& buf, DType dt, int64_t offset, const std::vector<int64_t>& shape) {
+    Tensor t = buf.as(dt, {1});
+    t.data = static_cast<char*>(buf.data()) + offset * int64_t(dtype_size(dt));
     t.ndim = int(shape.size());
     for (size_t i = 0; i < shape.size(); ++i) t.shape[i] = shape[i];
     t.set_contiguous_strides();
@@ -161,15 +164,15 @@ class DecoderTrainModel final : public TrainModel {
 
   // Layer views into buf, by the offsets of weight_shapes(); the fused matrices start at q_proj /
   // gate_proj and span the tensors that follow them.
-  void bind(const Buffer& buf, const std::vector<int64_t>& offsets, std::vector<LayerTensors>& layers,
-            Globals& g) const {
+  void bind(const Buffer& buf, DType dt, const std::vector<int64_t>& offsets,
+            std::vector<LayerTensors>& layers, Globals& g) const {
     const auto shapes = weight_shapes(cfg_);
     const int64_t H = cfg_.hidden_size, F = cfg_.intermediate_size;
     const int64_t qkv_rows = cfg_.q_dim() + 2 * cfg_.kv_dim();
     layers.assign(size_t(cfg_.num_layers), {});
     for (size_t i = 0; i < shapes.size(); ++i) {
       const std::string& name = shapes[i].first;
-      const Tensor t = view(buf, offsets[i], shapes[i].second);
+      const Tensor t = view(buf, dt, offsets[i], shapes[i].second);
       if (name == "model.embed_tokens.weight") g.embed = t;
       if (name == "model.norm.weight") g.final_norm = t;
       if (name == "lm_head.weight") g.lm_head = t;
@@ -178,14 +181,14 @@ class DecoderTrainModel final : public TrainModel {
       LayerTensors& l = layers[size_t(std::stoll(name.substr(13, dot - 13)))];
       const std::string leaf = name.substr(dot + 1);
       if (leaf == "input_layernorm.weight") l.input_norm = t;
-      if (leaf == "self_attn.q_proj.weight") l.qkv = view(buf, offsets[i], {qkv_rows, H});
-      if (leaf == "self_attn.q_proj.bias") l.qkv_bias = view(buf, offsets[i], {qkv_rows});
+      if (leaf == "self_attn.q_proj.weight") l.qkv = view(buf, dt, offsets[i], {qkv_rows, H});
+      if (leaf == "self_attn.q_proj.bias") l.qkv_bias = view(buf, dt, offsets[i], {qkv_rows});
       if (leaf == "self_attn.o_proj.weight") l.o = t;
       if (leaf == "self_attn.o_proj.bias") l.o_bias = t;
       if (leaf == "self_attn.q_norm.weight") l.q_norm = t;
       if (leaf == "self_attn.k_norm.weight") l.k_norm = t;
       if (leaf == "post_attention_layernorm.weight") l.post_norm = t;
-      if (leaf == "mlp.gate_proj.weight") l.gate_up = view(buf, offsets[i], {2 * F, H});
+      if (leaf == "mlp.gate_proj.weight") l.gate_up = view(buf, dt, offsets[i], {2 * F, H});
       if (leaf == "mlp.down_proj.weight") l.down = t;
     }
   }
@@ -211,8 +214,11 @@ class DecoderTrainModel final : public TrainModel {
 
   int64_t chunk_rows(const LossOptions& loss) const {
     if (loss.chunk_rows > 0) return std::min(loss.chunk_rows, std::max<int64_t>(n_, 1));
-    constexpr int64_t kChunkElems = int64_t(2) << 20;  // 8 MB of f32 logits
-    return std::clamp<int64_t>(kChunkElems / cfg_.vocab_size, 16, std::max<int64_t>(n_, 16));
+    // 8 MB of f32 logits on the CPU (cache-sized); 1 GB on a GPU, where a chunk is three GEMMs
+    // against the whole head and a host round trip for its losses: a few thousand rows keep the
+    // GEMMs compute-bound and the round trips few.
+    const int64_t chunk_elems = be_.device() == Device::cpu ? int64_t(2) << 20 : int64_t(256) << 20;
+    return std::clamp<int64_t>(chunk_elems / cfg_.vocab_size, 16, std::max<int64_t>(n_, 16));
   }
 
   // Checks the batch, lays out the activations for its shape (once per shape) and uploads it.
@@ -273,7 +279,8 @@ class DecoderTrainModel final : public TrainModel {
     // Two passes: count the floats, then allocate and hand out views.
     int64_t used = 0;
     float* base = nullptr;
-    auto take = [&](std::initializer_list<int64_t> dims, DType dt = DType::f32) {
+    const DType adt = adt_;  // activations and their gradients; DType::f32 below: always f32
+    auto take = [&](std::initializer_list<int64_t> dims, DType dt) {
       Tensor t(base ? base + used : nullptr, dt, dims, be_.device());
       used += (int64_t(t.nbytes()) + 63) / 64 * 16;  // 64-byte aligned, counted in floats
       return t;
@@ -282,35 +289,35 @@ class DecoderTrainModel final : public TrainModel {
       used = 0;
       acts_.assign(size_t(L), {});
       for (LayerActs& a : acts_) {
-        a.x = take({N, H});
-        a.h1 = take({N, H});
-        a.rstd1 = take({N});
-        a.qkv = take({N, qd + 2 * kvd});
+        a.x = take({N, H}, adt);
+        a.h1 = take({N, H}, adt);
+        a.rstd1 = take({N}, DType::f32);
+        a.qkv = take({N, qd + 2 * kvd}, adt);
         if (cfg_.qk_norm) {
-          a.qk = take({N, qd + kvd});
-          a.rstd_q = take({N * nh});
-          a.rstd_k = take({N * nkv});
+          a.qk = take({N, qd + kvd}, adt);
+          a.rstd_q = take({N * nh}, DType::f32);
+          a.rstd_k = take({N * nkv}, DType::f32);
         }
-        a.attn = take({N, qd});
-        a.lse = take({N, nh});
-        a.x_mid = take({N, H});
-        a.h2 = take({N, H});
-        a.rstd2 = take({N});
-        a.gate_up = take({N, 2 * F});
-        a.act = take({N, F});
+        a.attn = take({N, qd}, adt);
+        a.lse = take({N, nh}, DType::f32);
+        a.x_mid = take({N, H}, adt);
+        a.h2 = take({N, H}, adt);
+        a.rstd2 = take({N}, DType::f32);
+        a.gate_up = take({N, 2 * F}, adt);
+        a.act = take({N, F}, adt);
       }
-      final_x_ = take({N, H});
-      final_h_ = take({N, H});
-      final_rstd_ = take({N});
-      tmp_ = take({N, H});
-      dres_ = take({N, H});
-      dh_ = take({N, H});
-      dqkv_ = take({N, qd + 2 * kvd});
-      dattn_ = take({N, qd});
-      dgate_up_ = take({N, 2 * F});
-      dact_ = take({N, F});
-      logits_ = take({chunk, V});
-      losses_ = take({chunk});
+      final_x_ = take({N, H}, adt);
+      final_h_ = take({N, H}, adt);
+      final_rstd_ = take({N}, DType::f32);
+      tmp_ = take({N, H}, adt);
+      dres_ = take({N, H}, adt);
+      dh_ = take({N, H}, adt);
+      dqkv_ = take({N, qd + 2 * kvd}, adt);
+      dattn_ = take({N, qd}, adt);
+      dgate_up_ = take({N, 2 * F}, adt);
+      dact_ = take({N, F}, adt);
+      logits_ = take({chunk, V}, DType::f32);
+      losses_ = take({chunk}, DType::f32);
       ids_ = take({N}, DType::i32);
       targets_ = take({N}, DType::i32);
       positions_ = take({N}, DType::i32);
@@ -333,6 +340,8 @@ class DecoderTrainModel final : public TrainModel {
     const int64_t nh = cfg_.num_heads, nkv = cfg_.num_kv_heads, hd = cfg_.head_dim;
     const float eps = float(cfg_.rms_norm_eps), scale = float(1.0 / std::sqrt(double(hd)));
     const Globals& g = value_globals_;
+    // The master weights may have changed (an optimizer step, a test's upload): refresh the copy.
+    if (mixed()) be_.convert(values_.as(DType::f32, {num_values_}), compute_.as(adt_, {num_values_}));
     be_.embedding(g.embed, ids_, stream(0));
     for (int64_t l = 0; l < cfg_.num_layers; ++l) {
       const LayerTensors& w = value_layers_[size_t(l)];
@@ -435,7 +444,8 @@ class DecoderTrainModel final : public TrainModel {
 
   ModelConfig cfg_;
   Backend& be_;
-  Buffer values_, grads_, rope_buf_, acts_buf_;
+  Buffer values_, grads_, compute_, rope_buf_, acts_buf_;
+  DType adt_ = DType::f32;  // the backend's compute dtype: activations and the weights the ops read
   int64_t num_values_ = 0;
   std::vector<Param> params_;
   std::vector<LayerTensors> value_layers_, grad_layers_;

@@ -1,8 +1,8 @@
 // The training-shaped decoder: parameters, gradients and activations laid out once per model
 // (llm.c's ParameterTensors / ActivationTensors), a forward that saves what backward needs, and a
 // backward over the same Backend ops the serving forward uses (their *_backward partners declared
-// beside them in src/backend/backend.h). f32 on the CPU; on the GPU (later) bf16 compute with f32
-// master weights.
+// beside them in src/backend/backend.h). f32 on the CPU; on the GPU bf16 compute (activations and a
+// bf16 copy of the weights) with f32 master weights and f32 gradients.
 //
 // Numerics match the serving forward (src/model/model.cpp) for the same weights: a test checks
 // that this forward's logits equal Model::forward's on the CPU.
@@ -35,7 +35,8 @@ struct TrainBatch {
   int64_t num_targets() const;  // targets != kIgnore
 };
 
-// One trainable tensor: its HF name and shape, its value and gradient (f32, on the backend).
+// One trainable tensor: its HF name and shape, its value (the f32 master weight) and gradient (f32),
+// on the backend.
 struct Param {
   std::string name;            // e.g. "model.layers.0.self_attn.q_proj.weight"
   std::vector<int64_t> shape;  // HF shape
@@ -45,7 +46,8 @@ struct Param {
 
 struct LossOptions {
   float label_smoothing = 0.0f;  // in [0, 1]
-  // Logit rows per cross-entropy chunk; 0: as many as fit in about 8 MB of logits (at least 16).
+  // Logit rows per cross-entropy chunk; 0: as many as fit in about 8 MB of logits on the CPU, 1 GB
+  // on a GPU (at least 16).
   // Tests set it small to cross chunk boundaries; the result does not depend on it.
   int64_t chunk_rows = 0;
 };

@@ -15,6 +15,7 @@
 #include "src/tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/flops.h"
 #include "train/optimizer.h"
 #include "train/train_model.h"
 
@@ -74,25 +75,18 @@ Result<Loaded> load_model(const std::string& device, const ModelConfig& config, 
   return on(Device::cpu);
 }
 
-std::vector<ParamSpan> param_spans(std::vector<Param>& params) {
-  std::vector<ParamSpan> spans;
-  for (Param& p : params)
-    spans.push_back({p.value.ptr<float>(), p.grad.ptr<float>(), p.value.numel(), p.decay});
-  return spans;
-}
-
-Status load_moments(const fs::path& file, const std::vector<Param>& params, AdamW& opt) {
+Status load_moments(const fs::path& file, const std::vector<Param>& params, Backend& be, AdamW& opt) {
   ASTRAI_ASSIGN_OR_RETURN(const SafeTensorsFile f, SafeTensorsFile::open(file));
   for (size_t i = 0; i < params.size(); ++i) {
     for (auto [prefix, dst] :
-         {std::pair{"exp_avg.", &opt.exp_avg()[i]}, std::pair{"exp_avg_sq.", &opt.exp_avg_sq()[i]}}) {
+         {std::pair{"exp_avg.", opt.exp_avg(i)}, std::pair{"exp_avg_sq.", opt.exp_avg_sq(i)}}) {
       const std::string name = prefix + params[i].name;
       const SafeTensor* t = f.find(name);
       if (!t) return corrupt(file.string() + ": missing tensor '" + name + "'");
       if (t->dtype != DType::f32 || t->shape != params[i].shape)
         return corrupt(file.string() + ": tensor '" + name + "' has shape " + t->shape_str() +
                        ", expected the parameter's");
-      std::copy_n(static_cast<const float*>(t->data), dst->size(), dst->begin());
+      be.upload(dst, t->data);
     }
   }
   return {};
@@ -192,8 +186,7 @@ Result<TrainSummary> run_training(const TrainRunOptions& o) {
   ASTRAI_ASSIGN_OR_RETURN(Loaded loaded, load_model(c.device, mconfig, weights));
   TrainModel& model = *loaded.model;
   std::vector<Param>& params = model.params();
-  if (model.backend().device() != Device::cpu)
-    return unsupported("train: the optimizer runs on the CPU backend only for now (device " + c.device + ")");
+  Backend& be = model.backend();
 
   // Data.
   const fs::path cache = o.data_cache.empty() ? data_cache_dir() : o.data_cache;
@@ -229,9 +222,8 @@ Result<TrainSummary> run_training(const TrainRunOptions& o) {
   std::fprintf(stderr, "\n");
 
   // Optimizer and the state a checkpoint restores.
-  AdamW opt(AdamWOptions{0.9, 0.95, 1e-8, c.weight_decay});
-  const std::vector<ParamSpan> spans = param_spans(params);
-  opt.init(spans);
+  AdamW opt(be, AdamWOptions{0.9, 0.95, 1e-8, c.weight_decay});
+  opt.init(params);
   int64_t step = 0;
   if (resume_from) {
     ASTRAI_ASSIGN_OR_RETURN(const TrainerState st, read_trainer_state(*resume_from));
@@ -243,7 +235,7 @@ Result<TrainSummary> run_training(const TrainRunOptions& o) {
       return invalid_argument(
           "seed: " + std::to_string(c.seed) + " differs from the checkpoint's " + std::to_string(st.seed) +
           " (the data order depends on it); resume with --seed " + std::to_string(st.seed));
-    ASTRAI_RETURN_IF_ERROR(load_moments(*resume_from / "optimizer.safetensors", params, opt));
+    ASTRAI_RETURN_IF_ERROR(load_moments(*resume_from / "optimizer.safetensors", params, be, opt));
     opt.set_steps_taken(st.adam_t);
     train.set_cursor(st.cursor);
     step = st.step;
@@ -271,12 +263,20 @@ Result<TrainSummary> run_training(const TrainRunOptions& o) {
     CheckpointContents ck;
     ck.config = mconfig;
     ck.tokenizer_dir = tokenizer_dir;
+    // The f32 master weights and moments, copied to the host (from the device on a GPU).
+    std::vector<std::vector<float>> host;
+    host.reserve(3 * params.size());
+    auto to_host = [&](const Tensor& t) {
+      host.emplace_back(size_t(t.numel()));
+      be.download(host.back().data(), t);
+      return host.back().data();
+    };
     for (size_t i = 0; i < params.size(); ++i) {
-      ck.weights.push_back({params[i].name, DType::f32, params[i].shape, params[i].value.data});
+      ck.weights.push_back({params[i].name, DType::f32, params[i].shape, to_host(params[i].value)});
       ck.moments.push_back(
-          {"exp_avg." + params[i].name, DType::f32, params[i].shape, opt.exp_avg()[i].data()});
+          {"exp_avg." + params[i].name, DType::f32, params[i].shape, to_host(opt.exp_avg(i))});
       ck.moments.push_back(
-          {"exp_avg_sq." + params[i].name, DType::f32, params[i].shape, opt.exp_avg_sq()[i].data()});
+          {"exp_avg_sq." + params[i].name, DType::f32, params[i].shape, to_host(opt.exp_avg_sq(i))});
     }
     ck.state.step = step;
     ck.state.cursor = train.cursor();
@@ -288,6 +288,11 @@ Result<TrainSummary> run_training(const TrainRunOptions& o) {
     ck.state.config_json = c.to_json();
     return write_checkpoint(out, ck);
   };
+
+  // MFU on a GPU: model FLOPs per second over the bf16 GEMM peak measured here once (train/flops.h).
+  const double peak_tflops = be.device() == Device::cpu ? 0.0 : measure_bf16_peak_tflops(be);
+  if (peak_tflops > 0) std::fprintf(stderr, "train: bf16 GEMM peak %.0f TFLOP/s (for mfu)\n", peak_tflops);
+  const double flops_per_tok = flops_per_token(mconfig, c.seq_len);
 
   TrainSummary sum;
   sum.first_step = step;
@@ -315,7 +320,7 @@ Result<TrainSummary> run_training(const TrainRunOptions& o) {
     }
     const double lr = learning_rate(c, step);
     // A step without a single target (possible with sparse SFT masks) changes nothing.
-    const double norm = total > 0 ? opt.step(spans, lr, c.grad_clip) : 0.0;
+    const double norm = total > 0 ? opt.step(params, lr, c.grad_clip) : 0.0;
     ++step;
     ++run_steps;
     const double tps = tokens_per_step / std::max(1e-9, seconds_since(t0));
@@ -329,6 +334,7 @@ Result<TrainSummary> run_training(const TrainRunOptions& o) {
     else
       w.key("loss").null();
     w.key("lr").value(lr).key("grad_norm").value(norm).key("tokens_per_s").value(tps);
+    if (peak_tflops > 0) w.key("mfu").value(tps * flops_per_tok / (peak_tflops * 1e12));
     if (valid && c.eval_every > 0 && step % c.eval_every == 0) {
       ASTRAI_ASSIGN_OR_RETURN(const double vl, evaluate(model, *valid, c.eval_batches, lo));
       w.key("val_loss").value(vl);

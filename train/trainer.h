@@ -8,8 +8,10 @@
 // Exact resume: everything a step depends on is in the checkpoint (f32 weights, AdamW moments and
 // step count, the data cursor; the shuffle is a function of (seed, epoch)), and the CPU ops are
 // deterministic for a given thread count, so N steps straight and k steps + --resume + N - k steps
-// give the same losses and the same weights bit for bit. On --resume, metrics.jsonl lines after
-// the checkpoint's step (written before a kill) are dropped and written again.
+// give the same losses and the same weights bit for bit. On the GPU (--device cuda, or auto with a
+// GPU) the f32 master weights, gradients and AdamW moments live on the device; its ops use no
+// atomics and fixed reduction orders, so resume gives the same losses there too. On --resume, metrics.jsonl
+// lines after the checkpoint's step (written before a kill) are dropped and written again.
 #pragma once
 
 #include <atomic>

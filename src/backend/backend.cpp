@@ -1,9 +1,11 @@
 #include "src/backend/backend.h"
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <vector>
 
 #include "src/backend/cpu/cpu_backend.h"
 
@@ -101,6 +103,22 @@ void Backend::attention_train_backward(const Tensor&, const Tensor&, const Tenso
 }
 void Backend::cross_entropy(Tensor, const Tensor&, float, float, Tensor) {
   not_implemented(*this, "cross_entropy");
+}
+void Backend::zero(Tensor x) {
+  const std::vector<char> zeros(std::min<size_t>(x.nbytes(), size_t(4) << 20), 0);
+  Tensor bytes = x;
+  bytes.dtype = DType::u8;
+  bytes.ndim = 1;
+  bytes.shape[0] = int64_t(x.nbytes());
+  bytes.set_contiguous_strides();
+  for (int64_t b = 0; b < bytes.shape[0]; b += int64_t(zeros.size()))
+    upload(bytes.rows(b, std::min(bytes.shape[0], b + int64_t(zeros.size()))), zeros.data());
+}
+void Backend::adamw(Tensor, const Tensor&, Tensor, Tensor, const AdamWStep&) {
+  not_implemented(*this, "adamw");
+}
+double Backend::sum_squares(const std::vector<Tensor>&) {
+  not_implemented(*this, "sum_squares");
 }
 
 void register_backend_factory(Device device, BackendFactory factory) {

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "src/backend/sample_math.h"
 #include "src/core/status.h"
@@ -59,6 +60,19 @@ struct SampleBatch {
 // What is wrong with the batch's shapes, dtypes or devices ("" when nothing); both backends check
 // with it before they touch a tensor (the rows' contents are checked where they are read).
 std::string sample_batch_error(const SampleBatch& batch, Device device);
+
+// One AdamW update (step t >= 1), the definition every backend's adamw op implements. With
+// g = grad * grad_scale (the clip factor), bc1 = 1 - beta1^t, bc2 = 1 - beta2^t, as
+// torch.optim.AdamW computes it:
+//   p <- p * (1 - lr * wd)                       (decoupled decay; wd = 0 where decay is off)
+//   m <- beta1 m + (1 - beta1) g
+//   v <- beta2 v + (1 - beta2) g^2
+//   p <- p - (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)
+struct AdamWStep {
+  float lr = 0, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0;
+  float grad_scale = 1;
+  int64_t t = 1;
+};
 
 class Backend {
  public:
@@ -157,8 +171,11 @@ class Backend {
   // forward saves what its backward needs). Conventions: d<name> is the gradient of the loss with
   // respect to <name>. Gradients of parameters (dw, dbias, dtable) are ACCUMULATED (+=), so a
   // tied weight or a micro-batch adds into the same buffer; gradients of activations are
-  // overwritten unless the op says otherwise. All f32. A backend without them inherits defaults
-  // that throw "<op>: not implemented on the <name> backend"; supports_training() says which.
+  // overwritten unless the op says otherwise. A backend without them inherits defaults that throw
+  // "<op>: not implemented on the <name> backend"; supports_training() says which.
+  // Dtypes: activations, weights and activation gradients are compute_dtype() (cpu f32; cuda
+  // bf16, accumulated in f32 inside each op); parameter gradients, rstd, lse, logits and losses are
+  // always f32 (mixed precision: the trainer keeps f32 master weights and converts them).
   virtual bool supports_training() const;
 
   // C = alpha * op(A) @ op(B) + beta * C      op(A) [M, K], op(B) [K, N], C [M, N]
@@ -226,6 +243,20 @@ class Backend {
   static constexpr int32_t kIgnoreIndex = -100;
   virtual void cross_entropy(Tensor logits, const Tensor& targets, float label_smoothing, float grad_scale,
                              Tensor losses);
+
+  // ---- optimizer ops (f32 master weights and state on the backend's device) -------------------
+  // Sets every byte of a contiguous tensor to zero (the gradients between optimizer steps). The
+  // default uploads zeros; the CPU and CUDA backends memset.
+  virtual void zero(Tensor x);
+  // AdamW on one tensor in place (AdamWStep above has the math); p, g, m, v f32 with n elements each,
+  // contiguous. Element-wise, so the result does not depend on how the work is split.
+  virtual void adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, const AdamWStep& step);
+  // sum over every tensor of the sum of its squared elements (f32 contiguous tensors), in f64 and a
+  // fixed order: per tensor, partial sums of kSumSquaresChunk consecutive elements added in chunk
+  // order, so the result (the global grad norm, hence the clipped update) is the same bits on every
+  // run. Returns the host value (waits for the device).
+  static constexpr int64_t kSumSquaresChunk = int64_t(1) << 16;
+  virtual double sum_squares(const std::vector<Tensor>& xs);
 
   // ---- static step inputs and step graphs ----------------------------------------------------
   // A step packs its inputs into one host staging buffer (alloc_host_pinned, allocated once) and

@@ -10,8 +10,25 @@
 
 using namespace astrai::train;
 namespace test = astrai::test;
+using astrai::Backend;
+using astrai::DType;
+using astrai::Tensor;
 
 namespace {
+
+// A parameter over host vectors (the CPU backend's tensors are host memory).
+Param host_param(std::vector<float>& value, std::vector<float>& grad, bool decay) {
+  Param p;
+  p.shape = {int64_t(value.size())};
+  p.value = Tensor(value.data(), DType::f32, {int64_t(value.size())});
+  p.grad = Tensor(grad.data(), DType::f32, {int64_t(grad.size())});
+  p.decay = decay;
+  return p;
+}
+
+std::unique_ptr<Backend> cpu() {
+  return astrai::make_backend(astrai::BackendOptions{}).value();
+}
 
 TrainConfig schedule_config(Schedule s) {
   TrainConfig c;
@@ -132,9 +149,10 @@ TEST_CASE("AdamW matches torch.optim.AdamW (float64) with clipping, decay groups
   write_floats(dir / "g1", g1);
   test::write_file(dir / "ref.py", kTorchAdamW);
 
-  AdamW opt(AdamWOptions{0.9, 0.95, 1e-8, wd});
+  const auto be = cpu();
+  AdamW opt(*be, AdamWOptions{0.9, 0.95, 1e-8, wd});
   std::vector<float> grad0(static_cast<size_t>(n0)), grad1(static_cast<size_t>(n1));
-  std::vector<ParamSpan> spans = {{p0.data(), grad0.data(), n0, true}, {p1.data(), grad1.data(), n1, false}};
+  const std::vector<Param> spans = {host_param(p0, grad0, true), host_param(p1, grad1, false)};
   opt.init(spans);
   std::vector<double> norms;
   for (int64_t s = 0; s < steps; ++s) {
@@ -177,8 +195,10 @@ TEST_CASE("AdamW matches torch.optim.AdamW (float64) with clipping, decay groups
 TEST_CASE("AdamW: no decay where decay is off, decoupled decay where on (zero gradient)",
           "[train][optimizer]") {
   std::vector<float> a = {2.0f}, b = {2.0f}, g = {0.0f};
-  std::vector<ParamSpan> spans = {{a.data(), g.data(), 1, true}, {b.data(), g.data(), 1, false}};
-  AdamW opt(AdamWOptions{0.9, 0.95, 1e-8, 0.5});
+  std::vector<float> g2 = g;
+  const std::vector<Param> spans = {host_param(a, g, true), host_param(b, g2, false)};
+  const auto be = cpu();
+  AdamW opt(*be, AdamWOptions{0.9, 0.95, 1e-8, 0.5});
   opt.init(spans);
   opt.step(spans, 0.1, 0.0);
   CHECK(a[0] == Approx(2.0 * (1 - 0.1 * 0.5)));

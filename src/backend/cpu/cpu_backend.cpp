@@ -111,6 +111,13 @@ class CpuBackend final : public Backend {
                      Tensor losses) override {
     cpu::cross_entropy(logits, targets, label_smoothing, grad_scale, losses);
   }
+  void zero(Tensor x) override {
+    if (x.nbytes()) std::memset(x.data, 0, x.nbytes());
+  }
+  void adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, const AdamWStep& s) override {
+    cpu::adamw(p, g, m, v, s);
+  }
+  double sum_squares(const std::vector<Tensor>& xs) override { return cpu::sum_squares(xs); }
 
  private:
   int threads_;

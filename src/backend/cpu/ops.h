@@ -56,5 +56,8 @@ void attention_train_backward(const Tensor& dout, const Tensor& q, const Tensor&
                               Tensor dq, Tensor dk, Tensor dv);
 void cross_entropy(Tensor logits, const Tensor& targets, float label_smoothing, float grad_scale,
                    Tensor losses);
+// Optimizer ops (optimizer.cpp).
+void adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, const AdamWStep& s);
+double sum_squares(const std::vector<Tensor>& xs);
 
 }  // namespace astrai::cpu
