@@ -1,6 +1,7 @@
 #include "src/dist/communicator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -13,9 +14,9 @@ namespace astrai {
 struct HostGroup::State {
   std::mutex mu;
   std::condition_variable cv;
-  int arrived = 0;
-  uint64_t generation = 0;
-  bool aborted = false;
+  int arrived = 0;                       // under mu
+  std::atomic<uint64_t> generation = 0;  // written under mu; read without it while spinning
+  std::atomic<bool> aborted = false;     // likewise
 };
 
 HostGroup::HostGroup(int n)
@@ -36,6 +37,12 @@ void HostGroup::barrier() {
     s.cv.notify_all();
     return;
   }
+  // Ranks meet twice or more per step, microseconds apart on a GPU: yield for a short while before
+  // sleeping on the condition variable (a wake-up costs tens of microseconds). The lock is taken
+  // again either way, which orders every rank's writes before the barrier with the reads after it.
+  lock.unlock();
+  spin_until([&] { return s.generation != gen || s.aborted; });
+  lock.lock();
   s.cv.wait(lock, [&] { return s.generation != gen || s.aborted; });
   if (s.generation == gen)
     throw Error(Status(ErrorCode::cancelled, "tensor-parallel group aborted by a failed rank"));

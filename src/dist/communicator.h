@@ -4,10 +4,12 @@
 // (threads sharing memory; what CI runs) and NCCL on CUDA devices (gpu/nccl_communicator.*).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
+#include <thread>
 #include <vector>
 
 #include "src/backend/backend.h"
@@ -65,6 +67,18 @@ using CommunicatorFactory =
 void register_communicator_factory(Device device, CommunicatorFactory factory);
 
 // ---- for implementations ----------------------------------------------------------------------
+// Yields while !done() for up to ~50 microseconds; returns whether done() became true. For waits
+// that are usually that short (ranks meeting in a step), before sleeping on a condition variable.
+template <typename F>
+bool spin_until(F done) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!done()) {
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::microseconds(50)) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
 // The rendezvous the ranks of one process share: a reusable barrier that can be aborted, and a
 // slot per rank for exchanging a pointer, a count and a status between two barriers.
 class HostGroup {

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
@@ -46,6 +47,7 @@ class RankThreads {
     }
     cv_.notify_all();
     fn(0);
+    spin_until([&] { return pending_.load() == 0; });  // re-locked below: orders the ranks' writes
     std::unique_lock lock(mu_);
     done_cv_.wait(lock, [&] { return pending_ == 0; });
     job_ = nullptr;
@@ -56,6 +58,7 @@ class RankThreads {
     uint64_t seen = 0;
     for (;;) {
       const std::function<void(int)>* job = nullptr;
+      spin_until([&] { return stop_.load() || generation_.load() != seen; });  // steps come back to back
       {
         std::unique_lock lock(mu_);
         cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
@@ -72,10 +75,11 @@ class RankThreads {
   int n_;
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
-  const std::function<void(int)>* job_ = nullptr;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  const std::function<void(int)>* job_ = nullptr;  // under mu_
+  // Written under mu_; read without it while spinning.
+  std::atomic<uint64_t> generation_ = 0;
+  std::atomic<int> pending_ = 0;
+  std::atomic<bool> stop_ = false;
   std::vector<std::thread> threads_;
 };
 
