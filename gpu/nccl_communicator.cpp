@@ -6,7 +6,9 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -29,11 +31,22 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator(std::shared_ptr<HostGroup> group, int rank, ncclComm_t comm, cudaStream_t stream,
                    int device)
       : Communicator(std::move(group), rank), comm_(comm), stream_(stream), device_(device) {}
-  ~NcclCommunicator() override { ncclCommDestroy(comm_); }
+  ~NcclCommunicator() override {
+    if (!aborted_.exchange(true)) ncclCommDestroy(comm_);
+  }
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
+  // From any thread: the mutex keeps it from freeing the communicator under an enqueue in flight.
+  bool abort_device() override {
+    std::lock_guard lock(mu_);
+    if (!aborted_.exchange(true)) ncclCommAbort(comm_);  // also frees the communicator
+    return true;
+  }
+
   void all_reduce_sum(Tensor t) override {
+    std::lock_guard lock(mu_);
+    if (aborted_) throw Error(Status(ErrorCode::cancelled, "all_reduce_sum: the NCCL group was aborted"));
     ncclDataType_t type = ncclFloat32;
     switch (t.dtype) {
       case DType::f32: type = ncclFloat32; break;
@@ -53,6 +66,8 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_;
   cudaStream_t stream_;
   int device_;
+  std::mutex mu_;
+  std::atomic<bool> aborted_ = false;
 };
 
 Result<std::vector<std::unique_ptr<Communicator>>> make_nccl_communicators(

@@ -44,6 +44,10 @@ class Communicator {
   // a step. reset() makes the group usable again once every rank has left the failed step.
   void abort();
   void reset();
+  // Stops the device collectives in flight and to come (NCCL: ncclCommAbort), after a rank failed
+  // between them: a peer's kernels would otherwise wait for it forever. Callable from any thread.
+  // Returns true when the group can never be used again (the CPU group has nothing on a device).
+  virtual bool abort_device() { return false; }
 
  protected:
   // Ranks of one group share `group` (make_host_group).
