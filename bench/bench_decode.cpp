@@ -1,7 +1,7 @@
-// astrai bench decode: decode throughput of Model::forward on one device.
+// astrai bench decode: decode throughput of Model::forward on one device (or --tp N of them).
 //   astrai bench decode --device cpu --preset tiny|qwen3-0.6b|... (or --model DIR)
 //                       [--batch 1,8,32] [--prompt-len 128] [--tokens 64] [--no-cuda-graphs]
-//                       [--max-model-len N] [--host-sampling]
+//                       [--max-model-len N] [--host-sampling] [--tp N]
 // For each batch size B: B random prompts prefilled (chunks of up to 512 tokens per step), then
 // --tokens decode steps of B sequences in lockstep (greedy next token by the backend's sample op,
 // as the step loop does: only the ids come back; --host-sampling downloads the logits and takes the
@@ -27,6 +27,7 @@
 #include "src/backend/backend.h"
 #include "src/cli/commands.h"
 #include "src/core/json_writer.h"
+#include "src/engine/loader.h"
 #include "src/model/model.h"
 #include "src/model/model_source.h"
 
@@ -43,6 +44,7 @@ struct DecodeBenchOptions {
   bool no_cuda_graphs = false;
   int max_model_len = 0;  // 0: prompt + tokens
   bool host_sampling = false;
+  int tp = 1;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -215,27 +217,28 @@ void run(const DecodeBenchOptions& o) {
   if (o.prompt_len < 1 || o.tokens < 1)
     throw Error(invalid_argument("--prompt-len and --tokens must be positive"));
   const std::vector<int> batches = parse_batches(o.batches);
-  BackendOptions bo;
-  bo.device = o.common.device == "cuda"           ? Device::cuda
-              : o.common.device == "cpu"          ? Device::cpu
-              : has_backend_factory(Device::cuda) ? Device::cuda
-                                                  : Device::cpu;
-  bo.threads = o.common.threads;
-  auto backend = make_backend(bo).value();
+  const std::string device = o.common.device == "cuda" || o.common.device == "cpu" ? o.common.device
+                             : has_backend_factory(Device::cuda)                   ? "cuda"
+                                                                                   : "cpu";
   const std::string name = o.model.empty() ? o.preset : o.model;
   const std::filesystem::path dir = resolve_model_dir(name, o.seed).value();
-  auto model = Model::load(dir, *backend).value();
+  LoadedModel lm = load_model(dir, device, o.tp, o.common.threads).value();
+  const std::unique_ptr<Backend>& backend = lm.backend;
+  const std::unique_ptr<Model>& model = lm.model;
   const ModelConfig& cfg = model->config();
 
   const double wbytes = double(model->weight_bytes());
   double read_s = 0;
-  if (backend->device() == Device::cpu && backend->compute_dtype() == DType::f32)
+  // The floor of one device reading its weights: not measured for a tensor-parallel group of CPU
+  // ranks, which share the host's bandwidth.
+  if (backend->device() == Device::cpu && backend->compute_dtype() == DType::f32 && o.tp == 1)
     read_s = time_weight_read(*model);
   const double gbps = read_s > 0 ? wbytes / read_s / 1e9 : 0;
 
-  std::printf("model %s (%s, %lld layers, %.1fM params, %.3f GB weights) on %s\n", name.c_str(),
+  std::printf("model %s (%s, %lld layers, %.1fM params, %.3f GB weights%s) on %s%s\n", name.c_str(),
               cfg.architecture.c_str(), (long long)cfg.num_layers, double(cfg.num_parameters()) / 1e6,
-              wbytes / 1e9, backend->name().c_str());
+              wbytes / 1e9, o.tp > 1 ? " on rank 0" : "", backend->name().c_str(),
+              o.tp > 1 ? (" and " + std::to_string(o.tp - 1) + " more ranks (tensor parallel)").c_str() : "");
   if (read_s > 0)
     std::printf("weight read: %.1f ms (%.1f GB/s) = decode floor of %.1f ms/step at batch 1\n", read_s * 1e3,
                 gbps, read_s * 1e3);
@@ -271,6 +274,8 @@ void run(const DecodeBenchOptions& o) {
       .value(cfg.architecture)
       .key("device")
       .value(backend->name())
+      .key("tp")
+      .value(int64_t(o.tp))
       .key("threads")
       .value(int64_t(omp_get_max_threads()))
       .key("prompt_len")
@@ -322,6 +327,9 @@ void register_bench_decode(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   sub->add_flag("--host-sampling", o->host_sampling,
                 "Download the logits and take the argmax on the host (the path before the sample op)");
+  sub->add_option("--tp", o->tp, "Tensor-parallel ranks: the model is split over GPUs 0..tp-1")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   add_common_options(*sub, o->common);
   sub->callback([o] { run(*o); });
 }

@@ -12,6 +12,7 @@
 #include "gpu/gemm.h"
 #include "gpu/graph.h"
 #include "gpu/linear.h"
+#include "gpu/nccl_communicator.h"
 #include "gpu/op_times.h"
 #include "gpu/ops.h"
 #include "gpu/train_ops.h"
@@ -268,6 +269,8 @@ class CudaBackend final : public Backend {
     ASTRAI_CUDA_CHECK(cudaEventSynchronize(upload_done_));  // at once if nothing was recorded
   }
   bool supports_graphs() const override { return true; }
+  cudaStream_t stream() const { return stream_; }
+  int device_index() const { return device_; }
   std::unique_ptr<StepGraph> capture(const std::function<void()>& body) override {
     enter();
     // A graph keeps the scratch addresses it was captured with, so each graph gets its own split-KV
@@ -338,9 +341,16 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& options
   }
 }
 
+CudaBackendStream cuda_backend_stream(Backend& backend) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  if (!cuda) return {};
+  return {cuda->stream(), cuda->device_index()};
+}
+
 bool register_cuda_backend() {
   if (device_count() == 0) return false;
   register_backend_factory(Device::cuda, make_cuda_backend);
+  register_nccl_communicator();
   return true;
 }
 

@@ -17,4 +17,12 @@ bool register_cuda_backend();
 // The backend on GPU `gpu_index`; an error when there is no such GPU.
 Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& options);
 
+// The stream a CUDA backend runs its ops on (a cudaStream_t) and its device index, for work that
+// must be ordered with its ops (NCCL collectives); stream is null for any other backend.
+struct CudaBackendStream {
+  void* stream = nullptr;
+  int device = -1;
+};
+CudaBackendStream cuda_backend_stream(Backend& backend);
+
 }  // namespace astrai::gpu

@@ -128,6 +128,8 @@ std::vector<ConfigKey> make_keys() {
   add("dtype", "f32 | bf16 | auto", false, str_key(&ServeConfig::dtype, {"f32", "bf16", "auto"}, "dtype"));
   add("threads", "CPU compute threads (0: all cores)", false,
       int_key(&ServeConfig::threads, 0, 4096, "threads"));
+  add("tp", "Tensor-parallel ranks: the model is split over GPUs 0..tp-1 (1: one device)", true,
+      int_key(&ServeConfig::tp, 1, 64, "tp"));
   add("log_level", "trace | debug | info | warn | error | off", false,
       str_key(&ServeConfig::log_level, {"trace", "debug", "info", "warn", "error", "off"}, "log_level"));
   add("net_threads", "Threads running the network event loop", true,

@@ -22,6 +22,7 @@ struct ServeConfig {
   std::string device = "auto";
   std::string dtype = "auto";
   int threads = 0;
+  int tp = 1;  // tensor-parallel ranks: GPUs 0..tp-1 (src/model/tp_model.h)
   std::string log_level = "info";
   int net_threads = 1;
   int worker_threads = 2;         // CPU-heavy request work (tokenizing, templates), off the net threads

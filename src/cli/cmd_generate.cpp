@@ -24,6 +24,7 @@ struct GenerateArgs {
   int max_prefill_tokens = 2048, page_size = 16, max_batch = 256, max_queue = 1024;
   bool no_prefix_cache = false;
   bool no_cuda_graphs = false;
+  int tp = 1;
 };
 
 Result<std::vector<int32_t>> parse_ids(const std::string& s) {
@@ -65,7 +66,7 @@ void run(const GenerateArgs& a) {
   oo.ignore_eos = a.ignore_eos;
   oo.resume = a.resume;
   oo.progress = !a.no_progress;
-  auto le = load_engine(a.model, a.common.device, eo).value();
+  auto le = load_engine(a.model, a.common.device, eo, a.tp).value();
   const auto sum = run_offline_generate(*le.engine, *le.tokenizer, a.input, a.output, oo).value();
   le.engine->shutdown();
   std::fprintf(stderr,
@@ -114,6 +115,9 @@ void register_generate(CLI::App& app) {
       ->capture_default_str();
   sub->add_flag("--no-prefix-cache", a->no_prefix_cache, "Disable the radix prefix cache");
   sub->add_flag("--no-cuda-graphs", a->no_cuda_graphs, "Run decode steps eagerly (no CUDA graphs)");
+  sub->add_option("--tp", a->tp, "Tensor-parallel ranks: the model is split over GPUs 0..tp-1")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   sub->add_option("--max-batch", a->max_batch, "Sequences per engine step")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

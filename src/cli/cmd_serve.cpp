@@ -9,10 +9,9 @@
 
 #include "net/config.h"
 #include "net/server.h"
-#include "src/backend/backend.h"
 #include "src/cli/commands.h"
 #include "src/engine/engine.h"
-#include "src/model/model.h"
+#include "src/engine/loader.h"
 #include "src/model/model_source.h"
 #include "src/tokenizer/tokenizer.h"
 
@@ -31,23 +30,8 @@ Status load_model(net::ServerState& st) {
   const std::string source = !c.model.empty() ? c.model : c.preset;
   ASTRAI_ASSIGN_OR_RETURN(std::filesystem::path dir, resolve_model_dir(source));
   ASTRAI_ASSIGN_OR_RETURN(auto tok, Tokenizer::load(dir, c.template_limits));
-  BackendOptions bo;
-  if (c.device == "cuda")
-    bo.device = Device::cuda;
-  else if (c.device == "cpu")
-    bo.device = Device::cpu;
-  else
-    bo.device = Device::cuda;  // auto: cuda when present (make_backend falls back below)
-  bo.threads = c.threads;
-  auto backend = make_backend(bo);
-  if (!backend.ok() && c.device == "auto") {
-    bo.device = Device::cpu;
-    backend = make_backend(bo);
-  }
-  if (!backend.ok()) return backend.status();
-  ASTRAI_ASSIGN_OR_RETURN(auto model, Model::load(dir, *backend.value()));
-  ASTRAI_ASSIGN_OR_RETURN(auto engine,
-                          Engine::create(std::move(backend).value(), std::move(model), c.engine));
+  ASTRAI_ASSIGN_OR_RETURN(LoadedModel lm, astrai::load_model(dir, c.device, c.tp, c.threads));
+  ASTRAI_ASSIGN_OR_RETURN(auto engine, Engine::create(std::move(lm.backend), std::move(lm.model), c.engine));
   st.reasoning = c.reasoning_parser == "auto" ? net::detect_reasoning_parser(*tok)
                                               : *net::reasoning_parser_from_name(c.reasoning_parser);
   spdlog::info("reasoning parser: {}{}", net::reasoning_parser_name(st.reasoning),

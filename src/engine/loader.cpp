@@ -6,26 +6,49 @@
 #include "src/backend/backend.h"
 #include "src/model/model.h"
 #include "src/model/model_source.h"
+#include "src/model/tp_model.h"
 
 namespace astrai {
 
-Result<LoadedEngine> load_engine(const std::string& model_or_preset, const std::string& device,
-                                 EngineOptions options) {
-  LoadedEngine le;
-  ASTRAI_ASSIGN_OR_RETURN(le.dir, resolve_model_dir(model_or_preset));
-  ASTRAI_ASSIGN_OR_RETURN(le.tokenizer, Tokenizer::load(le.dir));
+Result<LoadedModel> load_model(const std::filesystem::path& dir, const std::string& device, int tp,
+                               int threads, bool verbose) {
+  if (tp < 1) return invalid_argument("--tp must be at least 1 (got " + std::to_string(tp) + ")");
   BackendOptions bo;
-  bo.device = device == "cuda" ? Device::cuda : Device::cpu;
-  if (device == "auto") bo.device = Device::cuda;
+  bo.device = device == "cuda" || device == "auto" ? Device::cuda : Device::cpu;  // auto: cuda when present
+  bo.threads = threads;
   auto backend = make_backend(bo);
   if (!backend.ok() && device == "auto") {
     bo.device = Device::cpu;
     backend = make_backend(bo);
   }
   if (!backend.ok()) return backend.status();
-  ASTRAI_ASSIGN_OR_RETURN(auto model, Model::load(le.dir, *backend.value()));
+  LoadedModel lm;
+  lm.backend = std::move(backend).value();
+  std::vector<std::unique_ptr<Backend>> others;
+  for (int r = 1; r < tp; ++r) {
+    BackendOptions ro = bo;
+    ro.gpu_index = r;
+    auto b = make_backend(ro);
+    if (!b.ok())
+      return Status(b.status().code(), "--tp " + std::to_string(tp) + " needs " + std::to_string(tp) +
+                                           " devices, one per rank: rank " + std::to_string(r) + ": " +
+                                           b.status().message());
+    others.push_back(std::move(b).value());
+  }
+  LoadOptions lo;
+  lo.verbose = verbose;
+  ASTRAI_ASSIGN_OR_RETURN(lm.model, load_tensor_parallel(dir, *lm.backend, std::move(others), lo));
+  return lm;
+}
+
+Result<LoadedEngine> load_engine(const std::string& model_or_preset, const std::string& device,
+                                 EngineOptions options, int tp) {
+  LoadedEngine le;
+  ASTRAI_ASSIGN_OR_RETURN(le.dir, resolve_model_dir(model_or_preset));
+  ASTRAI_ASSIGN_OR_RETURN(le.tokenizer, Tokenizer::load(le.dir));
+  ASTRAI_ASSIGN_OR_RETURN(LoadedModel lm, load_model(le.dir, device, tp));
   for (int32_t t : le.tokenizer->special_tokens().stop_ids) options.stop_ids.push_back(t);
-  ASTRAI_ASSIGN_OR_RETURN(le.engine, Engine::create(std::move(backend).value(), std::move(model), options));
+  ASTRAI_ASSIGN_OR_RETURN(le.engine, Engine::create(std::move(lm.backend), std::move(lm.model), options));
   return le;
 }
 

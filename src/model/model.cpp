@@ -16,12 +16,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <deque>
 #include <map>
 #include <new>
 #include <string>
 
+#include "src/dist/communicator.h"
 #include "src/model/rope.h"
 #include "src/model/safetensors.h"
+#include "src/model/shard.h"
 #include "src/model/views.h"
 #include "src/model/weights.h"
 #include "src/model/workspace.h"
@@ -113,7 +116,9 @@ class WeightUploader {
 
 class DecoderModel final : public Model {
  public:
-  DecoderModel(const ModelConfig& c, Backend& be) : cfg_(c), be_(be) {}
+  // c: the config this rank runs at (shard_config of the checkpoint's when shard.world > 1).
+  DecoderModel(const ModelConfig& c, Backend& be, const ShardSpec& shard = {})
+      : cfg_(c), be_(be), shard_(shard) {}
 
   Status load(const WeightRefs& refs) {
     const DType dt = be_.compute_dtype();
@@ -142,9 +147,26 @@ class DecoderModel final : public Model {
       return {};
     };
 
+    // This rank's part of a checkpoint tensor (src/model/shard.h); the whole tensor at world 1.
+    std::deque<TensorSlice> slices;  // alive until the layer's uploads are issued
+    const int64_t rank = shard_.rank, world = shard_.world;
+    auto rows_part = [&](const SafeTensor* t) {
+      if (world == 1) return t;
+      const int64_t n = t->shape[0] / world;
+      return static_cast<const SafeTensor*>(
+          &slices.emplace_back(slice_rows(*t, rank * n, (rank + 1) * n)).view);
+    };
+    auto cols_part = [&](const SafeTensor* t) {
+      if (world == 1) return t;
+      const int64_t n = t->shape[1] / world;
+      return static_cast<const SafeTensor*>(
+          &slices.emplace_back(slice_cols(*t, rank * n, (rank + 1) * n)).view);
+    };
     ASTRAI_RETURN_IF_ERROR(make({cfg_.vocab_size, H}, {refs.embed}, embed_));
     if (cfg_.tie_word_embeddings || refs.lm_head == refs.embed || !refs.lm_head) {
       lm_head_ = embed_;  // one buffer for both
+    } else if (rank != 0) {
+      lm_head_ = Tensor();  // only rank 0 computes logits
     } else {
       ASTRAI_RETURN_IF_ERROR(make({cfg_.vocab_size, H}, {refs.lm_head}, lm_head_));
     }
@@ -154,13 +176,16 @@ class DecoderModel final : public Model {
       const LayerWeightRefs& r = refs.layers[l];
       LayerWeights& w = layers_[l];
       ASTRAI_RETURN_IF_ERROR(make({H}, {r.input_norm}, w.input_norm));
-      ASTRAI_RETURN_IF_ERROR(make({qd + 2 * kvd, H}, {r.q, r.k, r.v}, w.qkv));
+      slices.clear();
+      ASTRAI_RETURN_IF_ERROR(
+          make({qd + 2 * kvd, H}, {rows_part(r.q), rows_part(r.k), rows_part(r.v)}, w.qkv));
       if (r.q_bias && r.k_bias && r.v_bias) {
-        ASTRAI_RETURN_IF_ERROR(make({qd + 2 * kvd}, {r.q_bias, r.k_bias, r.v_bias}, w.qkv_bias));
+        ASTRAI_RETURN_IF_ERROR(make(
+            {qd + 2 * kvd}, {rows_part(r.q_bias), rows_part(r.k_bias), rows_part(r.v_bias)}, w.qkv_bias));
         w.has_qkv_bias = true;
       }
-      ASTRAI_RETURN_IF_ERROR(make({H, qd}, {r.o}, w.o));
-      if (r.o_bias) {
+      ASTRAI_RETURN_IF_ERROR(make({H, qd}, {cols_part(r.o)}, w.o));
+      if (r.o_bias && rank == 0) {  // added once: the all-reduce sums the ranks' partial outputs
         ASTRAI_RETURN_IF_ERROR(make({H}, {r.o_bias}, w.o_bias));
         w.has_o_bias = true;
       }
@@ -169,8 +194,8 @@ class DecoderModel final : public Model {
         ASTRAI_RETURN_IF_ERROR(make({cfg_.head_dim}, {r.k_norm}, w.k_norm));
       }
       ASTRAI_RETURN_IF_ERROR(make({H}, {r.post_norm}, w.post_norm));
-      ASTRAI_RETURN_IF_ERROR(make({2 * F, H}, {r.gate, r.up}, w.gate_up));
-      ASTRAI_RETURN_IF_ERROR(make({H, F}, {r.down}, w.down));
+      ASTRAI_RETURN_IF_ERROR(make({2 * F, H}, {rows_part(r.gate), rows_part(r.up)}, w.gate_up));
+      ASTRAI_RETURN_IF_ERROR(make({H, F}, {cols_part(r.down)}, w.down));
     }
     // RoPE table, f32 on every backend (angles need the precision).
     max_pos_ = std::max<int64_t>(cfg_.max_position_embeddings, 1);
@@ -186,7 +211,7 @@ class DecoderModel final : public Model {
   size_t weight_bytes() const override { return weight_bytes_; }
   void for_each_weight(const std::function<void(const Tensor&)>& fn) const override {
     fn(embed_);
-    if (lm_head_.data != embed_.data) fn(lm_head_);
+    if (lm_head_.data && lm_head_.data != embed_.data) fn(lm_head_);
     fn(final_norm_);
     for (const LayerWeights& w : layers_) {
       for (const Tensor* t : {&w.input_norm, &w.qkv, &w.o, &w.post_norm, &w.gate_up, &w.down}) fn(*t);
@@ -223,7 +248,9 @@ class DecoderModel final : public Model {
   }
 
   Result<Tensor> forward(const ForwardBatch& b, KvCache& kv) override {
-    ASTRAI_RETURN_IF_ERROR(validate(b, kv));
+    Status valid = validate(b, kv);
+    if (shard_.comm) valid = shard_.comm->agree(valid);  // a step runs on every rank or on none
+    ASTRAI_RETURN_IF_ERROR(valid);
     StepShape sh = shape_of(b, kv);
     be_.wait_uploads();  // the previous step's inputs were read: the mirror may be rewritten
     ws_.reserve(be_, cfg_, WorkspaceShape{sh.T, sh.S, std::max(b.max_pages, 1), std::max<int64_t>(sh.R, 1)});
@@ -380,14 +407,16 @@ class DecoderModel final : public Model {
                         pos, cos_sin_, slots, kv.k_layer(int(l)), kv.v_layer(int(l)));
       be_.paged_attention(q, kv.k_layer(int(l)), kv.v_layer(int(l)), ab, scale, attn);
       be_.linear(attn2, w.o, w.has_o_bias ? &w.o_bias : nullptr, y);
+      if (shard_.comm) shard_.comm->all_reduce_sum(y);  // row-parallel o: sum over the ranks' heads
       be_.add_rms_norm(x, y, w.post_norm, eps, h);
       be_.linear(h, w.gate_up, nullptr, gu);
       be_.swiglu_linear(gate, up, w.down, act, y);
+      if (shard_.comm) shard_.comm->all_reduce_sum(y);  // row-parallel down: sum over the MLP slices
       const Tensor& next_norm = l + 1 < layers_.size() ? layers_[l + 1].input_norm : final_norm_;
       be_.add_rms_norm(x, y, next_norm, eps, h);
     }
     if (layers_.empty()) be_.rms_norm(x, final_norm_, eps, h);
-    if (R > 0) {
+    if (R > 0 && lm_head_.data) {
       const Tensor g = ws_.gathered(R), logits = ws_.logits(R);
       be_.gather_rows(h, rows, g);
       be_.linear(g, lm_head_, nullptr, logits);
@@ -460,6 +489,7 @@ class DecoderModel final : public Model {
 
   ModelConfig cfg_;
   Backend& be_;
+  ShardSpec shard_;
   std::vector<Buffer> owned_;
   size_t weight_bytes_ = 0;
   Tensor embed_, lm_head_, final_norm_, cos_sin_;
@@ -485,6 +515,14 @@ Result<std::unique_ptr<Model>> Model::from_config(const ModelConfig& config, con
     spdlog::info("loaded {} ({} layers, {:.1f} MB of weights on {}) in {:.2f} s", config.architecture,
                  config.num_layers, double(model->weight_bytes()) / 1e6, backend.name(),
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return std::unique_ptr<Model>(std::move(model));
+}
+
+Result<std::unique_ptr<Model>> make_shard(const ModelConfig& full, const WeightRefs& refs, Backend& backend,
+                                          const ShardSpec& shard) {
+  ASTRAI_ASSIGN_OR_RETURN(ModelConfig local, shard_config(full, shard.world));
+  auto model = std::make_unique<DecoderModel>(local, backend, shard);
+  ASTRAI_RETURN_IF_ERROR(model->load(refs));
   return std::unique_ptr<Model>(std::move(model));
 }
 

@@ -29,6 +29,9 @@ struct KvCache {
   DType dtype = DType::f32;
   Device device = Device::cpu;
   std::vector<Buffer> k, v;  // one per layer
+  // A tensor-parallel model's cache (src/model/tp_model.h): one per rank, each holding that rank's
+  // KV heads on its device; k and v above are then empty.
+  std::vector<KvCache> shards;
   Tensor k_layer(int layer) const;
   Tensor v_layer(int layer) const;
 };

@@ -105,25 +105,6 @@ void check_gpu_against_cpu(const ModelConfig& cfg) {
   }
 }
 
-// head_dim 64, GQA 4:1, q/k/v biases (the bias epilogue), untied head.
-ModelConfig gqa4_bias() {
-  ModelConfig c;
-  c.architecture = "Qwen2ForCausalLM";
-  c.model_type = "qwen2";
-  c.vocab_size = 1000;
-  c.hidden_size = 256;
-  c.num_layers = 2;
-  c.num_heads = 8;
-  c.num_kv_heads = 2;
-  c.head_dim = 64;
-  c.intermediate_size = 512;
-  c.attention_bias = true;
-  c.rope_theta = 10000.0;
-  c.rms_norm_eps = 1e-6;
-  c.max_position_embeddings = 1024;
-  return c;
-}
-
 }  // namespace
 
 TEST_CASE("forward of the tiny preset on cuda matches the cpu backend within bf16 tolerance", "[gpu]") {
@@ -135,7 +116,7 @@ TEST_CASE("forward of a Qwen3-style model on cuda matches the cpu backend within
 }
 
 TEST_CASE("forward with head_dim 64, GQA 4 and q/k/v biases on cuda matches the cpu backend", "[gpu]") {
-  check_gpu_against_cpu(gqa4_bias());
+  check_gpu_against_cpu(gqa4_bias_config());  // the bias epilogue
 }
 
 }  // namespace astrai::test

@@ -168,4 +168,22 @@ ModelConfig qwen3_style_config() {
   return c;
 }
 
+ModelConfig gqa4_bias_config() {
+  ModelConfig c;
+  c.architecture = "Qwen2ForCausalLM";
+  c.model_type = "qwen2";
+  c.vocab_size = 1000;
+  c.hidden_size = 256;
+  c.num_layers = 2;
+  c.num_heads = 8;
+  c.num_kv_heads = 2;
+  c.head_dim = 64;
+  c.intermediate_size = 512;
+  c.attention_bias = true;
+  c.rope_theta = 10000.0;
+  c.rms_norm_eps = 1e-6;
+  c.max_position_embeddings = 1024;
+  return c;
+}
+
 }  // namespace astrai::test

@@ -62,5 +62,7 @@ std::vector<int32_t> random_ids(std::mt19937_64& rng, int64_t n, int64_t vocab);
 
 // A small Qwen3-style config (per-head q/k norm, head_dim * heads != hidden) for forward tests.
 ModelConfig qwen3_style_config();
+// A Qwen2-style config with head_dim 64, GQA 4:1, q/k/v biases and an untied head.
+ModelConfig gqa4_bias_config();
 
 }  // namespace astrai::test

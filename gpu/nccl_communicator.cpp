@@ -1,0 +1,107 @@
+#include "gpu/nccl_communicator.h"
+
+#include "src/dist/communicator.h"
+
+#if ASTRAI_HAVE_NCCL
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gpu/check.h"
+#include "gpu/cuda_backend.h"
+#endif
+
+namespace astrai::gpu {
+
+#if ASTRAI_HAVE_NCCL
+namespace {
+
+Status nccl_status(ncclResult_t r, const char* what) {
+  if (r == ncclSuccess) return {};
+  return internal_error(std::string("NCCL ") + what + ": " + ncclGetErrorString(r));
+}
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(std::shared_ptr<HostGroup> group, int rank, ncclComm_t comm, cudaStream_t stream,
+                   int device)
+      : Communicator(std::move(group), rank), comm_(comm), stream_(stream), device_(device) {}
+  ~NcclCommunicator() override {
+    if (!aborted_.exchange(true)) ncclCommDestroy(comm_);
+  }
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  // From any thread: the mutex keeps it from freeing the communicator under an enqueue in flight.
+  bool abort_device() override {
+    std::lock_guard lock(mu_);
+    if (!aborted_.exchange(true)) ncclCommAbort(comm_);  // also frees the communicator
+    return true;
+  }
+
+  void all_reduce_sum(Tensor t) override {
+    std::lock_guard lock(mu_);
+    if (aborted_) throw Error(Status(ErrorCode::cancelled, "all_reduce_sum: the NCCL group was aborted"));
+    ncclDataType_t type = ncclFloat32;
+    switch (t.dtype) {
+      case DType::f32: type = ncclFloat32; break;
+      case DType::bf16: type = ncclBfloat16; break;
+      case DType::f16: type = ncclFloat16; break;
+      default: throw Error(invalid_argument("all_reduce_sum: NCCL reduces f32, bf16 or f16 tensors"));
+    }
+    if (t.device != Device::cuda || !t.is_contiguous())
+      throw Error(invalid_argument("all_reduce_sum: needs a contiguous cuda tensor, got " + t.shape_str()));
+    ASTRAI_CUDA_CHECK(cudaSetDevice(device_));
+    const Status s = nccl_status(
+        ncclAllReduce(t.data, t.data, size_t(t.numel()), type, ncclSum, comm_, stream_), "all-reduce");
+    if (!s.ok()) throw Error(s);
+  }
+
+ private:
+  ncclComm_t comm_;
+  cudaStream_t stream_;
+  int device_;
+  std::mutex mu_;
+  std::atomic<bool> aborted_ = false;
+};
+
+Result<std::vector<std::unique_ptr<Communicator>>> make_nccl_communicators(
+    std::span<Backend* const> backends) {
+  const int n = int(backends.size());
+  std::vector<int> devices;
+  std::vector<cudaStream_t> streams;
+  for (Backend* b : backends) {
+    const CudaBackendStream s = cuda_backend_stream(*b);
+    if (!s.stream) return invalid_argument("NCCL: every rank of the group must be a CUDA backend");
+    for (int d : devices)
+      if (d == s.device)
+        return invalid_argument("NCCL: two ranks on GPU " + std::to_string(d) +
+                                "; each rank needs its own GPU");
+    devices.push_back(s.device);
+    streams.push_back(static_cast<cudaStream_t>(s.stream));
+  }
+  std::vector<ncclComm_t> comms(size_t(n), nullptr);
+  ASTRAI_RETURN_IF_ERROR(nccl_status(ncclCommInitAll(comms.data(), n, devices.data()), "init"));
+  auto group = std::make_shared<HostGroup>(n);
+  std::vector<std::unique_ptr<Communicator>> out;
+  for (int r = 0; r < n; ++r)
+    out.push_back(std::make_unique<NcclCommunicator>(group, r, comms[size_t(r)], streams[size_t(r)],
+                                                     devices[size_t(r)]));
+  return out;
+}
+
+}  // namespace
+
+void register_nccl_communicator() {
+  register_communicator_factory(Device::cuda, make_nccl_communicators);
+}
+#else
+void register_nccl_communicator() {}
+#endif
+
+}  // namespace astrai::gpu

@@ -1,0 +1,255 @@
+#include "src/model/tp_model.h"
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "src/dist/communicator.h"
+#include "src/model/shard.h"
+#include "src/model/weights.h"
+
+namespace astrai {
+namespace {
+
+// One thread per rank past rank 0, parked between jobs: run(fn) calls fn(r) for every rank at once
+// (rank 0 on the calling thread) and returns when all have returned. A rank's collectives block
+// until every rank reaches them, so the ranks must run concurrently.
+class RankThreads {
+ public:
+  explicit RankThreads(int n) : n_(n) {
+    for (int r = 1; r < n; ++r) threads_.emplace_back([this, r] { loop(r); });
+  }
+  RankThreads(const RankThreads&) = delete;
+  RankThreads& operator=(const RankThreads&) = delete;
+  ~RankThreads() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+
+  // fn must not throw (the caller turns its failures into values).
+  void run(const std::function<void(int)>& fn) {
+    {
+      std::lock_guard lock(mu_);
+      job_ = &fn;
+      pending_ = n_ - 1;
+      ++generation_;
+    }
+    cv_.notify_all();
+    fn(0);
+    spin_until([&] { return pending_.load() == 0; });  // re-locked below: orders the ranks' writes
+    std::unique_lock lock(mu_);
+    done_cv_.wait(lock, [&] { return pending_ == 0; });
+    job_ = nullptr;
+  }
+
+ private:
+  void loop(int rank) {
+    uint64_t seen = 0;
+    for (;;) {
+      const std::function<void(int)>* job = nullptr;
+      spin_until([&] { return stop_.load() || generation_.load() != seen; });  // steps come back to back
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+        job = job_;
+      }
+      (*job)(rank);
+      std::lock_guard lock(mu_);
+      if (--pending_ == 0) done_cv_.notify_one();
+    }
+  }
+
+  int n_;
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  const std::function<void(int)>* job_ = nullptr;  // under mu_
+  // Written under mu_; read without it while spinning.
+  std::atomic<uint64_t> generation_ = 0;
+  std::atomic<int> pending_ = 0;
+  std::atomic<bool> stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+class TpModel final : public Model {
+ public:
+  TpModel(const ModelConfig& cfg, Backend& rank0, std::vector<std::unique_ptr<Backend>> others,
+          std::vector<std::unique_ptr<Communicator>> comms)
+      : cfg_(cfg),
+        rank0_(rank0),
+        others_(std::move(others)),
+        comms_(std::move(comms)),
+        threads_(int(comms_.size())) {
+    shards_.resize(comms_.size());
+  }
+
+  Backend& rank_backend(int r) const { return r == 0 ? rank0_ : *others_[size_t(r - 1)]; }
+  int world() const { return int(comms_.size()); }
+
+  // Runs fn on every rank at once. A rank that fails aborts the host group, so that no other rank
+  // waits in a host-side collective for it; a rank that throws (a failure in the middle of a step,
+  // after some of its collectives may be missing) also stops the device collectives in flight
+  // (NCCL: ncclCommAbort), from its own thread at once, since another rank's thread may be waiting
+  // on its device for them; a group that cannot be used after that fails every later call. The
+  // first failure (a real one before the cancellations it caused) is returned once every rank has
+  // left.
+  Status on_all_ranks(const std::function<Status(int)>& fn) {
+    if (!dead_.ok()) return dead_;
+    std::vector<Status> st(static_cast<size_t>(world()));
+    bool aborted = false;
+    std::mutex mu;
+    threads_.run([&](int r) {
+      bool threw = true;
+      try {
+        st[size_t(r)] = fn(r);
+        threw = false;
+      } catch (const Error& e) {
+        st[size_t(r)] = e.status();
+      } catch (const std::exception& e) {
+        st[size_t(r)] = internal_error(std::string("rank ") + std::to_string(r) + ": " + e.what());
+      } catch (...) {
+        st[size_t(r)] = internal_error("rank " + std::to_string(r) + ": unknown exception");
+      }
+      const Status& mine = st[size_t(r)];
+      if (mine.ok() || mine.code() == ErrorCode::cancelled) return;
+      std::lock_guard lock(mu);
+      aborted = true;
+      comms_[size_t(r)]->abort();
+      if (!threw) return;
+      spdlog::error("tensor-parallel rank {} failed in the middle of a step: {}", r, mine.message());
+      bool unusable = false;
+      for (auto& c : comms_) unusable |= c->abort_device();
+      if (unusable)
+        dead_ = Status(mine.code(), "the tensor-parallel group was aborted after rank " + std::to_string(r) +
+                                        " failed in the middle of a step (" + mine.message() + ")");
+    });
+    if (aborted) comms_[0]->reset();
+    for (const Status& s : st)
+      if (!s.ok() && s.code() != ErrorCode::cancelled) return s;
+    for (const Status& s : st)
+      if (!s.ok()) return s;
+    return {};
+  }
+
+  Status load(const WeightRefs& refs) {
+    return on_all_ranks([&](int r) -> Status {
+      ShardSpec spec{r, world(), comms_[size_t(r)].get()};
+      ASTRAI_ASSIGN_OR_RETURN(shards_[size_t(r)], make_shard(cfg_, refs, rank_backend(r), spec));
+      return {};
+    });
+  }
+
+  const ModelConfig& config() const override { return cfg_; }
+  Backend& backend() const override { return rank0_; }
+
+  // Per device: what one rank's cache takes of its device's memory (the step loop sizes the cache
+  // from rank 0's free memory; the ranks are alike). On the CPU all ranks share the host's memory.
+  size_t kv_bytes_per_page(int page_size) const override {
+    const size_t one = shards_[0]->kv_bytes_per_page(page_size);
+    return rank0_.device() == Device::cpu ? one * size_t(world()) : one;
+  }
+  KvCache allocate_kv(int num_pages, int page_size) const override {
+    KvCache kv;
+    kv.num_pages = num_pages;
+    kv.scratch_page = num_pages;
+    kv.page_size = page_size;
+    kv.num_kv_heads = int(cfg_.num_kv_heads);
+    kv.head_dim = int(cfg_.head_dim);
+    kv.dtype = rank0_.compute_dtype();
+    kv.device = rank0_.device();
+    for (const auto& s : shards_) kv.shards.push_back(s->allocate_kv(num_pages, page_size));
+    return kv;
+  }
+
+  Result<Tensor> forward(const ForwardBatch& b, KvCache& kv) override {
+    if (int(kv.shards.size()) != world())
+      return invalid_argument("forward batch: the KV cache was not allocated for this tensor-parallel model");
+    Tensor logits;
+    ASTRAI_RETURN_IF_ERROR(on_all_ranks([&](int r) -> Status {
+      ASTRAI_ASSIGN_OR_RETURN(Tensor t, shards_[size_t(r)]->forward(b, kv.shards[size_t(r)]));
+      if (r == 0) logits = t;
+      return {};
+    }));
+    return logits;
+  }
+
+  Status reserve_steps(const StepLimits& limits) override {
+    return on_all_ranks([&](int r) { return shards_[size_t(r)]->reserve_steps(limits); });
+  }
+  Result<int> capture_decode_graphs(KvCache& kv) override {
+    if (int(kv.shards.size()) != world())
+      return invalid_argument("the KV cache was not allocated for this tensor-parallel model");
+    int captured = 0;
+    ASTRAI_RETURN_IF_ERROR(on_all_ranks([&](int r) -> Status {
+      ASTRAI_ASSIGN_OR_RETURN(int n, shards_[size_t(r)]->capture_decode_graphs(kv.shards[size_t(r)]));
+      if (r == 0) captured = n;
+      return {};
+    }));
+    return captured;
+  }
+
+  // Rank 0's (the largest: it alone holds an untied LM head): what one device reads per step.
+  size_t weight_bytes() const override { return shards_[0]->weight_bytes(); }
+  void for_each_weight(const std::function<void(const Tensor&)>& fn) const override {
+    for (const auto& s : shards_) s->for_each_weight(fn);
+  }
+
+ private:
+  ModelConfig cfg_;
+  Backend& rank0_;
+  // Destroyed in reverse: the threads first, then the shards (their graphs and buffers), then the
+  // communicators and the backends they run on.
+  std::vector<std::unique_ptr<Backend>> others_;
+  std::vector<std::unique_ptr<Communicator>> comms_;
+  std::vector<std::unique_ptr<Model>> shards_;
+  Status dead_;  // set once the device collectives were aborted: every later call fails with it
+  RankThreads threads_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> make_tensor_parallel(const ModelConfig& config, const WeightStore& weights,
+                                                    Backend& rank0,
+                                                    std::vector<std::unique_ptr<Backend>> others,
+                                                    const LoadOptions& options) {
+  if (others.empty()) return Model::from_config(config, weights, rank0, options);
+  ASTRAI_RETURN_IF_ERROR(config.validate());
+  const int world = int(others.size()) + 1;
+  ASTRAI_RETURN_IF_ERROR(shard_config(config, world).status());
+  ASTRAI_ASSIGN_OR_RETURN(WeightRefs refs, resolve_weights(config, weights));
+  std::vector<Backend*> ranks{&rank0};
+  for (const auto& b : others) ranks.push_back(b.get());
+  ASTRAI_ASSIGN_OR_RETURN(auto comms, make_communicators(ranks));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto model = std::make_unique<TpModel>(config, rank0, std::move(others), std::move(comms));
+  ASTRAI_RETURN_IF_ERROR(model->load(refs));
+  if (options.verbose)
+    spdlog::info(
+        "loaded {} ({} layers) in {} tensor-parallel shards, {:.1f} MB of weights on rank 0 ({}), in {:.2f} "
+        "s",
+        config.architecture, config.num_layers, world, double(model->weight_bytes()) / 1e6, rank0.name(),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return std::unique_ptr<Model>(std::move(model));
+}
+
+Result<std::unique_ptr<Model>> load_tensor_parallel(const std::filesystem::path& dir, Backend& rank0,
+                                                    std::vector<std::unique_ptr<Backend>> others,
+                                                    const LoadOptions& options) {
+  ASTRAI_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::load(dir));
+  ASTRAI_ASSIGN_OR_RETURN(WeightStore store, WeightStore::open(dir));
+  return make_tensor_parallel(config, store, rank0, std::move(others), options);
+}
+
+}  // namespace astrai

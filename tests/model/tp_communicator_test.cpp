@@ -1,0 +1,100 @@
+// The in-process CPU group (src/dist/communicator.h): all-reduce sums in rank order on every rank,
+// agree returns the lowest failing rank's status, abort wakes a rank waiting in a collective.
+// Every rank runs on its own thread; no verdict depends on which thread gets where first.
+#include <catch2/catch.hpp>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "src/dist/communicator.h"
+#include "tools/test_util.h"
+
+namespace astrai::test {
+namespace {
+
+// Runs fn(rank) on n threads at once and joins them.
+template <typename F>
+void on_threads(int n, F fn) {
+  std::vector<std::thread> t;
+  for (int r = 0; r < n; ++r) t.emplace_back([&fn, r] { fn(r); });
+  for (auto& th : t) th.join();
+}
+
+}  // namespace
+
+TEST_CASE("cpu all_reduce_sum leaves the rank-order float sum on every rank", "[threads]") {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  for (int n : {1, 2, 3, 4}) {
+    for (int64_t numel : {int64_t(1), int64_t(3), int64_t(1000), int64_t(4099)}) {
+      INFO("ranks " << n << " elements " << numel);
+      auto comms = make_cpu_communicators(n);
+      std::vector<std::vector<float>> data(static_cast<size_t>(n));
+      std::uniform_real_distribution<float> u(-10.f, 10.f);
+      for (auto& d : data)
+        for (int64_t i = 0; i < numel; ++i) d.push_back(u(rng));
+      std::vector<float> want(static_cast<size_t>(numel));
+      for (int64_t i = 0; i < numel; ++i) {
+        float s = data[0][size_t(i)];
+        for (int r = 1; r < n; ++r) s += data[size_t(r)][size_t(i)];
+        want[size_t(i)] = s;
+      }
+      // Two rounds over the same communicators: the barriers are reusable.
+      for (int round = 0; round < 2; ++round) {
+        auto work = data;
+        on_threads(n, [&](int r) {
+          comms[size_t(r)]->all_reduce_sum(Tensor(work[size_t(r)].data(), DType::f32, {numel}));
+        });
+        for (int r = 0; r < n; ++r) REQUIRE(work[size_t(r)] == want);
+      }
+    }
+  }
+}
+
+TEST_CASE("cpu all_reduce_sum rejects tensors it cannot reduce", "[threads]") {
+  auto comms = make_cpu_communicators(1);
+  std::vector<uint16_t> half(4);
+  CHECK_THROWS_WITH(comms[0]->all_reduce_sum(Tensor(half.data(), DType::bf16, {4})), Catch::Contains("f32"));
+}
+
+TEST_CASE("agree gives every rank the lowest failing rank's status", "[threads]") {
+  auto comms = make_cpu_communicators(3);
+  std::vector<Status> got(3);
+  on_threads(3, [&](int r) {
+    Status mine = r == 0 ? Status() : invalid_argument("rank " + std::to_string(r) + " failed");
+    got[size_t(r)] = comms[size_t(r)]->agree(mine);
+  });
+  for (const Status& s : got) {
+    CHECK(s.code() == ErrorCode::invalid_argument);
+    CHECK(s.message() == "rank 1 failed");
+  }
+  on_threads(3, [&](int r) { got[size_t(r)] = comms[size_t(r)]->agree(Status()); });
+  for (const Status& s : got) CHECK(s.ok());
+}
+
+TEST_CASE("abort wakes a rank waiting in a collective and reset makes the group usable again", "[threads]") {
+  auto comms = make_cpu_communicators(2);
+  bool threw = false;
+  // Rank 0 waits for rank 1, which aborts instead of arriving: whether rank 0 is already waiting or
+  // arrives after the abort, it throws.
+  std::thread waiter([&] {
+    try {
+      comms[0]->barrier();
+    } catch (const Error& e) {
+      threw = e.status().code() == ErrorCode::cancelled;
+    }
+  });
+  comms[1]->abort();
+  waiter.join();
+  CHECK(threw);
+  CHECK_THROWS_AS(comms[1]->barrier(), Error);
+  comms[0]->reset();
+  std::vector<float> a{1, 2}, b{3, 4};
+  on_threads(
+      2, [&](int r) { comms[size_t(r)]->all_reduce_sum(Tensor(r ? b.data() : a.data(), DType::f32, {2})); });
+  CHECK(a == std::vector<float>{4, 6});
+  CHECK(b == std::vector<float>{4, 6});
+}
+
+}  // namespace astrai::test
