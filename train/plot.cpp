@@ -166,8 +166,11 @@ std::string loss_curve_svg(const std::vector<MetricsPoint>& points, const PlotOp
     legend.push_back(
         {o.reference_label.empty() ? "reference " + tick_label(*o.reference, 0.001) : o.reference_label,
          "stroke=\"#888\" stroke-dasharray=\"6 4\""});
-  const double lx = left + w - 230, ly = top + 10;
-  s << "<rect x=\"" << num(lx - 8) << "\" y=\"" << num(ly - 4) << "\" width=\"230\" height=\""
+  size_t longest = 0;
+  for (const Entry& e : legend) longest = std::max(longest, e.label.size());
+  // About 7 px per character at font-size 12, after a 28 px line sample and its gap.
+  const double box = 52 + 7.0 * double(longest), lx = left + w - box, ly = top + 10;
+  s << "<rect x=\"" << num(lx - 8) << "\" y=\"" << num(ly - 4) << "\" width=\"" << num(box) << "\" height=\""
     << num(double(legend.size()) * 18 + 6) << "\" fill=\"white\" fill-opacity=\"0.85\" stroke=\"#ccc\"/>\n";
   for (size_t i = 0; i < legend.size(); ++i) {
     const double y = ly + 9 + double(i) * 18;
