@@ -4,6 +4,7 @@
 // train.yaml key is also a flag (--steps 20, --data.train f.jsonl), and a flag wins over the file.
 // SIGTERM / SIGINT: the current step finishes, a checkpoint is written, exit 0 (a second signal
 // kills at once).
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -89,6 +90,8 @@ void plot(const PlotArgs& a) {
   const bool is_dir = fs::is_directory(a.run, ec);
   const fs::path metrics = is_dir ? fs::path(a.run) / "metrics.jsonl" : fs::path(a.run);
   const fs::path run_dir = is_dir ? fs::path(a.run) : metrics.parent_path();
+  if (a.reference && !std::isfinite(*a.reference))
+    throw Error(invalid_argument("--reference: not a finite loss"));
   const std::vector<train::MetricsPoint> points = train::read_metrics(metrics).value();
   train::PlotOptions o;
   o.title = a.title.empty() ? fs::absolute(run_dir).lexically_normal().filename().string() : a.title;

@@ -194,6 +194,9 @@ TEST_CASE("astrai train plot writes the SVG of a run, and astrai train still tra
   r = test::run_command(test::astrai_bin() + " train plot '" + (dir / "nothing").string() + "'");
   CHECK(r.exit_code != 0);
   CHECK_THAT(r.err, Catch::Contains("nothing") && Catch::Contains("cannot open"));
+  r = test::run_command(test::astrai_bin() + " train plot '" + (dir / "run").string() + "' --reference inf");
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.err, Catch::Contains("--reference"));
   r = test::run_command(test::astrai_bin() + " train plot");
   CHECK(r.exit_code != 0);
   CHECK_THAT(r.err, Catch::Contains("run"));
