@@ -1,17 +1,22 @@
 // astrai train --config train.yaml [--KEY VALUE ...] [--resume]
+// astrai train plot RUN_DIR [-o loss.svg]
 // Pretraining ({"text"} JSONL) and SFT ({"messages"} JSONL) of a model directory or a preset; every
 // train.yaml key is also a flag (--steps 20, --data.train f.jsonl), and a flag wins over the file.
 // SIGTERM / SIGINT: the current step finishes, a checkpoint is written, exit 0 (a second signal
 // kills at once).
+#include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "src/cli/commands.h"
 #include "src/core/threads.h"
+#include "train/plot.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
 
@@ -74,6 +79,34 @@ void run(CLI::App& sub, TrainArgs& a) {
   set_exit_code(0);
 }
 
+struct PlotArgs {
+  std::string run, output, title, reference_label = "reference";
+  std::optional<double> reference;
+};
+
+void plot(const PlotArgs& a) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const bool is_dir = fs::is_directory(a.run, ec);
+  const fs::path metrics = is_dir ? fs::path(a.run) / "metrics.jsonl" : fs::path(a.run);
+  const fs::path run_dir = is_dir ? fs::path(a.run) : metrics.parent_path();
+  if (a.reference && !std::isfinite(*a.reference))
+    throw Error(invalid_argument("--reference: not a finite loss"));
+  const std::vector<train::MetricsPoint> points = train::read_metrics(metrics).value();
+  train::PlotOptions o;
+  o.title = a.title.empty() ? fs::absolute(run_dir).lexically_normal().filename().string() : a.title;
+  o.reference = a.reference;
+  o.reference_label = a.reference_label;
+  const fs::path out = a.output.empty() ? run_dir / "loss.svg" : fs::path(a.output);
+  {
+    std::ofstream f(out, std::ios::binary | std::ios::trunc);
+    f << train::loss_curve_svg(points, o);
+    if (!f) throw Error(io_error("-o " + out.string() + ": cannot write"));
+  }
+  std::fprintf(stderr, "train plot: %zu steps -> %s\n", points.size(), out.c_str());
+  set_exit_code(0);
+}
+
 void register_train(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
   CLI::App* sub = app.add_subcommand(
@@ -95,7 +128,23 @@ void register_train(CLI::App& app) {
   sub->add_option("--log-level", a->log_level, "trace | debug | info | warn | error | off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
-  sub->callback([a, sub] { run(*sub, *a); });
+
+  auto p = std::make_shared<PlotArgs>();
+  CLI::App* plot_cmd = sub->add_subcommand(
+      "plot", "Draw a run's loss curve (train and val loss vs step, from metrics.jsonl) as an SVG");
+  plot_cmd->add_option("run", p->run, "The run's out directory, or its metrics.jsonl")->required();
+  plot_cmd->add_option("-o,--output", p->output, "SVG file to write (default: RUN_DIR/loss.svg)");
+  plot_cmd->add_option("--title", p->title, "Title above the plot (default: the run directory's name)");
+  plot_cmd->add_option("--reference", p->reference,
+                       "Draw a dashed horizontal line at this loss, e.g. a baseline's");
+  plot_cmd->add_option("--reference-label", p->reference_label, "The reference line's legend entry")
+      ->capture_default_str();
+  plot_cmd->callback([p] { plot(*p); });
+  // CLI11 runs a parent's callback after its subcommand's: `train plot` must not start training.
+  sub->callback([a, sub, plot_cmd] {
+    if (plot_cmd->parsed()) return;
+    run(*sub, *a);
+  });
 }
 
 }  // namespace

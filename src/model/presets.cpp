@@ -30,6 +30,16 @@ ModelConfig tiny() {
   return c;
 }
 
+// The model scripts/train-brown trains on the Brown corpus and scripts/serve serves (models/brown):
+// tiny's byte tokenizer and widths, one more layer and a wider MLP (0.63M parameters). On 2 CPU
+// cores it trains at about half tiny's tokens/s; docs/training.md says why this size.
+ModelConfig brown() {
+  ModelConfig c = tiny();
+  c.num_layers = 3;
+  c.intermediate_size = 384;
+  return c;
+}
+
 ModelConfig llama_1b() {
   ModelConfig c;
   c.architecture = "LlamaForCausalLM";
@@ -79,12 +89,13 @@ ModelConfig qwen3(int64_t layers, int64_t hidden, int64_t heads, int64_t ffn, bo
 }  // namespace
 
 std::vector<std::string> preset_names() {
-  return {"tiny", "llama-1b", "qwen3-0.6b", "qwen3-8b"};
+  return {"tiny", "llama-1b", "qwen3-0.6b", "qwen3-8b", "brown"};
 }
 
 Result<ModelConfig> preset_config(std::string_view name) {
   if (name == "tiny") return tiny();
   if (name == "llama-1b") return llama_1b();
+  if (name == "brown") return brown();
   if (name == "qwen3-0.6b") return qwen3(28, 1024, 16, 3072, true);
   if (name == "qwen3-8b") return qwen3(36, 4096, 32, 12288, false);
   std::string list;

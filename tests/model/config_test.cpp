@@ -357,12 +357,17 @@ TEST_CASE("load() reads DIR/config.json and names it in errors", "[unit]") {
 }
 
 TEST_CASE("presets have the published shapes and parameter counts", "[unit]") {
-  CHECK(preset_names() == std::vector<std::string>{"tiny", "llama-1b", "qwen3-0.6b", "qwen3-8b"});
+  CHECK(preset_names() == std::vector<std::string>{"tiny", "llama-1b", "qwen3-0.6b", "qwen3-8b", "brown"});
   ModelConfig tiny = preset_config("tiny").value();
   CHECK(tiny.vocab_size >= 259);  // the built-in byte tokenizer
   CHECK(tiny.eos_token_ids == std::vector<int32_t>{258});
   CHECK(tiny.num_parameters() > 100000);
   CHECK(tiny.num_parameters() < 1000000);
+  // brown (scripts/train-brown): tiny's tokenizer and widths, 3 layers, MLP 384.
+  ModelConfig brown = preset_config("brown").value();
+  CHECK(brown.vocab_size == tiny.vocab_size);
+  CHECK(brown.eos_token_ids == tiny.eos_token_ids);
+  CHECK(brown.num_parameters() == 631680);
   // Compare with the published configs parsed above: same shapes, same counts.
   ModelConfig llama = preset_config("llama-1b").value(),
               llama_hub = ModelConfig::from_json(kLlama32_1B).value();

@@ -275,7 +275,8 @@ TEST_CASE("resolve_model_dir: directories, presets materialised once into the ca
   auto bad = resolve_model_dir("no/such/model");
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.status().message() ==
-        "--model 'no/such/model': no such directory and not a preset (tiny, llama-1b, qwen3-0.6b, qwen3-8b)");
+        "--model 'no/such/model': no such directory and not a preset (tiny, llama-1b, qwen3-0.6b, qwen3-8b, "
+        "brown)");
   {
     ScopedEnv no_astrai("ASTRAI_CACHE_DIR", "");
     ScopedEnv xdg("XDG_CACHE_HOME", (dir / "xdg").string());
