@@ -257,10 +257,13 @@ Frag GrammarBuilder::opt(Frag f) {
 }
 
 Frag GrammarBuilder::star(Frag f) {
-  const int32_t s = state();
+  // A separate exit state: a fragment's exit must have no edges of its own, or an opt() / seq()
+  // around it would reach the loop from outside (`{` then `,` in "{ (member (, member)*)? }").
+  const int32_t s = state(), out = state();
   eps(s, f.in);
   eps(f.out, s);
-  return {s, s};
+  eps(s, out);
+  return {s, out};
 }
 
 Frag GrammarBuilder::repeat(const std::function<Frag()>& make, int64_t min, int64_t max) {

@@ -4,7 +4,8 @@
 // (json_schema.h, regex.h); matcher.h runs it as a lazily built DFA over sets of call stacks.
 //
 // GrammarBuilder makes rules with Thompson-style fragments: every construction returns a fragment
-// with one entry and one exit state of the rule being built, joined by epsilon edges.
+// with one entry and one exit state of the rule being built, joined by epsilon edges. A fragment's
+// exit state has no edges of its own (so that wrapping it in opt() or seq() adds no path into it).
 #pragma once
 
 #include <cstdint>

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <set>
 #include <unordered_map>
@@ -63,22 +64,14 @@ class Compiler {
     };
     if (has('"')) opts.push_back(b_.literal("\\\""));
     if (has('\\')) opts.push_back(b_.literal("\\\\"));
-    for (uint32_t c = 0; c < 0x20; ++c) {
-      if (!has(c)) continue;
-      const char* short_form = c == '\n'   ? "\\n"
-                               : c == '\t' ? "\\t"
-                               : c == '\r' ? "\\r"
-                               : c == '\b' ? "\\b"
-                               : c == '\f' ? "\\f"
-                                           : nullptr;
-      if (short_form) {
-        opts.push_back(b_.literal(short_form));
-      } else {
-        char buf[8];
-        std::snprintf(buf, sizeof buf, "\\u%04x", c);
-        opts.push_back(b_.literal(buf));
-      }
-    }
+    // Control characters only in their short escapes (no \u00XX: a model that wanders would fill
+    // strings with them); a pattern that needs another one cannot be met.
+    for (auto [c, esc] : {std::pair<uint32_t, const char*>{'\n', "\\n"},
+                          {'\t', "\\t"},
+                          {'\r', "\\r"},
+                          {'\b', "\\b"},
+                          {'\f', "\\f"}})
+      if (has(c)) opts.push_back(b_.literal(esc));
     if (opts.empty()) {
       // No character fits: a state with no way on (the matcher treats it as dead).
       return {b_.state(), b_.state()};
@@ -614,7 +607,11 @@ class Compiler {
       if (!rx.anchored_start) content = b_.seq(b_.star(json_char(all)), content);
       if (!rx.anchored_end) content = b_.seq(content, b_.star(json_char(all)));
     } else {
-      content = b_.repeat([&] { return json_char(all); }, mn, mx);
+      // Bounded strings hold characters of the Basic Multilingual Plane only: their count is then
+      // the same in code points (JSON Schema) and in UTF-16 units (JavaScript's length, which
+      // zod's min / max check).
+      const auto bmp = normalize_ranges({{0, 0xFFFF}});
+      content = b_.repeat([&] { return json_char(mn > 0 || mx >= 0 ? bmp : all); }, mn, mx);
     }
     return b_.seq(b_.seq(b_.literal("\""), content), b_.literal("\""));
   }

@@ -119,7 +119,8 @@ TEST_CASE("strings: lengths count code points and escapes, patterns search unles
   CHECK(run(d, "\"\xc3\xa9\xe6\x97\xa5\"") == Verdict::accept);  // two code points, five bytes
   CHECK(run(d, R"("a\nb")") == Verdict::accept);
   CHECK(run(d, R"("abcd")") == Verdict::reject);
-  CHECK(run(d, "\"a\xff\"") == Verdict::reject);  // not UTF-8
+  CHECK(run(d, "\"a\xff\"") == Verdict::reject);              // not UTF-8
+  CHECK(run(d, "\"a\xf0\x9f\x98\x80\"") == Verdict::reject);  // bounded strings stay in the BMP
   auto p = schema(R"({"type":"string","pattern":"^[A-Z]{2}-\\d{3}$"})");
   CHECK(run(p, R"("AB-123")") == Verdict::accept);
   CHECK(run(p, R"("AB-12")") == Verdict::reject);
@@ -166,6 +167,9 @@ TEST_CASE("json_object and the empty schema take any JSON", "[structured]") {
   CHECK(run(d, "{}") == Verdict::accept);
   CHECK(run(d, "[]") == Verdict::reject);  // an object
   CHECK(run(d, R"({"a":})") == Verdict::reject);
+  CHECK(run(d, R"({,"a":1})") == Verdict::reject);  // a separator needs a member before it
+  CHECK(run(d, R"({"a":[,1]})") == Verdict::reject);
+  CHECK(run(d, R"({"a":[1,,2]})") == Verdict::reject);
   auto any = schema("{}");
   CHECK(run(any, "[1,2]") == Verdict::accept);
   CHECK(run(any, R"("s")") == Verdict::accept);
@@ -209,6 +213,11 @@ TEST_CASE("regular expressions match whole texts", "[structured]") {
   auto u = regex("[\xc3\xa0-\xc3\xbf]+\\.");  // [à-ÿ]+\.
   CHECK(run(u, "\xc3\xa9\xc3\xa0.") == Verdict::accept);
   CHECK(run(u, "e.") == Verdict::reject);
+  auto opt_star = regex("(a*)?b(c*|d)?");  // optional loops: no way into them but their entry
+  CHECK(run(opt_star, "aab") == Verdict::accept);
+  CHECK(run(opt_star, "bcc") == Verdict::accept);
+  CHECK(run(opt_star, "bd") == Verdict::accept);
+  CHECK(run(opt_star, "bcd") == Verdict::reject);
   auto neg = regex("[^a]x");
   CHECK(run(neg, "\xe6\x97\xa5x") == Verdict::accept);
   CHECK(run(neg, "ax") == Verdict::reject);
