@@ -220,7 +220,8 @@ struct CacheEntry {
 
 std::mutex g_cache_mu;
 std::list<CacheEntry> g_cache;  // most recent first
-constexpr size_t kMaxCachedGrammars = 64;
+// With kMaskBudgetBytes each, the grammars the cache keeps hold at most 1 GiB of masks.
+constexpr size_t kMaxCachedGrammars = 16;
 
 }  // namespace
 
