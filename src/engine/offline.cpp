@@ -198,8 +198,8 @@ void read_line(simdjson::dom::parser& dom, simdjson::ondemand::parser& parser, c
     } else if (key == "stop") {
       e = read_stops(v, spec.stop);
     } else {
-      bool handled =
-          false;  // response_format and the other structured-output fields, as the server reads them
+      // response_format and the other structured-output fields, read as the server reads them.
+      bool handled = false;
       e = structured::read_constraint_field(key, v, spec.constraint, handled);
     }
     return e;
