@@ -10,6 +10,7 @@ void Grammar::finish() {
     const size_t n = r.out.size();
     r.eps_closure.assign(n, {});
     r.scans.assign(n, 0);
+    r.tag.resize(n, -1);
     for (size_t s = 0; s < n; ++s) {
       std::vector<uint8_t> seen(n, 0);
       std::vector<int32_t> todo{int32_t(s)};
@@ -158,6 +159,30 @@ void GrammarBuilder::end_rule(Frag body) {
   r.start = body.in;
   r.final.assign(r.out.size(), 0);
   r.final[size_t(body.out)] = 1;
+}
+
+void GrammarBuilder::tag_scanning_from(int32_t from, int32_t value) {
+  Rule& r = rule();
+  if (r.tag.size() < r.out.size()) r.tag.resize(r.out.size(), -1);
+  std::vector<uint8_t> seen(r.out.size(), 0);
+  std::vector<int32_t> todo{from};
+  seen[size_t(from)] = 1;
+  while (!todo.empty()) {
+    const int32_t s = todo.back();
+    todo.pop_back();
+    for (const Edge& e : r.out[size_t(s)]) {
+      if (e.kind == Edge::Kind::byte) r.tag[size_t(s)] = value;
+      if (e.kind == Edge::Kind::eps && !seen[size_t(e.to)]) {
+        seen[size_t(e.to)] = 1;
+        todo.push_back(e.to);
+      }
+    }
+  }
+}
+
+int32_t GrammarBuilder::add_string_position(StringPosition p) {
+  g_.string_positions.push_back(p);
+  return int32_t(g_.string_positions.size() - 1);
 }
 
 int32_t GrammarBuilder::state() {

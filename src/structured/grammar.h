@@ -30,14 +30,28 @@ struct Rule {
   int32_t start = 0;
   std::vector<std::vector<Edge>> out;  // out[state]: the state's edges
   std::vector<uint8_t> final;          // final[state]: the rule may end here
+  // tag[state]: the Grammar::string_positions entry the state belongs to (-1: none). Set on the
+  // states of one position inside a plain JSON string (its next character or its closing quote).
+  std::vector<int32_t> tag;
   // Filled by Grammar::finish: the states reachable through epsilon edges (the state included),
   // and which states have byte edges (a matcher waits there for input).
   std::vector<std::vector<int32_t>> eps_closure;
   std::vector<uint8_t> scans;
 };
 
+// A position inside a JSON string without a pattern: how many more characters it may take
+// (-1: any number), whether the string may close here, and whether its characters stay below
+// U+10000. The token mask uses it to allow the tokens that stay inside the string without walking
+// them (token_grammar.cpp).
+struct StringPosition {
+  int32_t room = -1;
+  bool closable = false;
+  bool bmp_only = false;
+};
+
 struct Grammar {
   std::vector<Rule> rules;
+  std::vector<StringPosition> string_positions;
   int32_t root = -1;
   // Computes each rule's epsilon closures; call once, after the last rule is built.
   void finish();
@@ -72,6 +86,10 @@ class GrammarBuilder {
   void set_current_rule(int32_t r) { cur_ = r; }
 
   int32_t state();
+  int32_t num_states() { return int32_t(rule().out.size()); }
+  // Tags the states with byte edges that epsilon edges reach from `from` (Rule::tag).
+  void tag_scanning_from(int32_t from, int32_t value);
+  int32_t add_string_position(StringPosition p);
   void eps(int32_t from, int32_t to);
   Frag empty();
   Frag byte_range(uint8_t lo, uint8_t hi);

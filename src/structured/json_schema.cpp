@@ -79,6 +79,40 @@ class Compiler {
     return opts.size() == 1 ? opts[0] : b_.alt(opts);
   }
 
+  // `"` chars{min,max} `"` with every position tagged (Grammar::string_positions): position i has
+  // its own copy of the character and of the closing quote, so a DFA state inside the string
+  // names exactly one position. max < 0: any number of characters past min.
+  Frag plain_string(int64_t min, int64_t max, const std::vector<CodeRange>& chars, bool bmp_only) {
+    Frag open = b_.literal("\"");
+    const int32_t end = b_.state();
+    int32_t hub = open.out;
+    for (int64_t i = 0;; ++i) {
+      StringPosition pos;
+      pos.room = max < 0 ? -1 : int32_t(max - i);
+      pos.closable = i >= min;
+      pos.bmp_only = bmp_only;
+      const int32_t id = b_.add_string_position(pos);
+      if (i >= min) {
+        Frag q = b_.literal("\"");
+        b_.eps(hub, q.in);
+        b_.eps(q.out, end);
+      }
+      if (max >= 0 && i == max) {
+        b_.tag_scanning_from(hub, id);
+        break;
+      }
+      Frag c = json_char(chars);
+      b_.eps(hub, c.in);
+      b_.tag_scanning_from(hub, id);
+      if (max < 0 && i == min) {  // the loop: every later position is this one
+        b_.eps(c.out, hub);
+        break;
+      }
+      hub = c.out;
+    }
+    return {open.in, end};
+  }
+
   Frag sep(char c) { return b_.seq(b_.literal(std::string_view(&c, 1)), b_.opt(b_.literal(" "))); }
 
   // ---- generic JSON ---------------------------------------------------------------------------
@@ -86,9 +120,7 @@ class Compiler {
     if (any_string_ >= 0) return any_string_;
     const int32_t saved = b_.current_rule();
     any_string_ = b_.begin_rule("string");
-    std::vector<CodeRange> all = normalize_ranges({{0, 0x10FFFF}});
-    Frag body = b_.star(json_char(all));
-    b_.end_rule(b_.seq(b_.seq(b_.literal("\""), body), b_.literal("\"")));
+    b_.end_rule(plain_string(0, -1, normalize_ranges({{0, 0x10FFFF}}), false));
     b_.set_current_rule(saved);
     return any_string_;
   }
@@ -610,8 +642,8 @@ class Compiler {
       // Bounded strings hold characters of the Basic Multilingual Plane only: their count is then
       // the same in code points (JSON Schema) and in UTF-16 units (JavaScript's length, which
       // zod's min / max check).
-      const auto bmp = normalize_ranges({{0, 0xFFFF}});
-      content = b_.repeat([&] { return json_char(mn > 0 || mx >= 0 ? bmp : all); }, mn, mx);
+      const bool bounded = mn > 0 || mx >= 0;
+      return plain_string(mn, mx, bounded ? normalize_ranges({{0, 0xFFFF}}) : all, bounded);
     }
     return b_.seq(b_.seq(b_.literal("\""), content), b_.literal("\""));
   }

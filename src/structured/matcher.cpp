@@ -77,6 +77,21 @@ int32_t GrammarDfa::intern(std::vector<int32_t> configs, bool accept) {
   return id;
 }
 
+int32_t GrammarDfa::string_position(int32_t state) const {
+  if (state < 0) return -1;
+  const State& s = states_[size_t(state)];
+  if (s.configs.empty() || s.accept) return -1;
+  const Frame& f0 = frames_[size_t(s.configs[0])];
+  const int32_t tag = g_.rules[size_t(f0.rule)].tag[size_t(f0.state)];
+  if (tag < 0) return -1;
+  for (int32_t c : s.configs) {
+    const Frame& f = frames_[size_t(c)];
+    if (f.rule != f0.rule || f.parent != f0.parent || g_.rules[size_t(f.rule)].tag[size_t(f.state)] != tag)
+      return -1;
+  }
+  return tag;
+}
+
 int32_t GrammarDfa::step(int32_t state, uint8_t byte) {
   if (state < 0) return kDead;
   {

@@ -39,6 +39,9 @@ class GrammarDfa {
   }
   size_t num_states() const { return states_.size(); }
   const Grammar& grammar() const { return g_; }
+  // The Grammar::string_positions entry `state` stands for: every configuration of the state waits
+  // at that one position of one string (same rule, same caller). -1 otherwise.
+  int32_t string_position(int32_t state) const;
 
  private:
   struct Frame {

@@ -1,12 +1,14 @@
 #include "src/structured/token_grammar.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <list>
 #include <numeric>
 #include <unordered_map>
 #include <utility>
 
+#include "src/core/utf8.h"
 #include "src/structured/json_schema.h"
 #include "src/tokenizer/tokenizer.h"
 
@@ -14,25 +16,20 @@ namespace astrai::structured {
 
 // ---- vocabulary -----------------------------------------------------------------------------------
 
-TokenVocabulary::TokenVocabulary(std::vector<std::string> bytes, std::vector<uint8_t> excluded)
-    : bytes_(std::move(bytes)), excluded_(std::move(excluded)) {
-  excluded_.resize(bytes_.size(), 0);
-  std::vector<int32_t> order;
-  for (int32_t i = 0; i < size(); ++i) {
-    if (bytes_[size_t(i)].empty()) excluded_[size_t(i)] = 1;
-    if (!excluded_[size_t(i)]) order.push_back(i);
-  }
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    return bytes_[size_t(a)] != bytes_[size_t(b)] ? bytes_[size_t(a)] < bytes_[size_t(b)] : a < b;
+namespace {
+
+// The trie of `ids` (in preorder: sorted strings add the nodes past their common prefix with the
+// previous one).
+TokenVocabulary::Trie build_trie(std::vector<int32_t> ids, const std::vector<std::string>& bytes) {
+  std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
+    return bytes[size_t(a)] != bytes[size_t(b)] ? bytes[size_t(a)] < bytes[size_t(b)] : a < b;
   });
-  // Sorted strings give the trie in preorder: each string adds the nodes past its common prefix
-  // with the previous one.
-  Trie& t = trie_;
+  TokenVocabulary::Trie t;
   std::vector<int32_t> path;  // node of each depth along the previous string
   const std::string* prev = nullptr;
   std::vector<std::vector<int32_t>> node_toks;
-  for (int32_t id : order) {
-    const std::string& s = bytes_[size_t(id)];
+  for (int32_t id : ids) {
+    const std::string& s = bytes[size_t(id)];
     size_t common = 0;
     if (prev)
       while (common < prev->size() && common < s.size() && (*prev)[common] == s[common]) ++common;
@@ -63,6 +60,44 @@ TokenVocabulary::TokenVocabulary(std::vector<std::string> bytes, std::vector<uin
     t.tokens.insert(t.tokens.end(), node_toks[i].begin(), node_toks[i].end());
   }
   t.tok_begin[n] = int32_t(t.tokens.size());
+  return t;
+}
+
+// The number of characters of `s` when it is whole UTF-8 characters that a JSON string holds as
+// themselves; -1 otherwise. `astral`: one of them is past U+FFFF.
+int32_t plain_chars(const std::string& s, bool& astral) {
+  astral = false;
+  int32_t n = 0;
+  for (size_t i = 0; i < s.size(); ++n) {
+    const int len = utf8_sequence_length(std::string_view(s).substr(i));
+    if (len <= 0) return -1;
+    const uint32_t cp = utf8_decode(std::string_view(s).substr(i, size_t(len)));
+    if (cp < 0x20 || cp == '"' || cp == '\\') return -1;
+    astral = astral || cp > 0xFFFF;
+    i += size_t(len);
+  }
+  return n;
+}
+
+}  // namespace
+
+TokenVocabulary::TokenVocabulary(std::vector<std::string> bytes, std::vector<uint8_t> excluded)
+    : bytes_(std::move(bytes)), excluded_(std::move(excluded)) {
+  excluded_.resize(bytes_.size(), 0);
+  std::vector<int32_t> all, special;
+  for (int32_t i = 0; i < size(); ++i) {
+    if (bytes_[size_t(i)].empty()) excluded_[size_t(i)] = 1;
+    if (excluded_[size_t(i)]) continue;
+    all.push_back(i);
+    bool astral = false;
+    const int32_t chars = plain_chars(bytes_[size_t(i)], astral);
+    if (chars > 0) plain_.push_back({chars, i, astral});
+    if (chars <= 0 || astral) special.push_back(i);
+  }
+  std::stable_sort(plain_.begin(), plain_.end(),
+                   [](const PlainToken& a, const PlainToken& b) { return a.chars < b.chars; });
+  trie_ = build_trie(std::move(all), bytes_);
+  special_trie_ = build_trie(std::move(special), bytes_);
 }
 
 namespace {
@@ -139,17 +174,7 @@ constexpr size_t kMaskBudgetBytes = size_t(64) << 20;
 TokenGrammar::TokenGrammar(Grammar g, std::shared_ptr<const TokenVocabulary> vocab)
     : vocab_(std::move(vocab)), dfa_(std::move(g)), start_(dfa_.start()) {}
 
-const TokenGrammar::Mask& TokenGrammar::mask_locked(int32_t state) {
-  if (masks_.size() <= size_t(state)) masks_.resize(size_t(state) + 1);
-  if (masks_[size_t(state)]) return *masks_[size_t(state)];
-  const size_t bytes = size_t(vocab_->mask_words()) * 4;
-  if (mask_bytes_ + bytes > kMaskBudgetBytes) {
-    for (auto& m : masks_) m.reset();
-    mask_bytes_ = 0;
-  }
-  auto m = std::make_unique<Mask>();
-  m->bits.assign(size_t(vocab_->mask_words()), 0);
-  const TokenVocabulary::Trie& t = vocab_->trie();
+void TokenGrammar::walk(const TokenVocabulary::Trie& t, int32_t state, std::vector<uint32_t>& bits) {
   walk_.assign(size_t(t.max_depth) + 1, GrammarDfa::kDead);
   walk_[0] = state;
   const int32_t n = int32_t(t.byte.size());
@@ -163,11 +188,36 @@ const TokenGrammar::Mask& TokenGrammar::mask_locked(int32_t state) {
     walk_[size_t(d)] = s;
     for (int32_t k = t.tok_begin[size_t(i)]; k < t.tok_begin[size_t(i) + 1]; ++k) {
       const int32_t id = t.tokens[size_t(k)];
-      m->bits[size_t(id >> 5)] |= 1u << (id & 31);
-      ++m->count;
+      bits[size_t(id >> 5)] |= 1u << (id & 31);
     }
     ++i;
   }
+}
+
+const TokenGrammar::Mask& TokenGrammar::mask_locked(int32_t state) {
+  if (masks_.size() <= size_t(state)) masks_.resize(size_t(state) + 1);
+  if (masks_[size_t(state)]) return *masks_[size_t(state)];
+  const size_t bytes = size_t(vocab_->mask_words()) * 4;
+  if (mask_bytes_ + bytes > kMaskBudgetBytes) {
+    for (auto& m : masks_) m.reset();
+    mask_bytes_ = 0;
+  }
+  auto m = std::make_unique<Mask>();
+  m->bits.assign(size_t(vocab_->mask_words()), 0);
+  const int32_t pos = dfa_.string_position(state);
+  if (pos >= 0) {
+    // Inside a string: a plain token keeps the text in it exactly when its characters fit the room
+    // left; only the other tokens (quotes, escapes, partial UTF-8) need the walk.
+    const StringPosition& sp = dfa_.grammar().string_positions[size_t(pos)];
+    for (const TokenVocabulary::PlainToken& p : vocab_->plain_tokens()) {
+      if (sp.room >= 0 && p.chars > sp.room) break;
+      if (!(sp.bmp_only && p.astral)) m->bits[size_t(p.id >> 5)] |= 1u << (p.id & 31);
+    }
+    walk(vocab_->special_trie(), state, m->bits);
+  } else {
+    walk(vocab_->trie(), state, m->bits);
+  }
+  for (uint32_t w : m->bits) m->count += std::popcount(w);
   mask_bytes_ += bytes;
   masks_[size_t(state)] = std::move(m);
   return *masks_[size_t(state)];

@@ -55,10 +55,24 @@ class TokenVocabulary {
   };
   const Trie& trie() const { return trie_; }
 
+  // For masks inside a JSON string (Grammar::string_positions): the plain tokens, whose bytes are
+  // whole UTF-8 characters that a JSON string holds as themselves (no '"', '\\', control
+  // characters), by their number of characters; and the trie of all the other tokens, plus the
+  // plain ones with a character past U+FFFF (so that a BMP-only string can walk them).
+  struct PlainToken {
+    int32_t chars;
+    int32_t id;
+    bool astral;
+  };
+  const std::vector<PlainToken>& plain_tokens() const { return plain_; }  // by chars, ascending
+  const Trie& special_trie() const { return special_trie_; }
+
  private:
   std::vector<std::string> bytes_;
   std::vector<uint8_t> excluded_;
   Trie trie_;
+  std::vector<PlainToken> plain_;
+  Trie special_trie_;
 };
 
 class TokenGrammar {
@@ -82,6 +96,8 @@ class TokenGrammar {
     int64_t count = 0;
   };
   const Mask& mask_locked(int32_t state);
+  // Sets the bits of the tokens of `t` that the DFA takes from `state`.
+  void walk(const TokenVocabulary::Trie& t, int32_t state, std::vector<uint32_t>& bits);
 
   std::shared_ptr<const TokenVocabulary> vocab_;
   std::mutex mu_;

@@ -231,3 +231,24 @@ TEST_CASE("regular expressions match whole texts", "[structured]") {
   CHECK(compile_regex("(a", g).find("')'") != std::string::npos);
   CHECK(compile_regex("\\1", g).find("backreferences") != std::string::npos);
 }
+
+TEST_CASE("a state inside a plain string names its position and room; one inside an escape does not",
+          "[structured]") {
+  auto d = schema(R"({"type":"string","minLength":1,"maxLength":3})");
+  const auto& pos = d.grammar().string_positions;
+  int32_t s = d.step(d.start(), '"');
+  REQUIRE(d.string_position(s) >= 0);
+  CHECK(pos[size_t(d.string_position(s))].room == 3);
+  CHECK_FALSE(pos[size_t(d.string_position(s))].closable);
+  s = d.step(s, 'a');
+  REQUIRE(d.string_position(s) >= 0);
+  CHECK(pos[size_t(d.string_position(s))].room == 2);
+  CHECK(pos[size_t(d.string_position(s))].closable);
+  CHECK(d.string_position(d.step(s, '\\')) == -1);    // mid-escape: only escape letters
+  CHECK(d.string_position(d.step(s, '\xc3')) == -1);  // mid-character
+  CHECK(d.string_position(d.start()) == -1);          // before the string
+  auto p = schema(R"({"type":"string","pattern":"^a+$"})");
+  CHECK(p.string_position(p.step(p.start(), '"')) == -1);  // patterns are walked
+  auto a = schema(R"({"anyOf":[{"type":"string","maxLength":2},{"type":"string","maxLength":5}]})");
+  CHECK(a.string_position(a.step(a.start(), '"')) == -1);  // two strings at once
+}
