@@ -9,6 +9,7 @@
 #include "net/sse_format.h"
 #include "net/tool_calls.h"
 #include "src/core/json_writer.h"
+#include "src/structured/response_format.h"
 #include "src/tokenizer/tokenizer.h"
 
 namespace astrai::net {
@@ -47,6 +48,9 @@ MaybeError parse_common_field(std::string_view key, JsonValue& v, CommonParams& 
   double d = 0;
   int64_t i = 0;
   auto& s = c.sampling;
+  bool constraint = false;  // one reader for every dialect's structured-output fields
+  if (auto e = structured::read_constraint_field(key, v, c.constraint, constraint)) return field_error(e);
+  if (constraint) return std::nullopt;
   if (key == "model") return read_string(v, "model", c.model);
   if (key == "temperature") {
     if (auto e = read_number(v, "temperature", 0, 2, d)) return e;

@@ -28,6 +28,8 @@ struct CommonParams {
   bool stream = false;
   bool include_usage = false;
   bool ignore_eos = false;  // vLLM extension: keep generating past the end-of-sequence token
+  // Structured output: response_format, vLLM's structured_outputs / guided_*, llama.cpp's json_schema.
+  ConstraintSpec constraint;
   // The dialect's names for canonical fields that have more than one: errors use what the client sent.
   std::string max_tokens_key = "max_tokens";      // or max_completion_tokens
   std::string top_logprobs_key = "top_logprobs";  // completions: logprobs

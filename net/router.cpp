@@ -96,6 +96,7 @@ GenerationSpec spec_from(const CommonParams& c) {
   s.n = c.n;
   s.stop = c.stop;
   s.ignore_eos = c.ignore_eos;
+  s.constraint = c.constraint;
   return s;
 }
 

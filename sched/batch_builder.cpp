@@ -24,6 +24,10 @@ const ForwardBatch& BatchBuilder::build(const StepPlan& plan) {
     // Before its first token a request is choice 0 alone (the others fork from this row).
     assert(t.forked || (s.choice == 0 && s.generated == 0));
     r.num_choices = t.forked ? 1 : t.req.n;
+    if (s.matcher.active()) {
+      r.matcher = &s.matcher;
+      r.stop_ids = &t.mask_stop_ids;
+    }
     samples_.push_back(r);
   }
   return forward_.finish();

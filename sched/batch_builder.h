@@ -12,6 +12,7 @@
 #include "sched/scheduler.h"
 #include "src/engine/request.h"
 #include "src/model/forward_batch.h"
+#include "src/structured/token_grammar.h"
 
 namespace astrai {
 
@@ -27,6 +28,10 @@ struct SampleRow {
   int choice = 0;
   int num_choices = 1;
   int index = 0;
+  // Structured output: the sequence's matcher (null: unconstrained) and the stop ids its mask
+  // allows where the text is complete.
+  const structured::Matcher* matcher = nullptr;
+  const std::vector<int32_t>* stop_ids = nullptr;
 };
 
 class BatchBuilder {

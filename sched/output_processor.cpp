@@ -106,6 +106,12 @@ void OutputProcessor::handle_token(Sequence& s, const SampleResult& r) {
     finish(s, FinishReason::stop);
     return;
   }
+  // The mask allowed only tokens the grammar takes; anything else is a bug upstream of us.
+  if (s.matcher.active() && !s.matcher.advance(r.token)) {
+    finish(s, FinishReason::error, {},
+           "token " + std::to_string(r.token) + " is not allowed by the request's constraint here");
+    return;
+  }
   s.tokens.push_back(r.token);
   ++s.generated;
   ++t.completion_tokens;
@@ -116,11 +122,14 @@ void OutputProcessor::handle_token(Sequence& s, const SampleResult& r) {
   ev.choice = s.choice;
   ev.logprob = r.logprob;
   ev.top = r.top;
-  if (s.generated >= t.req.max_tokens || int(s.tokens.size()) >= max_model_len_) {
+  // A constrained text that nothing may follow is finished, as if a stop id came next.
+  const bool complete = s.matcher.active() && s.matcher.complete();
+  if (!complete && (s.generated >= t.req.max_tokens || int(s.tokens.size()) >= max_model_len_)) {
     finish(s, FinishReason::length, std::move(ev));
     return;
   }
   emit(t, std::move(ev));
+  if (complete) finish(s, FinishReason::stop);
 }
 
 void OutputProcessor::fork(Task& t, Sequence& s0, std::span<const SampleResult> draws) {
@@ -131,6 +140,7 @@ void OutputProcessor::fork(Task& t, Sequence& s0, std::span<const SampleResult> 
     s->tokens = s0.tokens;
     s->num_prompt = s0.num_prompt;
     if (s0.penalties) s->penalties = std::make_unique<PenaltyState>(*s0.penalties);
+    s->matcher = s0.matcher;  // before s0 takes its token: every choice starts where s0 stood
     scheduler_.share_prefix(&s0, s.get());
     scheduler_.add_running(s.get());
     Sequence& ref = *s;

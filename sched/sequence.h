@@ -19,6 +19,7 @@
 #include "sched/sampler.h"
 #include "src/engine/request.h"
 #include "src/engine/request_state.h"
+#include "src/structured/token_grammar.h"
 
 namespace astrai {
 
@@ -37,6 +38,7 @@ struct Sequence {
   uint64_t admit_order = 0;              // larger: admitted more recently (preempted first)
   bool running = false, waiting = false, finished = false;
   std::unique_ptr<PenaltyState> penalties;  // only when the request uses penalties
+  structured::Matcher matcher;              // active when the request has a constraint
   std::chrono::steady_clock::time_point last_token_time;
 };
 
@@ -44,6 +46,9 @@ struct Task {
   RequestId id = 0;
   Request req;
   uint64_t seed = 0;
+  // Constrained requests: the ids that end a choice where its text is complete (the model's stop
+  // ids unless ignore_eos, and the request's).
+  std::vector<int32_t> mask_stop_ids;
   std::shared_ptr<RequestState> state;
   std::vector<std::unique_ptr<Sequence>> seqs;  // seqs[c] is choice c (created at fork for c > 0)
   int finished_choices = 0;

@@ -62,6 +62,11 @@ Status StepLoop::validate(const Request& r) const {
   // The sampling ranges have one owner (src/engine/request.h); the API dialects check theirs first.
   if (auto e = validate_sampling(r.sampling, r.max_tokens, r.n, vocab_))
     return invalid_argument(std::string(request_field_name(e->field)) + " " + e->message);
+  if (r.constraint.kind != ConstraintKind::none) {
+    if (!r.constraint.grammar) return invalid_argument("the constraint has no compiled grammar");
+    if (r.constraint.grammar->vocabulary().size() > vocab_)
+      return invalid_argument("the constraint's vocabulary is larger than the model's");
+  }
   return {};
 }
 
@@ -146,6 +151,14 @@ void StepLoop::drain_commands() {
         if (needs_penalties(t->req.sampling)) {
           seq->penalties = std::make_unique<PenaltyState>();
           seq->penalties->prompt_tokens.insert(seq->tokens.begin(), seq->tokens.end());
+        }
+        if (t->req.constraint.grammar) {
+          seq->matcher = structured::Matcher(t->req.constraint.grammar);
+          if (!t->req.ignore_eos) {
+            const auto ids = model_stop_ids(runner_.model().config(), opts_);
+            t->mask_stop_ids.assign(ids.begin(), ids.end());
+          }
+          t->mask_stop_ids.insert(t->mask_stop_ids.end(), t->req.stop_ids.begin(), t->req.stop_ids.end());
         }
         scheduler_.enqueue(seq.get());
         t->seqs.push_back(std::move(seq));

@@ -35,6 +35,30 @@ void ensure(Backend& be, Buffer& buf, size_t bytes) {
 
 }  // namespace
 
+bool StepRunner::fill_masks(std::span<const SampleRow> rows) {
+  bool any = false;
+  for (const SampleRow& r : rows) any = any || r.matcher;
+  if (!any) return false;
+  const int64_t words = (int64_t(vocab_) + 31) / 32;
+  host_mask_.resize(rows.size() * size_t(words));
+  for (size_t r = 0; r < rows.size(); ++r) {
+    uint32_t* row = host_mask_.data() + r * size_t(words);
+    if (!rows[r].matcher) {
+      std::fill(row, row + words, ~0u);
+      continue;
+    }
+    static const std::vector<int32_t> kNone;
+    const std::vector<int32_t>& stop = rows[r].stop_ids ? *rows[r].stop_ids : kNone;
+    if (rows[r].matcher->fill_mask(row, words, stop) == 0) {
+      // No token continues the text (the grammar needs bytes no token has, or ignore_eos at a
+      // complete text): let the choice end at an end-of-sequence id rather than draw from nothing.
+      for (int32_t t : model_->config().eos_token_ids)
+        if (t >= 0 && t < vocab_) row[t >> 5] |= 1u << (t & 31);
+    }
+  }
+  return true;
+}
+
 void StepRunner::sample(std::span<const SampleRow> rows, std::vector<SampleResult>& draws) {
   draws.clear();
   if (rows.empty()) return;
@@ -68,6 +92,16 @@ void StepRunner::sample(std::span<const SampleRow> rows, std::vector<SampleResul
   if (E > 0) b.edits = Tensor(in + R * kSampleRowWords, DType::i32, {E, kSampleEditWords}, be.device());
   b.out = Tensor(out, DType::i32, {R, words}, be.device());
   if (!on_host) b.workspace = workspace_.as(DType::i32, {int64_t(workspace_.size() / 4)});
+  if (fill_masks(rows)) {
+    const int64_t words = (int64_t(vocab_) + 31) / 32;
+    void* mask = host_mask_.data();
+    if (!on_host) {
+      ensure(be, dev_mask_, host_mask_.size() * 4);
+      be.upload(dev_mask_.as(DType::i32, {int64_t(host_mask_.size())}), host_mask_.data());
+      mask = dev_mask_.data();
+    }
+    b.mask = Tensor(mask, DType::i32, {int64_t(rows.size()), words}, be.device());
+  }
   b.max_top_logprobs = packer_.max_top_logprobs();
   be.sample(b);
   if (!on_host) be.download(host_out_.data(), b.out);

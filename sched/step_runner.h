@@ -28,10 +28,14 @@ class StepRunner {
   Status forward(const ForwardBatch& batch);
 
   // The draws of every row from the last forward's logits (row r is logit row r), rows in order
-  // and each row's choices in order: draws holds sum(num_choices) results afterwards.
+  // and each row's choices in order: draws holds sum(num_choices) results afterwards. A row with a
+  // matcher draws only from the tokens its grammar allows (SampleBatch::mask).
   void sample(std::span<const SampleRow> rows, std::vector<SampleResult>& draws);
 
  private:
+  // Fills host_mask_ for the step's rows; false when no row is constrained (no mask at all).
+  bool fill_masks(std::span<const SampleRow> rows);
+
   std::unique_ptr<Backend> backend_;  // before model_: the model uses it
   std::unique_ptr<Model> model_;
   KvCache kv_;
@@ -43,6 +47,10 @@ class StepRunner {
   // download; on the CPU the op reads and writes the host vectors directly.
   std::vector<int32_t> host_in_, host_out_;
   Buffer dev_in_, dev_out_, workspace_;
+  // Structured output: one allowed-token bit set per logits row ([rows, ceil(vocab / 32)] words),
+  // filled only in steps with a constrained row (the others' rows allow every token).
+  std::vector<uint32_t> host_mask_;
+  Buffer dev_mask_;
 };
 
 }  // namespace astrai

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "src/engine/engine.h"
+#include "src/structured/token_grammar.h"
 
 namespace astrai {
 
@@ -35,6 +36,11 @@ Result<std::unique_ptr<Generation>> Generation::start(EnginePort engine, const T
   req.n = spec.n;
   req.stop_ids = std::move(spec.stop_ids);
   req.ignore_eos = spec.ignore_eos;
+  if (spec.constraint.kind != ConstraintKind::none) {
+    auto g = structured::compile_constraint(spec.constraint.kind, spec.constraint.source, tok);
+    if (!g.ok()) return g.status();
+    req.constraint = {spec.constraint.kind, std::move(g).value()};
+  }
   req.notify = std::move(notify);
   const int prompt_tokens = int(req.prompt.size());
 

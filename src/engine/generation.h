@@ -29,6 +29,7 @@ struct GenerationSpec {
   std::vector<std::string> stop;  // stop strings, matched on the detokenized text
   std::vector<int32_t> stop_ids;  // in addition to the model's eos / stop ids
   bool ignore_eos = false;
+  ConstraintSpec constraint;  // structured output; compiled (cached) against `tok` by start()
 };
 
 struct TokenInfo {

@@ -16,6 +16,7 @@
 #include "src/core/json_fields.h"
 #include "src/core/json_writer.h"
 #include "src/engine/generation.h"
+#include "src/structured/response_format.h"
 #include "src/tokenizer/chat_template.h"
 
 namespace astrai {
@@ -202,6 +203,10 @@ void read_line(simdjson::dom::parser& dom, simdjson::ondemand::parser& parser, c
       if (!(e = read_integer(v, "n", 1, kMaxChoices, i))) spec.n = int(i);
     } else if (key == "stop") {
       e = read_stops(v, spec.stop);
+    } else {
+      // response_format and the other structured-output fields, read as the server reads them.
+      bool handled = false;
+      e = structured::read_constraint_field(key, v, spec.constraint, handled);
     }
     return e;
   };

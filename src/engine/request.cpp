@@ -19,6 +19,16 @@ const char* finish_reason_name(FinishReason r) {
   return "none";
 }
 
+const char* constraint_kind_name(ConstraintKind k) {
+  switch (k) {
+    case ConstraintKind::none: return "none";
+    case ConstraintKind::json_object: return "json_object";
+    case ConstraintKind::json_schema: return "json_schema";
+    case ConstraintKind::regex: return "regex";
+  }
+  return "none";
+}
+
 // ---- validation -----------------------------------------------------------------------------------
 
 const char* request_field_name(RequestField f) {

@@ -31,6 +31,26 @@ struct SamplingParams {
 enum class FinishReason : uint8_t { none, stop, length, cancelled, error };
 const char* finish_reason_name(FinishReason r);  // "stop", "length", "cancelled", "error"
 
+// Structured output: what the generated text must match. The API dialects read it (OpenAI's
+// response_format, vLLM's guided_regex, offline lines) into a ConstraintSpec; Generation::start
+// compiles it (src/structured/, cached by its source) into the Request's Constraint.
+enum class ConstraintKind : uint8_t { none, json_object, json_schema, regex };
+const char* constraint_kind_name(ConstraintKind k);  // "json_object", "json_schema", "regex"
+
+struct ConstraintSpec {
+  ConstraintKind kind = ConstraintKind::none;
+  std::string source;  // json_schema: the schema's JSON text; regex: the pattern
+};
+
+namespace structured {
+class TokenGrammar;  // src/structured/token_grammar.h
+}
+
+struct Constraint {
+  ConstraintKind kind = ConstraintKind::none;
+  std::shared_ptr<structured::TokenGrammar> grammar;  // set whenever kind != none
+};
+
 struct Request {
   std::vector<int32_t> prompt;
   SamplingParams sampling;
@@ -38,6 +58,9 @@ struct Request {
   int n = 1;                      // choices sharing the prompt's pages
   std::vector<int32_t> stop_ids;  // in addition to the model's eos/stop ids
   bool ignore_eos = false;
+  // Each choice's tokens are drawn only from those the grammar allows; a stop id only where the
+  // text is complete, and the choice ends with `stop` once nothing may follow.
+  Constraint constraint;
   // Called by the step-loop thread after it pushed events for this request in a step (at most
   // once per step). Must not block: net/ posts to the connection's executor.
   std::function<void()> notify;

@@ -1,0 +1,183 @@
+#include "src/structured/response_format.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "src/structured/json_schema.h"
+
+namespace astrai::structured {
+
+namespace {
+
+namespace od = simdjson::ondemand;
+using json::FieldError;
+using json::MaybeFieldError;
+
+// A compile error "schema.properties.a: what" as the field error of `field` + ".properties.a".
+FieldError schema_error(const std::string& field, const std::string& err) {
+  const size_t colon = err.find(": ");
+  std::string path = colon == std::string::npos ? std::string() : err.substr(0, colon);
+  if (path.rfind("schema", 0) == 0) path = path.substr(6);
+  return {field + path, colon == std::string::npos ? err : err.substr(colon + 2)};
+}
+
+MaybeFieldError set(ConstraintSpec& out, const std::string& field, ConstraintKind kind, std::string source) {
+  if (out.kind != ConstraintKind::none)
+    return FieldError{field,
+                      "only one structured-output constraint may be given (response_format, "
+                      "structured_outputs, guided_json / guided_regex / guided_choice or json_schema)"};
+  Grammar g;
+  std::string err;
+  if (kind == ConstraintKind::json_schema) err = compile_json_schema(source, g);
+  if (kind == ConstraintKind::regex) err = compile_regex(source, g);
+  if (!err.empty()) {
+    if (kind == ConstraintKind::json_schema) return schema_error(field, err);
+    return FieldError{field, err.rfind("regex: ", 0) == 0 ? err.substr(7) : err};
+  }
+  out.kind = kind;
+  out.source = std::move(source);
+  return std::nullopt;
+}
+
+MaybeFieldError read_schema(json::Value& v, const std::string& field, ConstraintSpec& out) {
+  od::json_type t;
+  if (v.type().get(t) ||
+      (t != od::json_type::object && t != od::json_type::boolean && t != od::json_type::string))
+    return FieldError{field, "must be a JSON schema (an object, or its JSON text)"};
+  std::string raw;
+  if (t == od::json_type::string) {  // vLLM took guided_json as a string too
+    if (auto e = json::read_string(v, field, raw)) return e;
+    return set(out, field, ConstraintKind::json_schema, std::move(raw));
+  }
+  if (auto e = json::read_raw(v, field, raw)) return e;
+  return set(out, field, ConstraintKind::json_schema, std::move(raw));
+}
+
+MaybeFieldError read_pattern(json::Value& v, const std::string& field, ConstraintSpec& out) {
+  std::string p;
+  if (auto e = json::read_string(v, field, p)) return e;
+  return set(out, field, ConstraintKind::regex, std::move(p));
+}
+
+// vLLM's choice: the output is exactly one of the strings (a regex of escaped alternatives).
+MaybeFieldError read_choice(json::Value& v, const std::string& field, ConstraintSpec& out) {
+  std::vector<std::string> choices;
+  od::array arr;
+  if (v.get_array().get(arr)) return FieldError{field, "must be a non-empty array of strings"};
+  for (auto el : arr) {
+    std::string_view s;
+    if (el.get_string().get(s)) return FieldError{field, "must be a non-empty array of strings"};
+    choices.emplace_back(s);
+  }
+  if (choices.empty()) return FieldError{field, "must be a non-empty array of strings"};
+  std::string rx;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    if (i) rx += '|';
+    rx += "(?:";
+    for (char c : choices[i]) {
+      if (std::string_view("\\^$.|?*+()[]{}/-").find(c) != std::string_view::npos) rx += '\\';
+      rx += c;
+    }
+    rx += ')';
+  }
+  return set(out, field, ConstraintKind::regex, std::move(rx));
+}
+
+MaybeFieldError read_response_format(json::Value& v, ConstraintSpec& out) {
+  const std::string field = "response_format";
+  od::object o;
+  if (v.get_object().get(o)) return FieldError{field, "must be an object with a 'type'"};
+  std::string type;
+  std::string schema_raw;
+  bool have_json_schema = false;
+  MaybeFieldError inner;
+  auto e = json::for_each_field(
+      o,
+      [&](std::string_view k, json::Value& fv) -> MaybeFieldError {
+        if (k == "type") return json::read_string(fv, field + ".type", type);
+        if (k == "json_schema" && !json::is_null(fv)) {
+          have_json_schema = true;
+          od::object js;
+          if (fv.get_object().get(js)) return FieldError{field + ".json_schema", "must be an object"};
+          return json::for_each_field(
+              js,
+              [&](std::string_view jk, json::Value& jv) -> MaybeFieldError {
+                const std::string at = field + ".json_schema." + std::string(jk);
+                if (jk == "schema") return json::read_raw(jv, at, schema_raw);
+                if (jk == "name" || jk == "description") {
+                  std::string ignored;
+                  return json::is_null(jv) ? std::nullopt : json::read_string(jv, at, ignored);
+                }
+                if (jk == "strict") {
+                  bool ignored = false;  // constrained decoding is always strict
+                  return json::is_null(jv) ? std::nullopt : json::read_bool(jv, at, ignored);
+                }
+                return std::nullopt;
+              },
+              [&](simdjson::error_code) -> MaybeFieldError {
+                return FieldError{field + ".json_schema", "is not valid JSON"};
+              });
+        }
+        return std::nullopt;
+      },
+      [&](simdjson::error_code) -> MaybeFieldError {
+        return FieldError{field, "is not valid JSON"};
+      });
+  if (e) return e;
+  if (type == "text") return std::nullopt;
+  if (type == "json_object") return set(out, field, ConstraintKind::json_object, "");
+  if (type == "json_schema") {
+    if (!have_json_schema)
+      return FieldError{field + ".json_schema", "is required when type is 'json_schema'"};
+    if (schema_raw.empty() || schema_raw == "null")
+      return FieldError{field + ".json_schema.schema", "is required"};
+    return set(out, field + ".json_schema.schema", ConstraintKind::json_schema, std::move(schema_raw));
+  }
+  if (type.empty()) return FieldError{field + ".type", "is required"};
+  return FieldError{field + ".type", "must be 'text', 'json_object' or 'json_schema', got '" + type + "'"};
+}
+
+MaybeFieldError read_structured_outputs(json::Value& v, ConstraintSpec& out) {
+  const std::string field = "structured_outputs";
+  od::object o;
+  if (v.get_object().get(o)) return FieldError{field, "must be an object"};
+  return json::for_each_field(
+      o,
+      [&](std::string_view k, json::Value& fv) -> MaybeFieldError {
+        if (json::is_null(fv)) return std::nullopt;
+        const std::string at = field + "." + std::string(k);
+        if (k == "json") return read_schema(fv, at, out);
+        if (k == "regex") return read_pattern(fv, at, out);
+        if (k == "choice") return read_choice(fv, at, out);
+        if (k == "grammar" || k == "structural_tag" || k == "json_object")
+          return FieldError{at, "is not supported (json, regex and choice are)"};
+        return std::nullopt;
+      },
+      [&](simdjson::error_code) -> MaybeFieldError {
+        return FieldError{field, "is not valid JSON"};
+      });
+}
+
+}  // namespace
+
+MaybeFieldError read_constraint_field(std::string_view key, json::Value& v, ConstraintSpec& out,
+                                      bool& handled) {
+  handled = true;
+  if (json::is_null(v) &&
+      (key == "response_format" || key == "structured_outputs" || key == "guided_json" ||
+       key == "guided_regex" || key == "guided_choice" || key == "json_schema" || key == "grammar"))
+    return std::nullopt;
+  if (key == "response_format") return read_response_format(v, out);
+  if (key == "structured_outputs") return read_structured_outputs(v, out);
+  if (key == "guided_json" || key == "json_schema") return read_schema(v, std::string(key), out);
+  if (key == "guided_regex") return read_pattern(v, "guided_regex", out);
+  if (key == "guided_choice") return read_choice(v, "guided_choice", out);
+  if (key == "grammar")
+    return FieldError{"grammar",
+                      "GBNF grammars are not supported; use response_format (a JSON schema) or guided_regex"};
+  handled = false;
+  return std::nullopt;
+}
+
+}  // namespace astrai::structured
