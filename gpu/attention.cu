@@ -23,6 +23,8 @@
 // its own length and the grid only, never on the other sequences' lengths. Any head_dim up to
 // kMaxHeadDim (shared memory grows with it).
 #include <algorithm>
+#include <array>
+#include <mutex>
 #include <string>
 #include <type_traits>
 
@@ -317,11 +319,19 @@ int choose_splits(int64_t blocks, int64_t max_kv) {
 }
 
 // Shared memory beyond 48 KB (head_dim > 96) must be allowed per kernel, once.
+// The dynamic shared-memory limit is an attribute of the kernel on one device: tensor-parallel
+// ranks launch it on several, so it is raised once per device, not once per process.
 template <typename T>
 void allow_smem() {
-  static const cudaError_t err = cudaFuncSetAttribute(
-      paged_attention_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes(kMaxHeadDim)));
-  ASTRAI_CUDA_CHECK(err);
+  constexpr int kMaxDevices = 64;
+  static std::array<std::once_flag, kMaxDevices> once;
+  int dev = 0;
+  ASTRAI_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 0 || dev >= kMaxDevices) throw Error(internal_error("paged_attention: device index out of range"));
+  std::call_once(once[size_t(dev)], [] {
+    ASTRAI_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(smem_bytes(kMaxHeadDim))));
+  });
 }
 
 template <typename T>

@@ -142,4 +142,12 @@ TEST_CASE("tensor-parallel with GQA 4, head_dim 64 and biases on two GPUs matche
   check_tp2_on_gpus(gqa4_bias_config());
 }
 
+// head_dim 128 needs the attention kernel's raised shared-memory limit, an attribute of each device:
+// rank 1's device must get it too (it once did not, and qwen3-8b failed on --tp 2).
+TEST_CASE("tensor-parallel with head_dim 128 on two GPUs matches one GPU", "[gpu]") {
+  ModelConfig c = qwen3_style_config();
+  c.head_dim = 128;
+  check_tp2_on_gpus(c);
+}
+
 }  // namespace astrai::test
