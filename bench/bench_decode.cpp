@@ -28,6 +28,7 @@
 #include "src/cli/commands.h"
 #include "src/core/json_writer.h"
 #include "src/engine/loader.h"
+#include "src/model/config.h"
 #include "src/model/model.h"
 #include "src/model/model_source.h"
 
@@ -316,7 +317,7 @@ void register_bench_decode(CLI::App& app) {
   CLI::App* sub =
       bench_command(app)->add_subcommand("decode", "Decode tokens/s of Model::forward (+ weight-read floor)");
   sub->add_option("--model", o->model, "Model directory (Hugging Face layout)");
-  sub->add_option("--preset", o->preset, "Preset name (tiny, llama-1b, qwen3-0.6b, qwen3-8b)");
+  sub->add_option("--preset", o->preset, "Preset name (" + preset_list() + ")");
   sub->add_option("--batch", o->batches, "Comma-separated batch sizes")->capture_default_str();
   sub->add_option("--prompt-len", o->prompt_len, "Prompt tokens per sequence")->capture_default_str();
   sub->add_option("--tokens", o->tokens, "Decode steps to time")->capture_default_str();

@@ -153,7 +153,7 @@ void register_bench_train(CLI::App& app) {
   CLI::App* sub = bench_command(app)->add_subcommand(
       "train", "Training tokens/s and MFU of TrainModel + AdamW (against the measured bf16 GEMM peak)");
   sub->add_option("--model", o->model, "Model directory (Hugging Face layout)");
-  sub->add_option("--preset", o->preset, "Preset name (tiny, llama-1b, qwen3-0.6b, qwen3-8b)");
+  sub->add_option("--preset", o->preset, "Preset name (" + preset_list() + ")");
   sub->add_option("--batch", o->batch, "Sequences per step")->capture_default_str();
   sub->add_option("--seq-len", o->seq_len, "Tokens per sequence")->capture_default_str();
   sub->add_option("--steps", o->steps, "Steps to time")->capture_default_str();

@@ -20,6 +20,7 @@
 #include "src/core/json_writer.h"
 #include "src/engine/engine.h"
 #include "src/engine/loader.h"
+#include "src/model/config.h"
 #include "src/structured/token_grammar.h"
 #include "src/tokenizer/tokenizer.h"
 
@@ -69,7 +70,7 @@ struct MaskTimes {
 
 MaskTimes mask_times(const StructuredArgs& a) {
   MaskTimes m;
-  auto tok = Tokenizer::load_or_preset(a.tokenizer).value();
+  auto tok = Tokenizer::load_or_preset(a.tokenizer, preset_names()).value();
   auto t0 = Clock::now();
   auto vocab = structured::TokenVocabulary::of(*tok);
   m.vocab_s = seconds_since(t0);

@@ -11,6 +11,7 @@
 
 #include "src/cli/commands.h"
 #include "src/core/json_writer.h"
+#include "src/model/config.h"
 #include "src/tokenizer/tokenizer.h"
 
 namespace astrai::cli {
@@ -24,7 +25,7 @@ struct BenchTokenizeArgs {
 
 void run(const BenchTokenizeArgs& a) {
   const auto t_load = std::chrono::steady_clock::now();
-  auto tok = Tokenizer::load_or_preset(a.model).value();
+  auto tok = Tokenizer::load_or_preset(a.model, preset_names()).value();
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
   std::ifstream f(a.input, std::ios::binary);
   if (!f) throw Error(not_found(a.input + ": cannot open"));

@@ -5,6 +5,8 @@
 #include <charconv>
 #include <set>
 
+#include "src/model/config.h"
+
 namespace astrai::net {
 namespace {
 
@@ -114,13 +116,12 @@ std::function<Status(ServeConfig&, const std::string&)> str_key(std::string Serv
 
 std::vector<ConfigKey> make_keys() {
   std::vector<ConfigKey> k;
-  auto add = [&](const char* name, const char* help, bool flag, auto fn) {
+  auto add = [&](const char* name, const std::string& help, bool flag, auto fn) {
     k.push_back({name, help, flag, fn});
   };
   add("model", "Hugging Face model directory (or a preset name)", true,
       str_key(&ServeConfig::model, {}, "model"));
-  add("preset", "Random-init preset: tiny, llama-1b, qwen3-0.6b, qwen3-8b", true,
-      str_key(&ServeConfig::preset, {}, "preset"));
+  add("preset", "Random-init preset: " + preset_list(), true, str_key(&ServeConfig::preset, {}, "preset"));
   add("host", "Address to listen on", true, str_key(&ServeConfig::host, {}, "host"));
   add("port", "TCP port (0: any free port, printed at start-up)", true,
       int_key(&ServeConfig::port, 0, 65535, "port"));

@@ -11,6 +11,7 @@
 #include "src/cli/commands.h"
 #include "src/cli/jsonl.h"
 #include "src/core/json_writer.h"
+#include "src/model/config.h"
 #include "src/tokenizer/tokenizer.h"
 
 namespace astrai::cli {
@@ -40,7 +41,7 @@ std::string parse_ids(simdjson::dom::element doc, int32_t vocab_size, std::vecto
 
 void run(const DetokenizeOptions& o) {
   apply_common_options(o.common);
-  auto tok = Tokenizer::load_or_preset(o.model).value();
+  auto tok = Tokenizer::load_or_preset(o.model, preset_names()).value();
   simdjson::dom::parser parser;
   map_stdin_jsonl([&](std::string_view line) -> Result<std::string> {
     const simdjson::padded_string padded(line);

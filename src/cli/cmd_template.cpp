@@ -14,6 +14,7 @@
 #include "src/cli/commands.h"
 #include "src/cli/jsonl.h"
 #include "src/core/json_writer.h"
+#include "src/model/config.h"
 #include "src/tokenizer/chat_template_config.h"
 #include "src/tokenizer/tokenizer.h"
 
@@ -28,11 +29,10 @@ struct TemplateOptions {
 Result<LoadedChatTemplate> load_for(const std::string& model) {
   std::error_code ec;
   if (std::filesystem::is_directory(model, ec)) return load_chat_template(model);
-  for (const char* preset : {"tiny", "llama-1b", "qwen3-0.6b", "qwen3-8b"})
+  for (const std::string& preset : preset_names())
     if (model == preset)
       return chat_template_from_config(builtin_tokenizer_config_json(), "built-in tokenizer");
-  return not_found("--model " + model +
-                   ": not a directory and not a preset name (tiny, llama-1b, qwen3-0.6b, qwen3-8b)");
+  return not_found("--model " + model + ": not a directory and not a preset name (" + preset_list() + ")");
 }
 
 // One request line -> the rendered prompt, or the reason it cannot be rendered.

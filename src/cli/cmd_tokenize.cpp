@@ -12,6 +12,7 @@
 #include "src/cli/commands.h"
 #include "src/cli/jsonl.h"
 #include "src/core/json_writer.h"
+#include "src/model/config.h"
 #include "src/tokenizer/tokenizer.h"
 
 namespace astrai::cli {
@@ -34,7 +35,7 @@ std::string ids_line(const std::vector<int32_t>& ids) {
 
 void run(const TokenizeOptions& o, bool has_text) {
   apply_common_options(o.common);
-  auto tok = Tokenizer::load_or_preset(o.model).value();
+  auto tok = Tokenizer::load_or_preset(o.model, preset_names()).value();
   if (has_text) {
     std::printf("%s\n", ids_line(tok->encode(o.text, o.add_special_tokens)).c_str());
     return;

@@ -59,8 +59,9 @@ struct ModelConfig {
   int64_t num_parameters() const;
 };
 
-// Presets of the contract: tiny, llama-1b, qwen3-0.6b, qwen3-8b.
+// Presets of the contract (tiny, llama-1b, qwen3-0.6b, qwen3-8b) and brown (models/brown's shape).
 Result<ModelConfig> preset_config(std::string_view name);
 std::vector<std::string> preset_names();
+std::string preset_list();  // "tiny, llama-1b, ...": the names for help texts and errors
 
 }  // namespace astrai

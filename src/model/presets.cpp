@@ -92,6 +92,12 @@ std::vector<std::string> preset_names() {
   return {"tiny", "llama-1b", "qwen3-0.6b", "qwen3-8b", "brown"};
 }
 
+std::string preset_list() {
+  std::string s;
+  for (const std::string& n : preset_names()) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
 Result<ModelConfig> preset_config(std::string_view name) {
   if (name == "tiny") return tiny();
   if (name == "llama-1b") return llama_1b();

@@ -49,9 +49,11 @@ class Tokenizer {
                                                       const ChatTemplateLimits& template_limits = {});
   // The built-in byte-level tokenizer (builtin_tokenizer_json / builtin_tokenizer_config_json).
   static Result<std::unique_ptr<Tokenizer>> builtin();
-  // `--model ARG` as the CLI takes it: an existing directory is loaded; otherwise a preset name
-  // (tiny, llama-1b, qwen3-0.6b, qwen3-8b) gives the built-in tokenizer; anything else is not_found.
-  static Result<std::unique_ptr<Tokenizer>> load_or_preset(const std::string& model);
+  // `--model ARG` as the CLI takes it: an existing directory is loaded; otherwise one of `presets`
+  // (the model layer's preset_names(): every preset uses the built-in tokenizer) gives the built-in
+  // tokenizer; anything else is not_found.
+  static Result<std::unique_ptr<Tokenizer>> load_or_preset(const std::string& model,
+                                                           const std::vector<std::string>& presets);
 
   // add_special_tokens: apply the post-processor (e.g. BOS) as HF's encode() default does.
   virtual std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = true) const = 0;

@@ -103,13 +103,16 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::builtin() {
   return from_json(builtin_tokenizer_json(), builtin_tokenizer_config_json());
 }
 
-Result<std::unique_ptr<Tokenizer>> Tokenizer::load_or_preset(const std::string& model) {
+Result<std::unique_ptr<Tokenizer>> Tokenizer::load_or_preset(const std::string& model,
+                                                             const std::vector<std::string>& presets) {
   std::error_code ec;
   if (std::filesystem::is_directory(model, ec)) return load(model);
-  for (const char* preset : {"tiny", "llama-1b", "qwen3-0.6b", "qwen3-8b"})
+  std::string names;
+  for (const std::string& preset : presets) {
     if (model == preset) return builtin();
-  return not_found("--model " + model +
-                   ": not a directory and not a preset name (tiny, llama-1b, qwen3-0.6b, qwen3-8b)");
+    names += (names.empty() ? "" : ", ") + preset;
+  }
+  return not_found("--model " + model + ": not a directory and not a preset name (" + names + ")");
 }
 
 }  // namespace astrai
