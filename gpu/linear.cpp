@@ -2,25 +2,16 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <numeric>
 #include <string>
 
 #include "gpu/check.h"
+#include "gpu/cublaslt_util.h"
 #include "gpu/ops.h"
 #include "gpu/rows.h"
-
-#define ASTRAI_CUBLAS_CHECK(call)                                                                        \
-  do {                                                                                                   \
-    const cublasStatus_t astrai_st_ = (call);                                                            \
-    if (astrai_st_ != CUBLAS_STATUS_SUCCESS)                                                             \
-      throw ::astrai::Error(::astrai::internal_error(std::string("cuBLASLt error ") +                    \
-                                                     cublasLtGetStatusName(astrai_st_) + " in " #call)); \
-  } while (0)
 
 namespace astrai::gpu {
 namespace {
 
-constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 constexpr int kCandidates = 8;  // heuristic results timed per bucket
 constexpr int kTimedRuns = 3;   // timed GEMMs per candidate (after one untimed), each from a cold L2
 
@@ -43,25 +34,12 @@ bool tuning_enabled() {
   return on;
 }
 
-cudaDataType_t cuda_type(DType t) {
-  return t == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F;
-}
-
-// The alignment (bytes, at most 256) every row of a matrix starts on: the base pointer's and the
-// row pitch's largest common power of two.
-int row_alignment(const void* p, int64_t ld, DType t) {
-  const uint64_t pitch = uint64_t(ld) * dtype_size(t);
-  uint64_t a = std::gcd(uint64_t(reinterpret_cast<uintptr_t>(p)), uint64_t(256));
-  if (pitch) a = std::gcd(a, pitch);
-  return int(a == 0 ? 256 : a);
-}
-
 }  // namespace
 
 Linear::Linear() {
   ASTRAI_CUBLAS_CHECK(cublasLtCreate(&handle_));
-  ASTRAI_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
-  workspace_bytes_ = kWorkspaceBytes;
+  ASTRAI_CUDA_CHECK(cudaMalloc(&workspace_, kCublasWorkspaceBytes));
+  workspace_bytes_ = kCublasWorkspaceBytes;
   ASTRAI_CUDA_CHECK(cudaEventCreate(&start_));
   ASTRAI_CUDA_CHECK(cudaEventCreate(&stop_));
 }
