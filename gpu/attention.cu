@@ -327,9 +327,11 @@ void allow_smem() {
   static std::array<std::once_flag, kMaxDevices> once;
   int dev = 0;
   ASTRAI_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= kMaxDevices) throw Error(internal_error("paged_attention: device index out of range"));
+  if (dev < 0 || dev >= kMaxDevices)
+    throw Error(internal_error("paged_attention: device index out of range"));
   std::call_once(once[size_t(dev)], [] {
-    ASTRAI_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    ASTRAI_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_kernel<T>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            int(smem_bytes(kMaxHeadDim))));
   });
 }
