@@ -44,7 +44,7 @@ namespace {
 constexpr uint32_t kMaxCode = 0x10FFFF;
 }
 
-std::vector<CodeRange> normalize_ranges(std::vector<CodeRange> r) {
+std::vector<CodeRange> normalize_ranges(const std::vector<CodeRange>& r) {
   std::vector<CodeRange> split;
   for (CodeRange c : r) {
     if (c.lo > c.hi || c.lo > kMaxCode) continue;

@@ -68,7 +68,7 @@ struct CodeRange {
   uint32_t lo, hi;
 };
 // Sorted, merged, without the surrogates U+D800..U+DFFF (they have no UTF-8 form).
-std::vector<CodeRange> normalize_ranges(std::vector<CodeRange> r);
+std::vector<CodeRange> normalize_ranges(const std::vector<CodeRange>& r);
 // The complement of normalized ranges within [0, 0x10FFFF] (surrogates excluded).
 std::vector<CodeRange> complement_ranges(const std::vector<CodeRange>& r);
 std::vector<CodeRange> intersect_ranges(const std::vector<CodeRange>& a, const std::vector<CodeRange>& b);

@@ -48,7 +48,7 @@ std::vector<CodeRange> plain_ranges() {
 
 class Compiler {
  public:
-  explicit Compiler(Grammar& g) : g_(g), b_(g) {}
+  explicit Compiler(Grammar& g) : b_(g) {}
 
   std::string error;
 
@@ -698,7 +698,6 @@ class Compiler {
   }
 
  private:
-  Grammar& g_;
   GrammarBuilder b_;
   dom::element root_;
   std::unordered_map<std::string, int32_t> refs_;

@@ -275,8 +275,8 @@ constexpr size_t kMaxCachedGrammars = 16;
 
 }  // namespace
 
-Result<std::shared_ptr<TokenGrammar>> compile_constraint(ConstraintKind kind, std::string_view source,
-                                                         std::shared_ptr<const TokenVocabulary> vocab) {
+Result<std::shared_ptr<TokenGrammar>> compile_constraint(
+    ConstraintKind kind, std::string_view source, const std::shared_ptr<const TokenVocabulary>& vocab) {
   {
     std::lock_guard g(g_cache_mu);
     for (auto it = g_cache.begin(); it != g_cache.end(); ++it) {

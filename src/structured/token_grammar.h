@@ -115,7 +115,7 @@ Result<std::shared_ptr<TokenGrammar>> compile_constraint(ConstraintKind kind, st
                                                          const Tokenizer& tok);
 // The same over a given vocabulary (tests, benchmarks).
 Result<std::shared_ptr<TokenGrammar>> compile_constraint(ConstraintKind kind, std::string_view source,
-                                                         std::shared_ptr<const TokenVocabulary> vocab);
+                                                         const std::shared_ptr<const TokenVocabulary>& vocab);
 
 // One sequence's position in a grammar. Copyable (n > 1 choices fork it).
 class Matcher {
