@@ -167,10 +167,10 @@ class Parser {
     return true;
   }
 
-  static RegexNode chars(std::vector<CodeRange> r) {
+  static RegexNode chars(const std::vector<CodeRange>& r) {
     RegexNode n;
     n.kind = RegexNode::Kind::chars;
-    n.chars = normalize_ranges(std::move(r));
+    n.chars = normalize_ranges(r);
     return n;
   }
 
@@ -299,7 +299,7 @@ class Parser {
     }
     if (at_end()) return err("unterminated character class");
     ++pos_;  // ]
-    set = normalize_ranges(std::move(set));
+    set = normalize_ranges(set);
     out = chars(negate ? complement_ranges(set) : set);
     return true;
   }
