@@ -92,7 +92,10 @@ await run([
   ['enable_thinking false: the prompt closes the block and the output is all content', async () => {
     const messages = [{ role: 'user', content: 'Answer about ' + randomWord() }];
     const kwargs = { enable_thinking: false };
-    const sampling = { temperature: 1, seed: 11 };
+    // Greedy: this unbiased random model's distribution is flat over 151k tokens, where sampling at
+    // temperature 1 flips on the last-bit differences between a prefill and a prefix-cache hit
+    // (the reference request runs first and caches the prompt), which made this case fail under load.
+    const sampling = { temperature: 0, seed: 11 };
     const ref = await reference(messages, sampling, kwargs);
     assert.ok(ref.prompt.endsWith('<think>\n\n</think>\n\n'), JSON.stringify(ref.prompt));
     const r = await openai.chat.completions.create({ model, messages, max_tokens: MAX, ...sampling,
