@@ -93,8 +93,10 @@ await run([
     const messages = [{ role: 'user', content: 'Answer about ' + randomWord() }];
     const kwargs = { enable_thinking: false };
     // Greedy: this unbiased random model's distribution is flat over 151k tokens, where sampling at
-    // temperature 1 flips on the last-bit differences between a prefill and a prefix-cache hit
-    // (the reference request runs first and caches the prompt), which made this case fail under load.
+    // temperature 1 turns last-bit logit differences into other tokens. Sampled, the chat output
+    // left the reference's mid-sequence in 4 of 10 runs on a loaded machine (the cause is not
+    // found yet: in an idle check, repeated seeded requests with the prefix cache on were equal);
+    // greedy, 0 of 10.
     const sampling = { temperature: 0, seed: 11 };
     const ref = await reference(messages, sampling, kwargs);
     assert.ok(ref.prompt.endsWith('<think>\n\n</think>\n\n'), JSON.stringify(ref.prompt));
