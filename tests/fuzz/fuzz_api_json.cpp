@@ -30,6 +30,15 @@ void require_error_message(const MaybeError& e) {
   if (e && (e->status != 400 || e->message.empty())) std::abort();
 }
 
+// What every chat-shaped request (OpenAI chat, Anthropic messages, Responses) must hold once parsed:
+// messages and tools re-serialised as JSON arrays, and common parameters that validate or say why.
+template <typename Request>
+void require_chat_request(const Request& r) {
+  require_json_array(r.messages_json, false);
+  require_json_array(r.tools_json, true);
+  require_error_message(validate_common(r.common));
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -41,9 +50,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       auto e = parse_chat_request(body, r);
       require_error_message(e);
       if (e) break;
-      require_json_array(r.messages_json, false);
-      require_json_array(r.tools_json, true);
-      require_error_message(validate_common(r.common));
+      require_chat_request(r);
       break;
     }
     case 1: {
@@ -63,9 +70,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       auto e = parse_messages_request(body, r, data[0] % 6 == 2);
       require_error_message(e);
       if (e) break;
-      require_json_array(r.messages_json, false);
-      require_json_array(r.tools_json, true);
-      require_error_message(validate_common(r.common));
+      require_chat_request(r);
       break;
     }
     case 5: {
@@ -73,9 +78,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       auto e = parse_responses_request(body, r);
       require_error_message(e);
       if (e) break;
-      require_json_array(r.messages_json, false);
-      require_json_array(r.tools_json, true);
-      require_error_message(validate_common(r.common));
+      require_chat_request(r);
       break;
     }
     default: {
