@@ -234,10 +234,13 @@ Status load_serve_yaml(const std::filesystem::path& path, ServeConfig& cfg) {
   if (root.IsNull()) return {};
   if (!root.IsMap()) return invalid_argument(path.string() + ": expected a mapping of settings");
   for (const auto& kv : root) {
-    const std::string key = kv.first.as<std::string>();
+    if (!kv.first.IsScalar()) return invalid_argument(path.string() + ": setting names must be strings");
+    const std::string key = kv.first.Scalar();
     if (key == "engine" && kv.second.IsMap()) {
       for (const auto& ekv : kv.second) {
-        const std::string ek = ekv.first.as<std::string>();
+        if (!ekv.first.IsScalar())
+          return invalid_argument(path.string() + ": engine: setting names must be strings");
+        const std::string ek = ekv.first.Scalar();
         if (!ekv.second.IsScalar())
           return invalid_argument(path.string() + ": engine." + ek + " must be a scalar");
         Status s = apply_serve_key(cfg, ek, ekv.second.Scalar());
