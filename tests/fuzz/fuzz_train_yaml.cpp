@@ -16,7 +16,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (c.status().message().empty()) std::abort();
     return 0;
   }
-  const auto finite_in = [](double x, double lo, double hi) { return std::isfinite(x) && x >= lo && x <= hi; };
+  const auto finite_in = [](double x, double lo, double hi) {
+    return std::isfinite(x) && x >= lo && x <= hi;
+  };
   if (c->model.empty() == c->preset.empty() || c->data_train.empty() || c->out.empty() || c->seq_len < 1 ||
       c->batch_size < 1 || c->grad_accum < 1 || c->steps < 1 || c->warmup_steps < 0 || c->save_every < 0 ||
       c->eval_every < 0 || c->eval_batches < 0 || !finite_in(c->lr, 0, 10) || !finite_in(c->min_lr, 0, 10) ||

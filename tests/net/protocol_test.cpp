@@ -248,7 +248,8 @@ TEST_CASE("serve.yaml keys are read, checked, and each has a flag", "[unit]") {
   astrai::test::write_file(dir / "unknown.yaml", "colour: blue\n");
   CHECK(load_serve_yaml(dir / "unknown.yaml", c).message().find("colour") != std::string::npos);
   CHECK(flag_name("max_concurrent") == "--max-concurrent");
-  // A list or mapping used as a key is an error, not an uncaught yaml-cpp exception (found by fuzz_serve_yaml).
+  // A list or mapping used as a key is an error, not an uncaught yaml-cpp exception (found by
+  // fuzz_serve_yaml).
   for (const char* bad : {"? [a]\n: 1\n", "engine:\n  ? {x: 1}\n  : 2\n"}) {
     astrai::test::write_file(dir / "key.yaml", bad);
     INFO(bad);
