@@ -84,6 +84,40 @@ MaybeFieldError read_choice(json::Value& v, const std::string& field, Constraint
   return set(out, field, ConstraintKind::regex, std::move(rx));
 }
 
+// One member of a json_schema format object (chat's response_format.json_schema, or the Responses
+// API's text.format itself): the schema is kept raw; name, description and strict are checked and
+// dropped (constrained decoding is always strict).
+MaybeFieldError read_json_schema_member(std::string_view k, json::Value& v, const std::string& at,
+                                        std::string& schema_raw) {
+  if (k == "schema") return json::read_raw(v, at, schema_raw);
+  if (json::is_null(v)) return std::nullopt;
+  if (k == "name" || k == "description") {
+    std::string ignored;
+    return json::read_string(v, at, ignored);
+  }
+  if (k == "strict") {
+    bool ignored = false;
+    return json::read_bool(v, at, ignored);
+  }
+  return std::nullopt;
+}
+
+// The constraint a format's type asks for. `schema_field` names where the schema is ("" when the
+// request has no json_schema object at all).
+MaybeFieldError set_format(const std::string& field, const std::string& type, const std::string& schema_field,
+                           std::string schema_raw, ConstraintSpec& out) {
+  if (type == "text") return std::nullopt;
+  if (type == "json_object") return set(out, field, ConstraintKind::json_object, "");
+  if (type == "json_schema") {
+    if (schema_field.empty())
+      return FieldError{field + ".json_schema", "is required when type is 'json_schema'"};
+    if (schema_raw.empty() || schema_raw == "null") return FieldError{schema_field, "is required"};
+    return set(out, schema_field, ConstraintKind::json_schema, std::move(schema_raw));
+  }
+  if (type.empty()) return FieldError{field + ".type", "is required"};
+  return FieldError{field + ".type", "must be 'text', 'json_object' or 'json_schema', got '" + type + "'"};
+}
+
 MaybeFieldError read_response_format(json::Value& v, ConstraintSpec& out) {
   const std::string field = "response_format";
   od::object o;
@@ -91,7 +125,6 @@ MaybeFieldError read_response_format(json::Value& v, ConstraintSpec& out) {
   std::string type;
   std::string schema_raw;
   bool have_json_schema = false;
-  MaybeFieldError inner;
   auto e = json::for_each_field(
       o,
       [&](std::string_view k, json::Value& fv) -> MaybeFieldError {
@@ -103,17 +136,7 @@ MaybeFieldError read_response_format(json::Value& v, ConstraintSpec& out) {
           return json::for_each_field(
               js,
               [&](std::string_view jk, json::Value& jv) -> MaybeFieldError {
-                const std::string at = field + ".json_schema." + std::string(jk);
-                if (jk == "schema") return json::read_raw(jv, at, schema_raw);
-                if (jk == "name" || jk == "description") {
-                  std::string ignored;
-                  return json::is_null(jv) ? std::nullopt : json::read_string(jv, at, ignored);
-                }
-                if (jk == "strict") {
-                  bool ignored = false;  // constrained decoding is always strict
-                  return json::is_null(jv) ? std::nullopt : json::read_bool(jv, at, ignored);
-                }
-                return std::nullopt;
+                return read_json_schema_member(jk, jv, field + ".json_schema." + std::string(jk), schema_raw);
               },
               [&](simdjson::error_code) -> MaybeFieldError {
                 return FieldError{field + ".json_schema", "is not valid JSON"};
@@ -125,17 +148,8 @@ MaybeFieldError read_response_format(json::Value& v, ConstraintSpec& out) {
         return FieldError{field, "is not valid JSON"};
       });
   if (e) return e;
-  if (type == "text") return std::nullopt;
-  if (type == "json_object") return set(out, field, ConstraintKind::json_object, "");
-  if (type == "json_schema") {
-    if (!have_json_schema)
-      return FieldError{field + ".json_schema", "is required when type is 'json_schema'"};
-    if (schema_raw.empty() || schema_raw == "null")
-      return FieldError{field + ".json_schema.schema", "is required"};
-    return set(out, field + ".json_schema.schema", ConstraintKind::json_schema, std::move(schema_raw));
-  }
-  if (type.empty()) return FieldError{field + ".type", "is required"};
-  return FieldError{field + ".type", "must be 'text', 'json_object' or 'json_schema', got '" + type + "'"};
+  return set_format(field, type, have_json_schema ? field + ".json_schema.schema" : "", std::move(schema_raw),
+                    out);
 }
 
 MaybeFieldError read_structured_outputs(json::Value& v, ConstraintSpec& out) {
@@ -160,6 +174,24 @@ MaybeFieldError read_structured_outputs(json::Value& v, ConstraintSpec& out) {
 }
 
 }  // namespace
+
+MaybeFieldError read_text_format(json::Value& v, const std::string& field, ConstraintSpec& out) {
+  od::object o;
+  if (v.get_object().get(o)) return FieldError{field, "must be an object with a 'type'"};
+  std::string type;
+  std::string schema_raw;
+  auto e = json::for_each_field(
+      o,
+      [&](std::string_view k, json::Value& fv) -> MaybeFieldError {
+        if (k == "type") return json::read_string(fv, field + ".type", type);
+        return read_json_schema_member(k, fv, field + "." + std::string(k), schema_raw);
+      },
+      [&](simdjson::error_code) -> MaybeFieldError {
+        return FieldError{field, "is not valid JSON"};
+      });
+  if (e) return e;
+  return set_format(field, type, field + ".schema", std::move(schema_raw), out);
+}
 
 MaybeFieldError read_constraint_field(std::string_view key, json::Value& v, ConstraintSpec& out,
                                       bool& handled) {
