@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <ctime>
 #include <limits>
+#include <optional>
 
 #include "net/sse_format.h"
 #include "net/tool_calls.h"
@@ -367,10 +368,18 @@ std::string models_body(const std::string& model, int64_t max_model_len) {
 
 namespace {
 
-void write_usage(JsonWriter& w, const Generation& g) {
+// `reasoning_tokens`: with a reasoning parser on, how many of the completion tokens were reasoning.
+void write_usage(JsonWriter& w, const Generation& g, std::optional<int> reasoning_tokens = std::nullopt) {
   w.begin_object().key("prompt_tokens").value(g.prompt_tokens());
   w.key("completion_tokens").value(g.completion_tokens());
-  w.key("total_tokens").value(g.prompt_tokens() + g.completion_tokens()).end_object();
+  w.key("total_tokens").value(g.prompt_tokens() + g.completion_tokens());
+  if (reasoning_tokens)
+    w.key("completion_tokens_details")
+        .begin_object()
+        .key("reasoning_tokens")
+        .value(*reasoning_tokens)
+        .end_object();
+  w.end_object();
 }
 
 void write_bytes(JsonWriter& w, const std::string& s) {
@@ -440,7 +449,13 @@ class ChatFormatter final : public ResponseFormatter {
     for (const auto& d : deltas) {
       auto& ch = choices_[size_t(d.choice)];
       if (!stream_) {
-        ch.text += d.text;
+        if (reasoning_.enabled) {  // split as it comes, as streaming does, to count reasoning tokens
+          ReasoningSplit split = ch.reasoning.feed(d.text, false, int(d.tokens.size()));
+          ch.reasoning_text += split.reasoning;
+          ch.text += split.content;
+        } else {
+          ch.text += d.text;
+        }
         if (logprobs_)
           for (const auto& t : d.tokens) {
             JsonWriter lw;
@@ -453,7 +468,7 @@ class ChatFormatter final : public ResponseFormatter {
       const bool last = d.finish != FinishReason::none;
       ReasoningSplit split;
       if (reasoning_.enabled)
-        split = ch.reasoning.feed(d.text, last);
+        split = ch.reasoning.feed(d.text, last, int(d.tokens.size()));
       else
         split.content = d.text;
       ToolParse parsed;
@@ -501,7 +516,7 @@ class ChatFormatter final : public ResponseFormatter {
         JsonWriter w;
         head(w);
         w.key("choices").begin_array().end_array().key("usage");
-        write_usage(w, g);
+        write_usage(w, g, reasoning_tokens());
         w.end_object();
         append_sse(out, w.str());
       }
@@ -514,10 +529,13 @@ class ChatFormatter final : public ResponseFormatter {
     for (size_t c = 0; c < choices_.size(); ++c) {
       auto& ch = choices_[c];
       ReasoningSplit split;
-      if (reasoning_.enabled)
-        split = split_reasoning(ch.text, reasoning_.starts_inside);
-      else
+      if (reasoning_.enabled) {
+        split = ch.reasoning.finish();
+        split.reasoning.insert(0, ch.reasoning_text);
+        split.content.insert(0, ch.text);
+      } else {
         split.content = std::move(ch.text);
+      }
       ToolParse parsed;
       if (tools_)
         parsed = parse_tool_calls(split.content);
@@ -557,7 +575,7 @@ class ChatFormatter final : public ResponseFormatter {
       w.key("finish_reason").value(openai_finish(ch.finish, calls)).end_object();
     }
     w.end_array().key("usage");
-    write_usage(w, g);
+    write_usage(w, g, reasoning_tokens());
     w.end_object();
     return w.take();
   }
@@ -566,13 +584,22 @@ class ChatFormatter final : public ResponseFormatter {
   // What a chat response has gathered for one choice.
   struct ChatChoice {
     explicit ChatChoice(ReasoningMode m) : reasoning(m.starts_inside) {}
-    std::string text;
+    std::string text;                   // non-streaming: the output (with a reasoning parser: the answer)
+    std::string reasoning_text;         // non-streaming, with a reasoning parser: the reasoning so far
     std::vector<std::string> logprobs;  // serialised "content" entries
     FinishReason finish = FinishReason::none;
     ReasoningSplitter reasoning;
     ToolCallStreamParser parser;
     int num_calls = 0;
   };
+
+  // All choices' reasoning tokens; none (no usage field) without a reasoning parser.
+  std::optional<int> reasoning_tokens() const {
+    if (!reasoning_.enabled) return std::nullopt;
+    int n = 0;
+    for (const auto& ch : choices_) n += ch.reasoning.reasoning_tokens();
+    return n;
+  }
 
   void head(JsonWriter& w) const {
     w.begin_object().key("id").value(id_).key("object").value("chat.completion.chunk");

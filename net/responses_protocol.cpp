@@ -376,12 +376,18 @@ class ResponsesFormatter final : public ResponseFormatter {
       const bool last = d.finish != FinishReason::none;
       if (last) finish_ = d.finish;
       if (!streaming()) {
-        text_ += d.text;
+        if (reasoning_.enabled) {  // split as it comes, as streaming does, to count reasoning tokens
+          ReasoningSplit split = splitter_.feed(d.text, false, int(d.tokens.size()));
+          reasoning_text_ += split.reasoning;
+          text_ += split.content;
+        } else {
+          text_ += d.text;
+        }
         continue;
       }
       ReasoningSplit split;
       if (reasoning_.enabled)
-        split = splitter_.feed(d.text, last);
+        split = splitter_.feed(d.text, last, int(d.tokens.size()));
       else
         split.content = d.text;
       if (!split.reasoning.empty()) {
@@ -426,10 +432,13 @@ class ResponsesFormatter final : public ResponseFormatter {
       return out;
     }
     ReasoningSplit split;
-    if (reasoning_.enabled)
-      split = split_reasoning(text_, reasoning_.starts_inside);
-    else
+    if (reasoning_.enabled) {
+      split = splitter_.finish();
+      split.reasoning.insert(0, reasoning_text_);
+      split.content.insert(0, text_);
+    } else {
       split.content = std::move(text_);
+    }
     ToolParse parsed;
     if (tools_)
       parsed = parse_tool_calls(split.content);
@@ -605,7 +614,11 @@ class ResponsesFormatter final : public ResponseFormatter {
       w.begin_object().key("input_tokens").value(g->prompt_tokens());
       w.key("input_tokens_details").begin_object().key("cached_tokens").value(0).end_object();
       w.key("output_tokens").value(g->completion_tokens());
-      w.key("output_tokens_details").begin_object().key("reasoning_tokens").value(0).end_object();
+      w.key("output_tokens_details")
+          .begin_object()
+          .key("reasoning_tokens")
+          .value(splitter_.reasoning_tokens());
+      w.end_object();
       w.key("total_tokens").value(g->prompt_tokens() + g->completion_tokens()).end_object();
     } else {
       w.null();
@@ -620,7 +633,8 @@ class ResponsesFormatter final : public ResponseFormatter {
   ReasoningMode reasoning_;
   ReasoningSplitter splitter_;
   ToolCallStreamParser parser_;
-  std::string text_;  // non-streaming: the whole output
+  std::string text_;            // non-streaming: the output (with a reasoning parser: the answer)
+  std::string reasoning_text_;  // non-streaming, with a reasoning parser: the reasoning
   FinishReason finish_ = FinishReason::none;
   std::vector<Item> items_;
   int open_ = -1;  // streaming: the message / reasoning item receiving deltas
