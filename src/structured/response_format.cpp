@@ -1,9 +1,12 @@
 #include "src/structured/response_format.h"
 
+#include <algorithm>
+#include <cctype>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "src/core/json_writer.h"
 #include "src/structured/json_schema.h"
 
 namespace astrai::structured {
@@ -14,15 +17,17 @@ namespace od = simdjson::ondemand;
 using json::FieldError;
 using json::MaybeFieldError;
 
-// A compile error "schema.properties.a: what" as the field error of `field` + ".properties.a".
-FieldError schema_error(const std::string& field, const std::string& err) {
+// A compile error "schema.properties.a: what" as the field error of `field` + ".properties.a";
+// `root` is the error path that `field` stands for.
+FieldError schema_error(const std::string& field, const std::string& err, std::string_view root) {
   const size_t colon = err.find(": ");
   std::string path = colon == std::string::npos ? std::string() : err.substr(0, colon);
-  if (path.rfind("schema", 0) == 0) path = path.substr(6);
+  if (path.rfind(root, 0) == 0) path = path.substr(root.size());
   return {field + path, colon == std::string::npos ? err : err.substr(colon + 2)};
 }
 
-MaybeFieldError set(ConstraintSpec& out, const std::string& field, ConstraintKind kind, std::string source) {
+MaybeFieldError set(ConstraintSpec& out, const std::string& field, ConstraintKind kind, std::string source,
+                    std::string_view schema_root = "schema") {
   if (out.kind != ConstraintKind::none)
     return FieldError{field,
                       "only one structured-output constraint may be given (response_format, "
@@ -32,7 +37,7 @@ MaybeFieldError set(ConstraintSpec& out, const std::string& field, ConstraintKin
   if (kind == ConstraintKind::json_schema) err = compile_json_schema(source, g);
   if (kind == ConstraintKind::regex) err = compile_regex(source, g);
   if (!err.empty()) {
-    if (kind == ConstraintKind::json_schema) return schema_error(field, err);
+    if (kind == ConstraintKind::json_schema) return schema_error(field, err, schema_root);
     return FieldError{field, err.rfind("regex: ", 0) == 0 ? err.substr(7) : err};
   }
   out.kind = kind;
@@ -191,6 +196,49 @@ MaybeFieldError read_text_format(json::Value& v, const std::string& field, Const
       });
   if (e) return e;
   return set_format(field, type, field + ".schema", std::move(schema_raw), out);
+}
+
+namespace {
+
+// `schema` with every local "$ref" ("#...") pointing `prefix` deeper ("#/$defs/a" ->
+// "#<prefix>/$defs/a"), for the schema placed at `prefix` inside another. A "$ref" written with
+// escapes in its key is left alone (it then fails to resolve: an error, not a wrong constraint).
+std::string prefix_local_refs(std::string_view schema, std::string_view prefix) {
+  std::string out;
+  out.reserve(schema.size());
+  bool after_ref_key = false;  // the last string was the key "$ref"
+  for (size_t i = 0; i < schema.size();) {
+    if (schema[i] != '"') {
+      out += schema[i++];
+      continue;
+    }
+    size_t end = i + 1;  // past the closing quote
+    while (end < schema.size() && schema[end] != '"') end += schema[end] == '\\' ? 2 : 1;
+    end = std::min(end + 1, schema.size());
+    const std::string_view str = schema.substr(i, end - i);
+    if (after_ref_key && str.size() >= 2 && str[1] == '#') {
+      out.append("\"#").append(prefix).append(str.substr(2));
+    } else {
+      out.append(str);
+    }
+    i = end;
+    while (i < schema.size() && std::isspace(static_cast<unsigned char>(schema[i]))) out += schema[i++];
+    after_ref_key = str == "\"$ref\"" && i < schema.size() && schema[i] == ':';
+  }
+  return out;
+}
+
+}  // namespace
+
+MaybeFieldError constrain_to_tool_call(std::string_view name, std::string_view input_schema,
+                                       const std::string& field, ConstraintSpec& out) {
+  JsonWriter w;
+  w.begin_object().key("type").value("object").key("properties").begin_object();
+  w.key("name").begin_object().key("const").value(name).end_object();
+  w.key("arguments").raw(prefix_local_refs(input_schema, "/properties/arguments")).end_object();
+  w.key("required").begin_array().value("name").value("arguments").end_array();
+  w.key("additionalProperties").value(false).end_object();
+  return set(out, field, ConstraintKind::json_schema, w.take(), "schema.properties.arguments");
 }
 
 MaybeFieldError read_constraint_field(std::string_view key, json::Value& v, ConstraintSpec& out,

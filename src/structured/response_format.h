@@ -26,4 +26,11 @@ json::MaybeFieldError read_constraint_field(std::string_view key, json::Value& v
 // The Responses API's text.format object; `field` is its path in errors ("text.format").
 json::MaybeFieldError read_text_format(json::Value& v, const std::string& field, ConstraintSpec& out);
 
+// A forced tool call (Anthropic's tool_choice {"type":"tool","name"}): the output is the JSON call
+// {"name":<name>,"arguments":<input>} that the tool-call parser reads as the whole output, its
+// arguments valid under `input_schema` (the tool's JSON schema, whose local $refs are re-rooted under
+// "arguments"). `field` names the schema in errors ("tools[1].input_schema").
+json::MaybeFieldError constrain_to_tool_call(std::string_view name, std::string_view input_schema,
+                                             const std::string& field, ConstraintSpec& out);
+
 }  // namespace astrai::structured

@@ -1,10 +1,14 @@
 // Reading the structured-output fields of a request: chat's response_format and the Responses
-// API's text.format give the same constraint, and a bad one is an error naming the field.
+// API's text.format give the same constraint, a forced tool call constrains to its JSON call, and a
+// bad one is an error naming the field.
 #include "src/structured/response_format.h"
 
 #include <catch2/catch.hpp>
 #include <string>
 #include <string_view>
+
+#include "src/structured/json_schema.h"
+#include "src/structured/matcher.h"
 
 using namespace astrai;
 using namespace astrai::structured;
@@ -91,4 +95,51 @@ TEST_CASE("a bad text.format is an error naming the field inside it") {
     CHECK(e->message.find(c.words) != std::string::npos);
     CHECK(out.kind == ConstraintKind::none);
   }
+}
+
+namespace {
+
+bool accepts(const ConstraintSpec& c, std::string_view text) {
+  Grammar g;
+  REQUIRE(compile_json_schema(c.source, g).empty());
+  GrammarDfa dfa(std::move(g));
+  int32_t s = dfa.start();
+  for (char ch : text) {
+    s = dfa.step(s, uint8_t(ch));
+    if (s == GrammarDfa::kDead) return false;
+  }
+  return dfa.accepts(s);
+}
+
+}  // namespace
+
+TEST_CASE("a forced tool call is the JSON call with arguments under the tool's schema, $refs re-rooted") {
+  ConstraintSpec c;
+  // A $defs reference, a recursive reference to the schema's root, and "$ref" as a plain string.
+  const std::string input = R"({"$defs":{"d":{"type":"integer","minimum":0,"maximum":3}},"type":"object",
+    "properties":{"n":{"$ref":"#/$defs/d"},"kind":{"enum":["$ref","#/$defs/d"]},
+                  "next":{"anyOf":[{"$ref":"#"},{"type":"null"}]}},"required":["n","kind","next"]})";
+  auto e = constrain_to_tool_call("walk", input, "tools[0].input_schema", c);
+  INFO((e ? e->field + ": " + e->message : ""));
+  REQUIRE(!e);
+  CHECK(c.kind == ConstraintKind::json_schema);
+  CHECK(accepts(c, R"({"name":"walk","arguments":{"n":2,"kind":"$ref","next":null}})"));
+  CHECK(accepts(
+      c,
+      R"({"name":"walk","arguments":{"n":0,"kind":"#/$defs/d","next":{"n":3,"kind":"$ref","next":null}}})"));
+  CHECK(!accepts(c, R"({"name":"walk","arguments":{"n":4,"kind":"$ref","next":null}})"));  // n > 3
+  CHECK(!accepts(c, R"({"name":"run","arguments":{"n":1,"kind":"$ref","next":null}})"));   // another tool
+  CHECK(!accepts(c, R"({"name":"walk","arguments":{"n":1,"kind":"#/$defs/d"}})"));         // next required
+  CHECK(!accepts(c, R"({"name":"walk","arguments":{"n":1,"kind":"#/properties","next":null}})"));
+}
+
+TEST_CASE("a forced tool's bad schema is an error naming the place in the tool's input_schema") {
+  ConstraintSpec c;
+  auto e =
+      constrain_to_tool_call("t", R"({"type":"object","properties":{"a":{"type":"integer","multipleOf":2}}})",
+                             "tools[1].input_schema", c);
+  REQUIRE(e);
+  CHECK(e->field == "tools[1].input_schema.properties.a");
+  CHECK(e->message.find("'multipleOf'") != std::string::npos);
+  CHECK(c.kind == ConstraintKind::none);
 }
