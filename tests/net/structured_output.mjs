@@ -1,5 +1,6 @@
-// Structured output against astrai serve (tiny model, random weights, temperature 1 so the model
-// wanders): N sampled outputs under each of 20 JSON schemas all parse and validate with ajv;
+// Structured output against astrai serve (the tiny random-weight model, or the trained
+// models/brown; temperature 1 so the model wanders): N sampled outputs under each of 20 JSON
+// schemas all parse and validate with ajv;
 // json_object, guided_regex / structured_outputs.regex / choice, streaming, the 400s for bad
 // schemas, and real clients with a zod schema: the openai SDK's chat.completions.parse,
 // responses.parse and responses.stream (text.format on /v1/responses), and the Vercel AI SDK's
