@@ -449,13 +449,10 @@ class ChatFormatter final : public ResponseFormatter {
     for (const auto& d : deltas) {
       auto& ch = choices_[size_t(d.choice)];
       if (!stream_) {
-        if (reasoning_.enabled) {  // split as it comes, as streaming does, to count reasoning tokens
-          ReasoningSplit split = ch.reasoning.feed(d.text, false, int(d.tokens.size()));
-          ch.reasoning_text += split.reasoning;
-          ch.text += split.content;
-        } else {
+        if (reasoning_.enabled)
+          ch.reasoning.append(d.text, int(d.tokens.size()));
+        else
           ch.text += d.text;
-        }
         if (logprobs_)
           for (const auto& t : d.tokens) {
             JsonWriter lw;
@@ -529,13 +526,10 @@ class ChatFormatter final : public ResponseFormatter {
     for (size_t c = 0; c < choices_.size(); ++c) {
       auto& ch = choices_[c];
       ReasoningSplit split;
-      if (reasoning_.enabled) {
-        split = ch.reasoning.finish();
-        split.reasoning.insert(0, ch.reasoning_text);
-        split.content.insert(0, ch.text);
-      } else {
+      if (reasoning_.enabled)
+        split = ch.reasoning.take();
+      else
         split.content = std::move(ch.text);
-      }
       ToolParse parsed;
       if (tools_)
         parsed = parse_tool_calls(split.content);
@@ -584,8 +578,7 @@ class ChatFormatter final : public ResponseFormatter {
   // What a chat response has gathered for one choice.
   struct ChatChoice {
     explicit ChatChoice(ReasoningMode m) : reasoning(m.starts_inside) {}
-    std::string text;                   // non-streaming: the output (with a reasoning parser: the answer)
-    std::string reasoning_text;         // non-streaming, with a reasoning parser: the reasoning so far
+    std::string text;                   // non-streaming without a reasoning parser: the output
     std::vector<std::string> logprobs;  // serialised "content" entries
     FinishReason finish = FinishReason::none;
     ReasoningSplitter reasoning;

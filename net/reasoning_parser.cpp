@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cstddef>
+#include <utility>
 
 #include "net/tool_calls.h"
 #include "src/tokenizer/tokenizer.h"
@@ -79,6 +80,19 @@ ReasoningSplit ReasoningSplitter::feed(std::string_view delta, bool last, int to
   out.reasoning += tail.reasoning;
   out.content += tail.content;
   return out;
+}
+
+void ReasoningSplitter::append(std::string_view delta, int tokens) {
+  ReasoningSplit piece = feed(delta, false, tokens);
+  whole_.reasoning += piece.reasoning;
+  whole_.content += piece.content;
+}
+
+ReasoningSplit ReasoningSplitter::take() {
+  ReasoningSplit tail = finish();
+  whole_.reasoning += tail.reasoning;
+  whole_.content += tail.content;
+  return std::exchange(whole_, {});
 }
 
 void ReasoningSplitter::drain(ReasoningSplit& out, bool final) {

@@ -61,6 +61,11 @@ class ReasoningSplitter {
   // does not count; one whose text is held back counts once it turns out to be reasoning.
   int reasoning_tokens() const { return reasoning_tokens_; }
 
+  // Non-streaming: each delta split as it comes (so that its tokens are counted as streaming counts
+  // them), the pieces kept; take() finishes and returns the whole output's split.
+  void append(std::string_view delta, int tokens);
+  ReasoningSplit take();
+
  private:
   enum class State { start, reasoning, answer };
   void drain(ReasoningSplit& out, bool final);
@@ -72,6 +77,7 @@ class ReasoningSplitter {
   // Fed tokens whose text is not all emitted yet: where each one's text ends in buf_.
   std::vector<size_t> pending_ends_;
   int reasoning_tokens_ = 0;
+  ReasoningSplit whole_;  // append(): the output so far
 };
 
 // The whole output at once (non-streaming responses).

@@ -376,13 +376,10 @@ class ResponsesFormatter final : public ResponseFormatter {
       const bool last = d.finish != FinishReason::none;
       if (last) finish_ = d.finish;
       if (!streaming()) {
-        if (reasoning_.enabled) {  // split as it comes, as streaming does, to count reasoning tokens
-          ReasoningSplit split = splitter_.feed(d.text, false, int(d.tokens.size()));
-          reasoning_text_ += split.reasoning;
-          text_ += split.content;
-        } else {
+        if (reasoning_.enabled)
+          splitter_.append(d.text, int(d.tokens.size()));
+        else
           text_ += d.text;
-        }
         continue;
       }
       ReasoningSplit split;
@@ -432,13 +429,10 @@ class ResponsesFormatter final : public ResponseFormatter {
       return out;
     }
     ReasoningSplit split;
-    if (reasoning_.enabled) {
-      split = splitter_.finish();
-      split.reasoning.insert(0, reasoning_text_);
-      split.content.insert(0, text_);
-    } else {
+    if (reasoning_.enabled)
+      split = splitter_.take();
+    else
       split.content = std::move(text_);
-    }
     ToolParse parsed;
     if (tools_)
       parsed = parse_tool_calls(split.content);
@@ -633,8 +627,7 @@ class ResponsesFormatter final : public ResponseFormatter {
   ReasoningMode reasoning_;
   ReasoningSplitter splitter_;
   ToolCallStreamParser parser_;
-  std::string text_;            // non-streaming: the output (with a reasoning parser: the answer)
-  std::string reasoning_text_;  // non-streaming, with a reasoning parser: the reasoning
+  std::string text_;  // non-streaming without a reasoning parser: the output
   FinishReason finish_ = FinishReason::none;
   std::vector<Item> items_;
   int open_ = -1;  // streaming: the message / reasoning item receiving deltas

@@ -81,12 +81,17 @@ TEST_CASE("reasoning tokens match the whole-text reference for random token cuts
   }
 }
 
-TEST_CASE("reasoning tokens: the same count when the text is split at the end instead", "[unit]") {
-  // Non-streaming formatters feed each delta without `last` and call finish() at the end.
+TEST_CASE("reasoning tokens: append and take (non-streaming) count and split as streaming does", "[unit]") {
   ReasoningSplitter s(false);
-  for (const char* t : {"<think>", "a", "<"}) s.feed(t, false, 1);
-  CHECK(s.reasoning_tokens() == 1);
-  const ReasoningSplit tail = s.finish();
-  CHECK(tail.reasoning == "<");
-  CHECK(s.reasoning_tokens() == 2);
+  for (const char* t : {"<think>", "a", "<", "</think>", "b"}) s.append(t, 1);
+  CHECK(s.reasoning_tokens() == 2);  // "a" and "<": the "<" turned out to be text
+  const ReasoningSplit whole = s.take();
+  CHECK(whole.reasoning == "a<");
+  CHECK(whole.content == "b");
+
+  ReasoningSplitter unfinished(false);
+  for (const char* t : {"<think>", "a", "<"}) unfinished.append(t, 1);
+  CHECK(unfinished.reasoning_tokens() == 1);   // "<" may still start "</think>"
+  CHECK(unfinished.take().reasoning == "a<");  // the output ended: it was reasoning
+  CHECK(unfinished.reasoning_tokens() == 2);
 }
