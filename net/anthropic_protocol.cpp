@@ -5,6 +5,7 @@
 #include "net/sse_format.h"
 #include "net/tool_calls.h"
 #include "src/core/json_writer.h"
+#include "src/structured/response_format.h"
 
 namespace astrai::net {
 namespace od = simdjson::ondemand;
@@ -135,7 +136,9 @@ MaybeError parse_messages(JsonValue& v, JsonWriter& w) {
   return std::nullopt;
 }
 
-MaybeError parse_tools(JsonValue& v, std::string& out) {
+// `schemas`: each tool's name and input_schema, in order.
+MaybeError parse_tools(JsonValue& v, std::string& out,
+                       std::vector<std::pair<std::string, std::string>>& schemas) {
   od::array arr;
   if (v.get_array().get(arr)) return bad_field("tools", "must be an array of tool objects");
   JsonWriter w;
@@ -156,10 +159,32 @@ MaybeError parse_tools(JsonValue& v, std::string& out) {
     if (name.empty()) return bad_field(at + ".name", "is required");
     w.begin_object().key("type").value("function").key("function").begin_object();
     w.key("name").value(name).key("description").value(desc).key("parameters").raw(schema);
+    schemas.emplace_back(name, schema);
     w.end_object().end_object();
   }
   w.end_array();
   out = i ? w.take() : std::string();
+  return std::nullopt;
+}
+
+// tool_choice: {"type": "auto" | "any" | "none"} or {"type": "tool", "name"} (`forced` gets the name).
+MaybeError parse_tool_choice(JsonValue& v, bool& none, std::optional<std::string>& forced) {
+  const char* what = "must be an object with a 'type' (auto, any, tool, none)";
+  od::object o;
+  if (v.get_object().get(o)) return bad_field("tool_choice", what);
+  std::string type, name;
+  auto err = for_each_field_at(o, "tool_choice", [&](std::string_view k, JsonValue& fv) -> MaybeError {
+    if (k == "type") return read_string(fv, "tool_choice.type", type);
+    if (k == "name" && !is_null(fv)) return read_string(fv, "tool_choice.name", name);
+    return std::nullopt;  // disable_parallel_tool_use: one call is what a forced tool gets anyway
+  });
+  if (err) return err;
+  if (type.empty()) return bad_field("tool_choice", what);
+  none = type == "none";
+  if (type == "tool") {
+    if (name.empty()) return bad_field("tool_choice.name", "is required when type is 'tool'");
+    forced = std::move(name);
+  }
   return std::nullopt;
 }
 
@@ -212,6 +237,8 @@ MaybeError parse_messages_request(std::string_view body, MessagesRequest& out, b
   std::string system;
   bool have_messages = false, have_max_tokens = false;
   std::optional<bool> thinking;
+  std::vector<std::pair<std::string, std::string>> tool_schemas;  // name, input_schema
+  std::optional<std::string> forced_tool;                         // tool_choice {"type":"tool","name"}
   auto& c = out.common;
   // The Anthropic dialect's documented ranges (temperature 0..1, unlike OpenAI's 0..2); the engine's
   // own ranges are checked by validate_common on the generation route.
@@ -257,7 +284,7 @@ MaybeError parse_messages_request(std::string_view body, MessagesRequest& out, b
     } else if (key == "ignore_eos") {  // extension (vLLM)
       e = read_bool(v, "ignore_eos", c.ignore_eos);
     } else if (key == "tools") {
-      e = parse_tools(v, out.tools_json);
+      e = parse_tools(v, out.tools_json, tool_schemas);
     } else if (key == "logit_bias") {  // extension (as in the OpenAI API)
       bool handled = false;
       e = parse_common_field(key, v, c, handled);
@@ -266,12 +293,7 @@ MaybeError parse_messages_request(std::string_view body, MessagesRequest& out, b
     } else if (key == "thinking") {
       e = parse_thinking(v, thinking.emplace());
     } else if (key == "tool_choice") {
-      od::object o;
-      std::string_view type;
-      if (v.get_object().get(o) || o["type"].get_string().get(type))
-        e = bad_field("tool_choice", "must be an object with a 'type' (auto, any, tool, none)");
-      else
-        out.tool_choice_none = type == "none";
+      e = parse_tool_choice(v, out.tool_choice_none, forced_tool);
     }
     return e;
   });
@@ -279,6 +301,17 @@ MaybeError parse_messages_request(std::string_view body, MessagesRequest& out, b
   if (!have_messages) return bad_field("messages", "is required");
   if (require_max_tokens && !have_max_tokens) return bad_field("max_tokens", "is required");
   if (thinking) out.template_kwargs_json = with_enable_thinking(out.template_kwargs_json, *thinking);
+  if (forced_tool) {
+    // The output is that tool's call: JSON the tool-call parser reads, its input under the schema.
+    size_t i = 0;
+    while (i < tool_schemas.size() && tool_schemas[i].first != *forced_tool) ++i;
+    if (i == tool_schemas.size())
+      return bad_field("tool_choice.name", "names no tool in 'tools': '" + *forced_tool + "'");
+    if (auto e =
+            structured::constrain_to_tool_call(*forced_tool, tool_schemas[i].second,
+                                               "tools[" + std::to_string(i) + "].input_schema", c.constraint))
+      return field_error(e);
+  }
   if (!system.empty()) {
     JsonWriter w;
     w.begin_object().key("role").value("system").key("content").value(system).end_object();

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <ctime>
 #include <limits>
+#include <optional>
 
 #include "net/sse_format.h"
 #include "net/tool_calls.h"
@@ -367,10 +368,18 @@ std::string models_body(const std::string& model, int64_t max_model_len) {
 
 namespace {
 
-void write_usage(JsonWriter& w, const Generation& g) {
+// `reasoning_tokens`: with a reasoning parser on, how many of the completion tokens were reasoning.
+void write_usage(JsonWriter& w, const Generation& g, std::optional<int> reasoning_tokens = std::nullopt) {
   w.begin_object().key("prompt_tokens").value(g.prompt_tokens());
   w.key("completion_tokens").value(g.completion_tokens());
-  w.key("total_tokens").value(g.prompt_tokens() + g.completion_tokens()).end_object();
+  w.key("total_tokens").value(g.prompt_tokens() + g.completion_tokens());
+  if (reasoning_tokens)
+    w.key("completion_tokens_details")
+        .begin_object()
+        .key("reasoning_tokens")
+        .value(*reasoning_tokens)
+        .end_object();
+  w.end_object();
 }
 
 void write_bytes(JsonWriter& w, const std::string& s) {
@@ -440,7 +449,10 @@ class ChatFormatter final : public ResponseFormatter {
     for (const auto& d : deltas) {
       auto& ch = choices_[size_t(d.choice)];
       if (!stream_) {
-        ch.text += d.text;
+        if (reasoning_.enabled)
+          ch.reasoning.append(d.text, int(d.tokens.size()));
+        else
+          ch.text += d.text;
         if (logprobs_)
           for (const auto& t : d.tokens) {
             JsonWriter lw;
@@ -453,7 +465,7 @@ class ChatFormatter final : public ResponseFormatter {
       const bool last = d.finish != FinishReason::none;
       ReasoningSplit split;
       if (reasoning_.enabled)
-        split = ch.reasoning.feed(d.text, last);
+        split = ch.reasoning.feed(d.text, last, int(d.tokens.size()));
       else
         split.content = d.text;
       ToolParse parsed;
@@ -501,7 +513,7 @@ class ChatFormatter final : public ResponseFormatter {
         JsonWriter w;
         head(w);
         w.key("choices").begin_array().end_array().key("usage");
-        write_usage(w, g);
+        write_usage(w, g, reasoning_tokens());
         w.end_object();
         append_sse(out, w.str());
       }
@@ -515,7 +527,7 @@ class ChatFormatter final : public ResponseFormatter {
       auto& ch = choices_[c];
       ReasoningSplit split;
       if (reasoning_.enabled)
-        split = split_reasoning(ch.text, reasoning_.starts_inside);
+        split = ch.reasoning.take();
       else
         split.content = std::move(ch.text);
       ToolParse parsed;
@@ -557,7 +569,7 @@ class ChatFormatter final : public ResponseFormatter {
       w.key("finish_reason").value(openai_finish(ch.finish, calls)).end_object();
     }
     w.end_array().key("usage");
-    write_usage(w, g);
+    write_usage(w, g, reasoning_tokens());
     w.end_object();
     return w.take();
   }
@@ -566,13 +578,21 @@ class ChatFormatter final : public ResponseFormatter {
   // What a chat response has gathered for one choice.
   struct ChatChoice {
     explicit ChatChoice(ReasoningMode m) : reasoning(m.starts_inside) {}
-    std::string text;
+    std::string text;                   // non-streaming without a reasoning parser: the output
     std::vector<std::string> logprobs;  // serialised "content" entries
     FinishReason finish = FinishReason::none;
     ReasoningSplitter reasoning;
     ToolCallStreamParser parser;
     int num_calls = 0;
   };
+
+  // All choices' reasoning tokens; none (no usage field) without a reasoning parser.
+  std::optional<int> reasoning_tokens() const {
+    if (!reasoning_.enabled) return std::nullopt;
+    int n = 0;
+    for (const auto& ch : choices_) n += ch.reasoning.reasoning_tokens();
+    return n;
+  }
 
   void head(JsonWriter& w) const {
     w.begin_object().key("id").value(id_).key("object").value("chat.completion.chunk");

@@ -1,6 +1,8 @@
 #include "net/reasoning_parser.h"
 
 #include <cctype>
+#include <cstddef>
+#include <utility>
 
 #include "net/tool_calls.h"
 #include "src/tokenizer/tokenizer.h"
@@ -70,13 +72,27 @@ ReasoningSplit ReasoningSplitter::finish() {
   return out;
 }
 
-ReasoningSplit ReasoningSplitter::feed(std::string_view delta, bool last) {
+ReasoningSplit ReasoningSplitter::feed(std::string_view delta, bool last, int tokens) {
+  pending_ends_.insert(pending_ends_.end(), size_t(tokens), buf_.size() + delta.size());
   ReasoningSplit out = push(delta);
   if (!last) return out;
   ReasoningSplit tail = finish();
   out.reasoning += tail.reasoning;
   out.content += tail.content;
   return out;
+}
+
+void ReasoningSplitter::append(std::string_view delta, int tokens) {
+  ReasoningSplit piece = feed(delta, false, tokens);
+  whole_.reasoning += piece.reasoning;
+  whole_.content += piece.content;
+}
+
+ReasoningSplit ReasoningSplitter::take() {
+  ReasoningSplit tail = finish();
+  whole_.reasoning += tail.reasoning;
+  whole_.content += tail.content;
+  return std::exchange(whole_, {});
 }
 
 void ReasoningSplitter::drain(ReasoningSplit& out, bool final) {
@@ -88,6 +104,7 @@ void ReasoningSplitter::drain(ReasoningSplit& out, bool final) {
         if (t.starts_with(kOpen)) {
           buf_.erase(0, buf_.size() - t.size() + kOpen.size());
           state_ = State::reasoning;
+          pending_ends_.clear();  // whitespace and the marker
           break;
         }
         if (!final && kOpen.starts_with(t)) return;
@@ -98,21 +115,33 @@ void ReasoningSplitter::drain(ReasoningSplit& out, bool final) {
         const size_t at = buf_.find(kClose);
         if (at != std::string::npos) {
           out.reasoning.append(buf_, 0, at);
+          count_reasoning_tokens(at);  // the rest hold part of the marker
+          pending_ends_.clear();
           buf_.erase(0, at + kClose.size());
           state_ = State::answer;
           break;
         }
         const size_t keep = final ? 0 : partial_tag_suffix(buf_, kClose);
         out.reasoning.append(buf_, 0, buf_.size() - keep);
+        count_reasoning_tokens(buf_.size() - keep);
         buf_.erase(0, buf_.size() - keep);
         return;
       }
       case State::answer:
+        pending_ends_.clear();
         out.content += buf_;
         buf_.clear();
         return;
     }
   }
+}
+
+void ReasoningSplitter::count_reasoning_tokens(size_t emitted) {
+  size_t i = 0;
+  while (i < pending_ends_.size() && pending_ends_[i] <= emitted) ++i;
+  reasoning_tokens_ += int(i);
+  pending_ends_.erase(pending_ends_.begin(), pending_ends_.begin() + std::ptrdiff_t(i));
+  for (size_t& end : pending_ends_) end -= emitted;
 }
 
 ReasoningSplit split_reasoning(std::string_view text, bool starts_inside) {

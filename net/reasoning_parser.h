@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace astrai {
 class Tokenizer;
@@ -53,14 +54,30 @@ class ReasoningSplitter {
   ReasoningSplit push(std::string_view delta);
   ReasoningSplit finish();
   // push(delta), then finish() when `last`: what a formatter calls for each delta of a choice.
-  ReasoningSplit feed(std::string_view delta, bool last);
+  // `tokens`: how many generated tokens the delta's text came from, for reasoning_tokens().
+  ReasoningSplit feed(std::string_view delta, bool last, int tokens = 0);
+  // The tokens fed so far whose text is all reasoning (usage.completion_tokens_details.
+  // reasoning_tokens): a token holding any part of a marker, or whitespace before an opening one,
+  // does not count; one whose text is held back counts once it turns out to be reasoning.
+  int reasoning_tokens() const { return reasoning_tokens_; }
+
+  // Non-streaming: each delta split as it comes (so that its tokens are counted as streaming counts
+  // them), the pieces kept; take() finishes and returns the whole output's split.
+  void append(std::string_view delta, int tokens);
+  ReasoningSplit take();
 
  private:
   enum class State { start, reasoning, answer };
   void drain(ReasoningSplit& out, bool final);
+  // The first `emitted` bytes of buf_ went out as reasoning: the pending tokens within them count.
+  void count_reasoning_tokens(size_t emitted);
   State state_ = State::start;
   bool inside_;  // in `start`: whether text that opens no block is reasoning (else answer)
   std::string buf_;
+  // Fed tokens whose text is not all emitted yet: where each one's text ends in buf_.
+  std::vector<size_t> pending_ends_;
+  int reasoning_tokens_ = 0;
+  ReasoningSplit whole_;  // append(): the output so far
 };
 
 // The whole output at once (non-streaming responses).

@@ -9,6 +9,7 @@
 #include "net/sse_format.h"
 #include "net/tool_calls.h"
 #include "src/core/json_writer.h"
+#include "src/structured/response_format.h"
 
 namespace astrai::net {
 namespace od = simdjson::ondemand;
@@ -278,17 +279,23 @@ MaybeError parse_responses_request(std::string_view body, ResponsesRequest& out)
       return std::nullopt;
     }
     if (key == "text") {
-      // Only plain text output: {"format": {"type": "text"}} (verbosity is accepted and ignored).
+      // text.format: plain text, or structured output as chat's response_format has it (verbosity is
+      // accepted and ignored).
       od::object o;
       if (v.get_object().get(o)) return bad_field("text", "must be an object");
       return for_each_field_at(o, "text", [&](std::string_view k, JsonValue& fv) -> MaybeError {
         if (k != "format" || is_null(fv)) return std::nullopt;
-        od::object fo;
-        std::string_view type;
-        if (fv.get_object().get(fo) || fo["type"].get_string().get(type))
+        od::json_type t;
+        if (fv.type().get(t) || t != od::json_type::object)
           return bad_field("text.format", "must be an object with a 'type'");
-        if (type != "text") return unsupported("text.format", "text.format type '" + std::string(type) + "'");
-        return std::nullopt;
+        if (auto e = read_raw(fv, "text.format", out.text_format_echo)) return e;
+        od::parser p;
+        simdjson::padded_string padded(out.text_format_echo);
+        od::document doc;
+        JsonValue format;
+        if (p.iterate(padded).get(doc) || doc.get_value().get(format))
+          return bad_field("text.format", "is not valid JSON");
+        return field_error(structured::read_text_format(format, "text.format", c.constraint));
       });
     }
     if (key == "reasoning") {
@@ -369,12 +376,15 @@ class ResponsesFormatter final : public ResponseFormatter {
       const bool last = d.finish != FinishReason::none;
       if (last) finish_ = d.finish;
       if (!streaming()) {
-        text_ += d.text;
+        if (reasoning_.enabled)
+          splitter_.append(d.text, int(d.tokens.size()));
+        else
+          text_ += d.text;
         continue;
       }
       ReasoningSplit split;
       if (reasoning_.enabled)
-        split = splitter_.feed(d.text, last);
+        split = splitter_.feed(d.text, last, int(d.tokens.size()));
       else
         split.content = d.text;
       if (!split.reasoning.empty()) {
@@ -420,7 +430,7 @@ class ResponsesFormatter final : public ResponseFormatter {
     }
     ReasoningSplit split;
     if (reasoning_.enabled)
-      split = split_reasoning(text_, reasoning_.starts_inside);
+      split = splitter_.take();
     else
       split.content = std::move(text_);
     ToolParse parsed;
@@ -590,14 +600,7 @@ class ResponsesFormatter final : public ResponseFormatter {
     w.key("parallel_tool_calls").value(req_.parallel_tool_calls).key("previous_response_id").null();
     w.key("reasoning").begin_object().key("effort").null().key("summary").null().end_object();
     w.key("store").value(false).key("temperature").value(echo(s.temperature));
-    w.key("text")
-        .begin_object()
-        .key("format")
-        .begin_object()
-        .key("type")
-        .value("text")
-        .end_object()
-        .end_object();
+    w.key("text").begin_object().key("format").raw(req_.text_format_echo).end_object();
     w.key("tool_choice").raw(req_.tool_choice_echo).key("tools").raw(req_.tools_echo);
     w.key("top_p").value(echo(s.top_p)).key("truncation").value("disabled");
     w.key("usage");
@@ -605,7 +608,11 @@ class ResponsesFormatter final : public ResponseFormatter {
       w.begin_object().key("input_tokens").value(g->prompt_tokens());
       w.key("input_tokens_details").begin_object().key("cached_tokens").value(0).end_object();
       w.key("output_tokens").value(g->completion_tokens());
-      w.key("output_tokens_details").begin_object().key("reasoning_tokens").value(0).end_object();
+      w.key("output_tokens_details")
+          .begin_object()
+          .key("reasoning_tokens")
+          .value(splitter_.reasoning_tokens());
+      w.end_object();
       w.key("total_tokens").value(g->prompt_tokens() + g->completion_tokens()).end_object();
     } else {
       w.null();
@@ -620,7 +627,7 @@ class ResponsesFormatter final : public ResponseFormatter {
   ReasoningMode reasoning_;
   ReasoningSplitter splitter_;
   ToolCallStreamParser parser_;
-  std::string text_;  // non-streaming: the whole output
+  std::string text_;  // non-streaming without a reasoning parser: the output
   FinishReason finish_ = FinishReason::none;
   std::vector<Item> items_;
   int open_ = -1;  // streaming: the message / reasoning item receiving deltas

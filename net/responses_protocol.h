@@ -1,7 +1,8 @@
 // The OpenAI Responses API (POST /v1/responses): request parsing onto the chat template's messages
 // (input as a string or message / function_call / function_call_output items, instructions as the
 // system message, function tools) and the response object or its typed SSE events
-// (response.created ... response.output_text.delta ... response.completed). What the server does
+// (response.created ... response.output_text.delta ... response.completed); text.format json_object /
+// json_schema constrains the output as chat's response_format does. What the server does
 // not do (stored responses, previous_response_id, background runs, built-in tools, ...) is a 400
 // naming the field.
 #pragma once
@@ -29,6 +30,7 @@ struct ResponsesRequest {
   std::string tools_echo = "[]";  // the request's tools (Responses shape)
   std::string tool_choice_echo = "\"auto\"";
   std::string metadata_echo = "{}";
+  std::string text_format_echo = R"({"type":"text"})";  // text.format; its constraint is common.constraint
   bool parallel_tool_calls = true;
 };
 

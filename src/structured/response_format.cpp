@@ -1,9 +1,12 @@
 #include "src/structured/response_format.h"
 
+#include <algorithm>
+#include <cctype>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "src/core/json_writer.h"
 #include "src/structured/json_schema.h"
 
 namespace astrai::structured {
@@ -14,15 +17,17 @@ namespace od = simdjson::ondemand;
 using json::FieldError;
 using json::MaybeFieldError;
 
-// A compile error "schema.properties.a: what" as the field error of `field` + ".properties.a".
-FieldError schema_error(const std::string& field, const std::string& err) {
+// A compile error "schema.properties.a: what" as the field error of `field` + ".properties.a";
+// `root` is the error path that `field` stands for.
+FieldError schema_error(const std::string& field, const std::string& err, std::string_view root) {
   const size_t colon = err.find(": ");
   std::string path = colon == std::string::npos ? std::string() : err.substr(0, colon);
-  if (path.rfind("schema", 0) == 0) path = path.substr(6);
+  if (path.rfind(root, 0) == 0) path = path.substr(root.size());
   return {field + path, colon == std::string::npos ? err : err.substr(colon + 2)};
 }
 
-MaybeFieldError set(ConstraintSpec& out, const std::string& field, ConstraintKind kind, std::string source) {
+MaybeFieldError set(ConstraintSpec& out, const std::string& field, ConstraintKind kind, std::string source,
+                    std::string_view schema_root = "schema") {
   if (out.kind != ConstraintKind::none)
     return FieldError{field,
                       "only one structured-output constraint may be given (response_format, "
@@ -32,7 +37,7 @@ MaybeFieldError set(ConstraintSpec& out, const std::string& field, ConstraintKin
   if (kind == ConstraintKind::json_schema) err = compile_json_schema(source, g);
   if (kind == ConstraintKind::regex) err = compile_regex(source, g);
   if (!err.empty()) {
-    if (kind == ConstraintKind::json_schema) return schema_error(field, err);
+    if (kind == ConstraintKind::json_schema) return schema_error(field, err, schema_root);
     return FieldError{field, err.rfind("regex: ", 0) == 0 ? err.substr(7) : err};
   }
   out.kind = kind;
@@ -84,6 +89,40 @@ MaybeFieldError read_choice(json::Value& v, const std::string& field, Constraint
   return set(out, field, ConstraintKind::regex, std::move(rx));
 }
 
+// One member of a json_schema format object (chat's response_format.json_schema, or the Responses
+// API's text.format itself): the schema is kept raw; name, description and strict are checked and
+// dropped (constrained decoding is always strict).
+MaybeFieldError read_json_schema_member(std::string_view k, json::Value& v, const std::string& at,
+                                        std::string& schema_raw) {
+  if (k == "schema") return json::read_raw(v, at, schema_raw);
+  if (json::is_null(v)) return std::nullopt;
+  if (k == "name" || k == "description") {
+    std::string ignored;
+    return json::read_string(v, at, ignored);
+  }
+  if (k == "strict") {
+    bool ignored = false;
+    return json::read_bool(v, at, ignored);
+  }
+  return std::nullopt;
+}
+
+// The constraint a format's type asks for. `schema_field` names where the schema is ("" when the
+// request has no json_schema object at all).
+MaybeFieldError set_format(const std::string& field, const std::string& type, const std::string& schema_field,
+                           std::string schema_raw, ConstraintSpec& out) {
+  if (type == "text") return std::nullopt;
+  if (type == "json_object") return set(out, field, ConstraintKind::json_object, "");
+  if (type == "json_schema") {
+    if (schema_field.empty())
+      return FieldError{field + ".json_schema", "is required when type is 'json_schema'"};
+    if (schema_raw.empty() || schema_raw == "null") return FieldError{schema_field, "is required"};
+    return set(out, schema_field, ConstraintKind::json_schema, std::move(schema_raw));
+  }
+  if (type.empty()) return FieldError{field + ".type", "is required"};
+  return FieldError{field + ".type", "must be 'text', 'json_object' or 'json_schema', got '" + type + "'"};
+}
+
 MaybeFieldError read_response_format(json::Value& v, ConstraintSpec& out) {
   const std::string field = "response_format";
   od::object o;
@@ -91,7 +130,6 @@ MaybeFieldError read_response_format(json::Value& v, ConstraintSpec& out) {
   std::string type;
   std::string schema_raw;
   bool have_json_schema = false;
-  MaybeFieldError inner;
   auto e = json::for_each_field(
       o,
       [&](std::string_view k, json::Value& fv) -> MaybeFieldError {
@@ -103,17 +141,7 @@ MaybeFieldError read_response_format(json::Value& v, ConstraintSpec& out) {
           return json::for_each_field(
               js,
               [&](std::string_view jk, json::Value& jv) -> MaybeFieldError {
-                const std::string at = field + ".json_schema." + std::string(jk);
-                if (jk == "schema") return json::read_raw(jv, at, schema_raw);
-                if (jk == "name" || jk == "description") {
-                  std::string ignored;
-                  return json::is_null(jv) ? std::nullopt : json::read_string(jv, at, ignored);
-                }
-                if (jk == "strict") {
-                  bool ignored = false;  // constrained decoding is always strict
-                  return json::is_null(jv) ? std::nullopt : json::read_bool(jv, at, ignored);
-                }
-                return std::nullopt;
+                return read_json_schema_member(jk, jv, field + ".json_schema." + std::string(jk), schema_raw);
               },
               [&](simdjson::error_code) -> MaybeFieldError {
                 return FieldError{field + ".json_schema", "is not valid JSON"};
@@ -125,17 +153,8 @@ MaybeFieldError read_response_format(json::Value& v, ConstraintSpec& out) {
         return FieldError{field, "is not valid JSON"};
       });
   if (e) return e;
-  if (type == "text") return std::nullopt;
-  if (type == "json_object") return set(out, field, ConstraintKind::json_object, "");
-  if (type == "json_schema") {
-    if (!have_json_schema)
-      return FieldError{field + ".json_schema", "is required when type is 'json_schema'"};
-    if (schema_raw.empty() || schema_raw == "null")
-      return FieldError{field + ".json_schema.schema", "is required"};
-    return set(out, field + ".json_schema.schema", ConstraintKind::json_schema, std::move(schema_raw));
-  }
-  if (type.empty()) return FieldError{field + ".type", "is required"};
-  return FieldError{field + ".type", "must be 'text', 'json_object' or 'json_schema', got '" + type + "'"};
+  return set_format(field, type, have_json_schema ? field + ".json_schema.schema" : "", std::move(schema_raw),
+                    out);
 }
 
 MaybeFieldError read_structured_outputs(json::Value& v, ConstraintSpec& out) {
@@ -160,6 +179,67 @@ MaybeFieldError read_structured_outputs(json::Value& v, ConstraintSpec& out) {
 }
 
 }  // namespace
+
+MaybeFieldError read_text_format(json::Value& v, const std::string& field, ConstraintSpec& out) {
+  od::object o;
+  if (v.get_object().get(o)) return FieldError{field, "must be an object with a 'type'"};
+  std::string type;
+  std::string schema_raw;
+  auto e = json::for_each_field(
+      o,
+      [&](std::string_view k, json::Value& fv) -> MaybeFieldError {
+        if (k == "type") return json::read_string(fv, field + ".type", type);
+        return read_json_schema_member(k, fv, field + "." + std::string(k), schema_raw);
+      },
+      [&](simdjson::error_code) -> MaybeFieldError {
+        return FieldError{field, "is not valid JSON"};
+      });
+  if (e) return e;
+  return set_format(field, type, field + ".schema", std::move(schema_raw), out);
+}
+
+namespace {
+
+// `schema` with every local "$ref" ("#...") pointing `prefix` deeper ("#/$defs/a" ->
+// "#<prefix>/$defs/a"), for the schema placed at `prefix` inside another. A "$ref" written with
+// escapes in its key is left alone (it then fails to resolve: an error, not a wrong constraint).
+std::string prefix_local_refs(std::string_view schema, std::string_view prefix) {
+  std::string out;
+  out.reserve(schema.size());
+  bool after_ref_key = false;  // the last string was the key "$ref"
+  for (size_t i = 0; i < schema.size();) {
+    if (schema[i] != '"') {
+      out += schema[i++];
+      continue;
+    }
+    size_t end = i + 1;  // past the closing quote
+    while (end < schema.size() && schema[end] != '"') end += schema[end] == '\\' ? 2 : 1;
+    end = std::min(end + 1, schema.size());
+    const std::string_view str = schema.substr(i, end - i);
+    if (after_ref_key && str.size() >= 2 && str[1] == '#') {
+      out.append("\"#").append(prefix).append(str.substr(2));
+    } else {
+      out.append(str);
+    }
+    i = end;
+    while (i < schema.size() && std::isspace(static_cast<unsigned char>(schema[i]))) out += schema[i++];
+    after_ref_key = str == "\"$ref\"" && i < schema.size() && schema[i] == ':';
+  }
+  return out;
+}
+
+}  // namespace
+
+MaybeFieldError constrain_to_tool_call(std::string_view name, std::string_view input_schema,
+                                       const std::string& field, ConstraintSpec& out) {
+  JsonWriter w;
+  w.begin_object().key("type").value("object").key("properties").begin_object();
+  w.key("name").begin_object().key("const").value(name).end_object();
+  w.key("arguments").raw(prefix_local_refs(input_schema, "/properties/arguments")).end_object();
+  w.key("required").begin_array().value("name").value("arguments").end_array();
+  w.key("additionalProperties").value(false).end_object();
+  return set(out, field, ConstraintKind::json_schema, w.take(), "schema.properties.arguments");
+}
 
 MaybeFieldError read_constraint_field(std::string_view key, json::Value& v, ConstraintSpec& out,
                                       bool& handled) {

@@ -1,8 +1,10 @@
 // The official `@anthropic-ai/sdk` against astrai serve: messages (non-streaming and streaming
-// with the full event sequence), stop_sequences, max_tokens, tools, count_tokens, errors.
+// with the full event sequence), stop_sequences, max_tokens, tools, a forced tool (tool_choice
+// {type: "tool"}) constrained by its input_schema, count_tokens, errors.
 import { require, assert, base, run, sampled, postJson, chars, randomWord } from './lib.mjs';
 
 const sdk = require('@anthropic-ai/sdk');
+const Ajv = require('ajv');
 const Anthropic = sdk.Anthropic || sdk.default || sdk;
 const client = new Anthropic({ baseURL: base, apiKey: process.env.ASTRAI_TEST_KEY || 'unused', maxRetries: 0 });
 const model = (await (await fetch(base + '/v1/models')).json()).data[0].id;
@@ -74,6 +76,33 @@ await run([
       { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_1', content: 'cold' }] }];
     const m = await client.messages.create({ model, max_tokens: 6, messages, tools });
     assert.ok(['end_turn', 'max_tokens', 'tool_use'].includes(m.stop_reason));
+  }],
+  ['tool_choice {type: "tool"} forces that tool: a tool_use block whose input validates, streamed too', async () => {
+    const weather = { type: 'object', additionalProperties: false, required: ['city', 'unit'],
+                      properties: { city: { type: 'string', minLength: 1, maxLength: 10 }, unit: { enum: ['c', 'f'] },
+                                    days: { type: 'integer', minimum: 1, maximum: 7 } } };
+    const tools = [{ name: 'get_time', input_schema: { type: 'object', properties: { zone: { type: 'string' } } } },
+                   { name: 'get_weather', description: 'Weather of a city', input_schema: weather }];
+    const validate = new Ajv({ strict: true }).compile(weather);
+    const body = { model, max_tokens: 300, temperature: 1, tools, tool_choice: { type: 'tool', name: 'get_weather' },
+                   messages: userMsg() };
+    const check = (m) => {
+      assert.equal(m.stop_reason, 'tool_use', JSON.stringify(m));
+      assert.deepEqual(m.content.map((b) => [b.type, b.name]), [['tool_use', 'get_weather']], JSON.stringify(m));
+      assert.ok(validate(m.content[0].input), JSON.stringify(m.content[0].input));
+    };
+    for (const m of await Promise.all(Array.from({ length: 6 }, () => client.messages.create(body)))) check(m);
+    const stream = client.messages.stream(body);
+    let partial = '';
+    stream.on('inputJson', (delta) => { partial += delta; });
+    const final = await stream.finalMessage();
+    check(final);
+    assert.deepEqual(JSON.parse(partial), final.content[0].input);
+    await assert.rejects(client.messages.create({ ...body, tool_choice: { type: 'tool', name: 'nope' } }),
+      (e) => e.status === 400 && /tool_choice\.name/.test(e.message));
+    await assert.rejects(client.messages.create({ ...body, tools: [{ name: 'get_weather', input_schema: {
+      type: 'object', properties: { n: { type: 'integer', multipleOf: 2 } } } }] }),
+      (e) => e.status === 400 && /tools\[0\]\.input_schema\.properties\.n/.test(e.message));
   }],
   ['errors use the Anthropic shape: missing max_tokens 400, unknown model 404', async () => {
     const r = await postJson('/v1/messages', { model, messages: userMsg() });

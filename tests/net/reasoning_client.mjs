@@ -1,7 +1,8 @@
 // Reasoning output through the official SDKs (openai chat + responses, @anthropic-ai/sdk) against a
 // server whose model has Qwen3's tokenizer and template. A random-weight model writes think markers
 // when its logits are biased towards them; the reference split is the raw text of the same sampled
-// output from /v1/completions (no parsing there), cut at the markers by the documented rule.
+// output from /v1/completions (no parsing there), cut at the markers by the documented rule, and
+// its tokens (logprobs) for the usage's reasoning token count.
 //   node reasoning_client.mjs URL qwen3|deepseek_r1
 import { require, assert, base, run, postJson, randomWord } from './lib.mjs';
 
@@ -38,14 +39,29 @@ function split(text, inside) {
   return at < 0 ? { reasoning: rest, content: '' } : { reasoning: rest.slice(0, at), content: rest.slice(at + 8) };
 }
 
-// The raw sampled output for messages (+ template kwargs) and its reference split.
+// How many of the output's tokens are reasoning (usage reasoning_tokens): those wholly inside the
+// block; the markers are single tokens of this tokenizer, so these are the tokens between them.
+function reasoningTokens(pieces, inside) {
+  let i = 0;
+  while (i < pieces.length && /^[ \t\r\n\f\v]*$/.test(pieces[i])) i++;
+  let from;
+  if (pieces[i] === '<think>') from = i + 1;
+  else if (inside) from = 0;
+  else return 0;
+  const end = pieces.indexOf('</think>', from);
+  return (end < 0 ? pieces.length : end) - from;
+}
+
+// The raw sampled output for messages (+ template kwargs), its reference split and reasoning tokens.
 async function reference(messages, sampling, kwargs) {
   const t = await postJson('/apply-template', { messages, add_generation_prompt: true, chat_template_kwargs: kwargs });
   assert.equal(t.status, 200, t.text);
-  const c = await postJson('/v1/completions', { prompt: t.json.text, max_tokens: MAX, ...sampling });
+  const c = await postJson('/v1/completions', { prompt: t.json.text, max_tokens: MAX, logprobs: 0, ...sampling });
   assert.equal(c.status, 200, c.text);
   const raw = c.json.choices[0].text;
-  return { raw, prompt: t.json.text, ...split(raw, startsInside(t.json.text)) };
+  const inside = startsInside(t.json.text);
+  return { raw, prompt: t.json.text, ...split(raw, inside),
+           reasoningTokens: reasoningTokens(c.json.choices[0].logprobs.tokens, inside) };
 }
 
 // A seeded, biased request whose output has both reasoning and an answer (tries seeds in order).
@@ -71,12 +87,17 @@ await run([
     const m = r.choices[0].message;
     assert.equal(m.reasoning_content, ref.reasoning, 'raw: ' + JSON.stringify(ref.raw));
     assert.equal(m.content, ref.content);
+    assert.ok(ref.reasoningTokens > 0);
+    assert.deepEqual(r.usage.completion_tokens_details, { reasoning_tokens: ref.reasoningTokens });
   }],
   ['chat.completions streaming: reasoning deltas come first, then content, same texts', async () => {
     const { messages, sampling, ref } = await mixed();
-    const stream = await openai.chat.completions.create({ model, messages, max_tokens: MAX, ...sampling, stream: true });
+    const stream = await openai.chat.completions.create({ model, messages, max_tokens: MAX, ...sampling, stream: true,
+                                                          stream_options: { include_usage: true } });
     const reasoning = [], content = [];
+    let usage = null;
     for await (const chunk of stream) {
+      if (chunk.usage) usage = chunk.usage;
       const d = chunk.choices[0]?.delta;
       if (!d) continue;
       if (d.reasoning_content) {
@@ -88,6 +109,7 @@ await run([
     assert.ok(reasoning.length >= 1);
     assert.equal(join(reasoning), ref.reasoning);
     assert.equal(join(content), ref.content);
+    assert.deepEqual(usage.completion_tokens_details, { reasoning_tokens: ref.reasoningTokens });
   }],
   ['enable_thinking false: the prompt closes the block and the output is all content', async () => {
     const messages = [{ role: 'user', content: 'Answer about ' + randomWord() }];
@@ -105,6 +127,7 @@ await run([
     assert.equal(r.choices[0].message.content, ref.content);
     assert.equal(r.choices[0].message.reasoning_content ?? '', ref.reasoning);
     assert.equal(ref.content, ref.raw);  // no open block, no <think> from this unbiased model
+    assert.deepEqual(r.usage.completion_tokens_details, { reasoning_tokens: 0 });
   }],
   ['Anthropic messages: a thinking block, then the text block', async () => {
     const { messages, sampling, ref } = await mixed();
@@ -142,6 +165,7 @@ await run([
     assert.equal(r.output[0].content[0].type, 'reasoning_text');
     assert.equal(r.output[0].content[0].text, ref.reasoning);
     assert.equal(r.output_text, ref.content);
+    assert.equal(r.usage.output_tokens_details.reasoning_tokens, ref.reasoningTokens);
     const stream = openai.responses.stream({ model, input: messages, max_output_tokens: MAX, ...sampling });
     const reasoning = [], text = [];
     for await (const ev of stream) {
@@ -156,6 +180,7 @@ await run([
     const final = await stream.finalResponse();
     assert.equal(final.output[0].content[0].text, ref.reasoning);
     assert.equal(final.output_text, ref.content);
+    assert.equal(final.usage.output_tokens_details.reasoning_tokens, ref.reasoningTokens);
   }],
   ['WebSocket generate frames take chat_template_kwargs', async () => {
     const messages = [{ role: 'user', content: 'Hello ' + randomWord() }];

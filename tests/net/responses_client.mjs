@@ -109,7 +109,7 @@ await run([
     await expect400({ background: true }, 'background');
     await expect400({ tools: [{ type: 'web_search' }] }, 'tools[0].type');
     await expect400({ include: ['reasoning.encrypted_content'] }, 'include');
-    await expect400({ text: { format: { type: 'json_object' } } }, 'text.format');
+    await expect400({ text: { format: { type: 'grammar' } } }, 'text.format.type');
     await expect400({ truncation: 'auto' }, 'truncation');
     await expect400({ input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'x' }] }] },
                     'input[0].content[0].type');

@@ -1,15 +1,22 @@
-// Structured output against astrai serve (tiny model, random weights, temperature 1 so the model
-// wanders): N sampled outputs under each of 20 JSON schemas all parse and validate with ajv;
-// json_object, guided_regex / structured_outputs.regex / choice, the openai SDK's
-// chat.completions.parse with a zod schema, streaming, and the 400s for bad schemas.
+// Structured output against astrai serve (the tiny random-weight model, or the trained
+// models/brown; temperature 1 so the model wanders): N sampled outputs under each of 20 JSON
+// schemas all parse and validate with ajv;
+// json_object, guided_regex / structured_outputs.regex / choice, streaming, the 400s for bad
+// schemas, and real clients with a zod schema: the openai SDK's chat.completions.parse,
+// responses.parse and responses.stream (text.format on /v1/responses), and the Vercel AI SDK's
+// generateObject / streamObject through @ai-sdk/openai (its default model speaks the Responses API,
+// .chat() chat completions) and @ai-sdk/openai-compatible.
 //   node structured_output.mjs URL [OUTPUTS_PER_SCHEMA]
 import { require, assert, base, run, postJson } from './lib.mjs';
 
 const Ajv = require('ajv');
 const addFormats = require('ajv-formats');
 const { OpenAI } = require('openai');
-const { zodResponseFormat } = require('openai/helpers/zod');
+const { zodResponseFormat, zodTextFormat } = require('openai/helpers/zod');
 const { z } = require('zod');
+const { generateObject, streamObject } = require('ai');
+const { createOpenAI } = require('@ai-sdk/openai');
+const { createOpenAICompatible } = require('@ai-sdk/openai-compatible');
 
 const perSchema = Number(process.argv[3] || 5);
 const ajv = new Ajv({ strict: true, allErrors: true });
@@ -52,6 +59,9 @@ const schemas = [
   obj({ flag: { type: 'boolean' }, meta: obj({ k: { enum: ['a', 'b'] } }, ['k']) }, ['flag', 'meta']),
 ];
 assert.equal(schemas.length, 20);
+
+// What the clients' zod checks use.
+const Event = z.object({ name: z.string().max(8), day: z.enum(['mon', 'tue']), count: z.number().int().min(0).max(9) });
 
 async function sample(body, n) {
   const r = await postJson('/v1/chat/completions', {
@@ -131,21 +141,64 @@ await run([
     assert.equal(finish, 'stop');
     assert.ok(ajv.validate(schema, JSON.parse(joined)), joined);
   }],
-  ['the openai SDK parses a zod schema (chat.completions.parse)', async () => {
+  ['the openai SDK parses a zod schema (chat.completions.parse, responses.parse, responses.stream)', async () => {
     const client = new OpenAI({ baseURL: base + '/v1', apiKey: 'unused', maxRetries: 0 });
-    const Event = z.object({ name: z.string().max(8), day: z.enum(['mon', 'tue']), count: z.number().int().min(0).max(9) });
+    const model = (await client.models.list()).data[0].id;
     const r = await client.chat.completions.parse({
-      model: (await client.models.list()).data[0].id,
-      messages: [{ role: 'user', content: 'An event, please.' }],
+      model, messages: [{ role: 'user', content: 'An event, please.' }],
       response_format: zodResponseFormat(Event, 'event'), temperature: 1, max_tokens: 300,
     });
     const parsed = r.choices[0].message.parsed;
     assert.ok(parsed, JSON.stringify(r.choices[0]));
     Event.parse(parsed);
+    const params = { model, input: 'An event, please.', text: { format: zodTextFormat(Event, 'event') },
+                     temperature: 1, max_output_tokens: 300 };
+    const resp = await client.responses.parse(params);
+    assert.equal(resp.status, 'completed', JSON.stringify(resp));
+    assert.ok(resp.output_parsed, resp.output_text);
+    Event.parse(resp.output_parsed);
+    assert.deepEqual(JSON.parse(resp.output_text), resp.output_parsed);
+    assert.equal(resp.text.format.type, 'json_schema');  // the format is echoed as sent
+    assert.equal(resp.text.format.name, 'event');
+    const final = await client.responses.stream(params).finalResponse();
+    assert.equal(final.status, 'completed', JSON.stringify(final));
+    Event.parse(final.output_parsed);
+    // json_object on /v1/responses too.
+    const jo = await postJson('/v1/responses', { input: 'x', text: { format: { type: 'json_object' } },
+                                                 temperature: 1, max_output_tokens: 2000 });
+    assert.equal(jo.status, 200, jo.text);
+    if (jo.json.status === 'completed') {
+      const v = JSON.parse(jo.json.output[0].content[0].text);
+      assert.ok(v !== null && typeof v === 'object' && !Array.isArray(v), jo.text);
+    }
+  }],
+  ['the Vercel AI SDK: generateObject and streamObject with a zod schema, over each request shape', async () => {
+    const model = (await (await fetch(base + '/v1/models')).json()).data[0].id;
+    const openai = createOpenAI({ baseURL: base + '/v1', apiKey: 'unused' });
+    // Without supportsStructuredOutputs the compatible provider sends json_object and no schema.
+    const compatible = createOpenAICompatible({ name: 'astrai', baseURL: base + '/v1', apiKey: 'unused',
+                                                supportsStructuredOutputs: true });
+    const models = { 'responses (text.format)': openai(model), 'chat (response_format)': openai.chat(model),
+                     'openai-compatible (response_format)': compatible(model) };
+    const common = { schema: Event, prompt: 'An event, please.', temperature: 1, maxOutputTokens: 300, maxRetries: 0 };
+    for (const [shape, m] of Object.entries(models)) {
+      const { object } = await generateObject({ model: m, ...common }).catch((e) => {
+        throw new Error(`generateObject over ${shape}: ${e}`);
+      });
+      Event.parse(object);
+      let error = null;
+      const s = streamObject({ model: m, ...common, onError: (e) => { error = e.error; } });
+      let partials = 0;
+      for await (const _ of s.partialObjectStream) ++partials;
+      const streamed = await s.object.catch((e) => { throw new Error(`streamObject over ${shape}: ${error || e}`); });
+      Event.parse(streamed);
+      assert.ok(partials > 1, `${shape}: ${partials} partial objects`);
+    }
   }],
   ['a bad or unsupported schema is a 400 that names the keyword and where it is', async () => {
-    const bad = async (body, param, words) => {
-      const r = await postJson('/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], ...body });
+    const bad = async (body, param, words, path = '/v1/chat/completions') => {
+      const request = path === '/v1/responses' ? { input: 'x', ...body } : { messages: [{ role: 'user', content: 'x' }], ...body };
+      const r = await postJson(path, request);
       assert.equal(r.status, 400, r.text);
       assert.equal(r.json.error.param, param, r.text);
       for (const w of words) assert.ok(r.json.error.message.includes(w), r.text);
@@ -157,5 +210,10 @@ await run([
     await bad({ guided_regex: '(a' }, 'guided_regex', ["')'"]);
     await bad({ guided_regex: 'a', response_format: { type: 'json_object' } }, 'response_format', ['only one']);
     await bad({ grammar: 'root ::= "a"' }, 'grammar', ['GBNF']);
+    await bad({ text: { format: { type: 'json_schema', name: 'x', schema: { type: 'object', properties: { a: { type: 'integer', multipleOf: 3 } } } } } },
+      'text.format.schema.properties.a', ["'multipleOf'", 'not supported'], '/v1/responses');
+    await bad({ text: { format: { type: 'json_schema', name: 'x' } } }, 'text.format.schema', ['required'], '/v1/responses');
+    await bad({ text: { format: { type: 'grammar' } } }, 'text.format.type', ["'grammar'"], '/v1/responses');
+    await bad({ text: { format: 'json_object' } }, 'text.format', ['must be an object'], '/v1/responses');
   }],
 ]);
