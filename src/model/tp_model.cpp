@@ -2,86 +2,19 @@
 
 #include <spdlog/spdlog.h>
 
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <exception>
 #include <functional>
 #include <mutex>
 #include <string>
-#include <thread>
 
 #include "src/dist/communicator.h"
+#include "src/dist/rank_threads.h"
 #include "src/model/shard.h"
 #include "src/model/weights.h"
 
 namespace astrai {
 namespace {
-
-// One thread per rank past rank 0, parked between jobs: run(fn) calls fn(r) for every rank at once
-// (rank 0 on the calling thread) and returns when all have returned. A rank's collectives block
-// until every rank reaches them, so the ranks must run concurrently.
-class RankThreads {
- public:
-  explicit RankThreads(int n) : n_(n) {
-    for (int r = 1; r < n; ++r) threads_.emplace_back([this, r] { loop(r); });
-  }
-  RankThreads(const RankThreads&) = delete;
-  RankThreads& operator=(const RankThreads&) = delete;
-  ~RankThreads() {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    for (std::thread& t : threads_) t.join();
-  }
-
-  // fn must not throw (the caller turns its failures into values).
-  void run(const std::function<void(int)>& fn) {
-    {
-      std::lock_guard lock(mu_);
-      job_ = &fn;
-      pending_ = n_ - 1;
-      ++generation_;
-    }
-    cv_.notify_all();
-    fn(0);
-    spin_until([&] { return pending_.load() == 0; });  // re-locked below: orders the ranks' writes
-    std::unique_lock lock(mu_);
-    done_cv_.wait(lock, [&] { return pending_ == 0; });
-    job_ = nullptr;
-  }
-
- private:
-  void loop(int rank) {
-    uint64_t seen = 0;
-    for (;;) {
-      const std::function<void(int)>* job = nullptr;
-      spin_until([&] { return stop_.load() || generation_.load() != seen; });  // steps come back to back
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-        if (stop_) return;
-        seen = generation_;
-        job = job_;
-      }
-      (*job)(rank);
-      std::lock_guard lock(mu_);
-      if (--pending_ == 0) done_cv_.notify_one();
-    }
-  }
-
-  int n_;
-  std::mutex mu_;
-  std::condition_variable cv_, done_cv_;
-  const std::function<void(int)>* job_ = nullptr;  // under mu_
-  // Written under mu_; read without it while spinning.
-  std::atomic<uint64_t> generation_ = 0;
-  std::atomic<int> pending_ = 0;
-  std::atomic<bool> stop_ = false;
-  std::vector<std::thread> threads_;
-};
 
 class TpModel final : public Model {
  public:
