@@ -1,8 +1,6 @@
 #include "train/data_parallel.h"
 
 #include <algorithm>
-#include <exception>
-#include <mutex>
 
 #include "src/core/threads.h"
 #include "src/dist/communicator.h"
@@ -75,16 +73,8 @@ Result<std::unique_ptr<DataParallelGroup>> DataParallelGroup::create(const Model
   }
   if (device == Device::cpu) ASTRAI_RETURN_IF_ERROR(load(0, device));
   if (o.dp == 1) return g;
-  std::vector<Status> st(size_t(o.dp));
-  g->threads_->run([&](int r) {
-    if (r == 0) return;
-    try {
-      st[size_t(r)] = load(r, device);
-    } catch (const std::exception& e) {
-      st[size_t(r)] = internal_error("data-parallel rank " + std::to_string(r) + ": " + e.what());
-    }
-  });
-  for (const Status& s : st) ASTRAI_RETURN_IF_ERROR(s);
+  ASTRAI_RETURN_IF_ERROR(run_on_ranks(*g->threads_, {}, "data-parallel", nullptr, nullptr,
+                                      [&](int r) { return r == 0 ? Status() : load(r, device); }));
   std::vector<Backend*> backends;
   for (const Rank& r : g->ranks_) backends.push_back(r.backend.get());
   auto comms = make_communicators(backends);
@@ -102,40 +92,7 @@ Device DataParallelGroup::device() const {
 
 Status DataParallelGroup::on_all_ranks(const std::function<Status(int)>& fn) {
   if (!dead_.ok()) return dead_;
-  std::vector<Status> st(ranks_.size());
-  bool aborted = false;
-  std::mutex mu;
-  threads_->run([&](int r) {
-    bool threw = true;
-    try {
-      st[size_t(r)] = fn(r);
-      threw = false;
-    } catch (const Error& e) {
-      st[size_t(r)] = e.status();
-    } catch (const std::exception& e) {
-      st[size_t(r)] = internal_error("data-parallel rank " + std::to_string(r) + ": " + e.what());
-    } catch (...) {
-      st[size_t(r)] = internal_error("data-parallel rank " + std::to_string(r) + ": unknown exception");
-    }
-    const Status& mine = st[size_t(r)];
-    if (mine.ok() || mine.code() == ErrorCode::cancelled || comms_.empty()) return;
-    std::lock_guard lock(mu);
-    aborted = true;
-    comms_[size_t(r)]->abort();
-    if (!threw) return;
-    // A rank that threw may have skipped collectives its peers' devices now wait for.
-    bool unusable = false;
-    for (auto& c : comms_) unusable |= c->abort_device();
-    if (unusable)
-      dead_ = Status(mine.code(), "the data-parallel group was aborted after rank " + std::to_string(r) +
-                                      " failed in the middle of a step (" + mine.message() + ")");
-  });
-  if (aborted) comms_[0]->reset();
-  for (const Status& s : st)
-    if (!s.ok() && s.code() != ErrorCode::cancelled) return s;
-  for (const Status& s : st)
-    if (!s.ok()) return s;
-  return {};
+  return run_on_ranks(*threads_, comms_, "data-parallel", &dead_, nullptr, fn);
 }
 
 Status DataParallelGroup::split(std::span<const TrainBatch> in) {

@@ -1,5 +1,8 @@
 #include "src/dist/rank_threads.h"
 
+#include <exception>
+#include <string>
+
 #include "src/dist/communicator.h"
 
 namespace astrai {
@@ -48,6 +51,47 @@ void RankThreads::loop(int rank) {
     std::lock_guard lock(mu_);
     if (--pending_ == 0) done_cv_.notify_one();
   }
+}
+
+Status run_on_ranks(RankThreads& threads, std::span<const std::unique_ptr<Communicator>> comms,
+                    std::string_view group, Status* dead,
+                    const std::function<void(int, const Status&)>& on_throw,
+                    const std::function<Status(int)>& fn) {
+  std::vector<Status> st(static_cast<size_t>(threads.size()));
+  bool aborted = false;
+  std::mutex mu;
+  threads.run([&](int r) {
+    bool threw = true;
+    try {
+      st[size_t(r)] = fn(r);
+      threw = false;
+    } catch (const Error& e) {
+      st[size_t(r)] = e.status();
+    } catch (const std::exception& e) {
+      st[size_t(r)] = internal_error("rank " + std::to_string(r) + ": " + e.what());
+    } catch (...) {
+      st[size_t(r)] = internal_error("rank " + std::to_string(r) + ": unknown exception");
+    }
+    const Status& mine = st[size_t(r)];
+    if (mine.ok() || mine.code() == ErrorCode::cancelled || comms.empty()) return;
+    std::lock_guard lock(mu);
+    aborted = true;
+    comms[size_t(r)]->abort();
+    if (!threw) return;
+    if (on_throw) on_throw(r, mine);
+    bool unusable = false;
+    for (const auto& c : comms) unusable |= c->abort_device();
+    if (unusable && dead)
+      *dead = Status(mine.code(), "the " + std::string(group) + " group was aborted after rank " +
+                                      std::to_string(r) + " failed in the middle of a step (" +
+                                      mine.message() + ")");
+  });
+  if (aborted) comms[0]->reset();
+  for (const Status& s : st)
+    if (!s.ok() && s.code() != ErrorCode::cancelled) return s;
+  for (const Status& s : st)
+    if (!s.ok()) return s;
+  return {};
 }
 
 }  // namespace astrai

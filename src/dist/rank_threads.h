@@ -8,11 +8,18 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
+#include <span>
+#include <string_view>
 #include <thread>
 #include <vector>
 
+#include "src/core/status.h"
+
 namespace astrai {
+
+class Communicator;
 
 class RankThreads {
  public:
@@ -38,5 +45,19 @@ class RankThreads {
   std::atomic<bool> stop_ = false;
   std::vector<std::thread> threads_;
 };
+
+// Runs fn(r) on every rank of `threads` at once and returns the first failure (a real one before
+// the cancellations it caused) once every rank has left. A rank that fails aborts the host group of
+// `comms` (empty: a group of one, nothing to abort), so that no other rank waits in a host-side
+// collective for it; the group is reset once every rank has left. A rank that throws (a failure in
+// the middle of a step, after some of its collectives may be missing) also stops the device
+// collectives in flight (NCCL: ncclCommAbort), from its own thread at once, since another rank's
+// thread may be waiting on its device for them; on_throw (optional) hears of it first. When that
+// leaves the group unusable, *dead is set to an error naming the rank and `group` ("tensor-parallel"),
+// and the caller fails every later call with it.
+Status run_on_ranks(RankThreads& threads, std::span<const std::unique_ptr<Communicator>> comms,
+                    std::string_view group, Status* dead,
+                    const std::function<void(int, const Status&)>& on_throw,
+                    const std::function<Status(int)>& fn);
 
 }  // namespace astrai

@@ -3,9 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
-#include <exception>
 #include <functional>
-#include <mutex>
 #include <string>
 
 #include "src/dist/communicator.h"
@@ -31,49 +29,16 @@ class TpModel final : public Model {
   Backend& rank_backend(int r) const { return r == 0 ? rank0_ : *others_[size_t(r - 1)]; }
   int world() const { return int(comms_.size()); }
 
-  // Runs fn on every rank at once. A rank that fails aborts the host group, so that no other rank
-  // waits in a host-side collective for it; a rank that throws (a failure in the middle of a step,
-  // after some of its collectives may be missing) also stops the device collectives in flight
-  // (NCCL: ncclCommAbort), from its own thread at once, since another rank's thread may be waiting
-  // on its device for them; a group that cannot be used after that fails every later call. The
-  // first failure (a real one before the cancellations it caused) is returned once every rank has
-  // left.
+  // Runs fn on every rank at once (run_on_ranks: a failing rank aborts the group rather than leave
+  // the others waiting); a group whose device collectives were aborted fails every later call.
   Status on_all_ranks(const std::function<Status(int)>& fn) {
     if (!dead_.ok()) return dead_;
-    std::vector<Status> st(static_cast<size_t>(world()));
-    bool aborted = false;
-    std::mutex mu;
-    threads_.run([&](int r) {
-      bool threw = true;
-      try {
-        st[size_t(r)] = fn(r);
-        threw = false;
-      } catch (const Error& e) {
-        st[size_t(r)] = e.status();
-      } catch (const std::exception& e) {
-        st[size_t(r)] = internal_error(std::string("rank ") + std::to_string(r) + ": " + e.what());
-      } catch (...) {
-        st[size_t(r)] = internal_error("rank " + std::to_string(r) + ": unknown exception");
-      }
-      const Status& mine = st[size_t(r)];
-      if (mine.ok() || mine.code() == ErrorCode::cancelled) return;
-      std::lock_guard lock(mu);
-      aborted = true;
-      comms_[size_t(r)]->abort();
-      if (!threw) return;
-      spdlog::error("tensor-parallel rank {} failed in the middle of a step: {}", r, mine.message());
-      bool unusable = false;
-      for (auto& c : comms_) unusable |= c->abort_device();
-      if (unusable)
-        dead_ = Status(mine.code(), "the tensor-parallel group was aborted after rank " + std::to_string(r) +
-                                        " failed in the middle of a step (" + mine.message() + ")");
-    });
-    if (aborted) comms_[0]->reset();
-    for (const Status& s : st)
-      if (!s.ok() && s.code() != ErrorCode::cancelled) return s;
-    for (const Status& s : st)
-      if (!s.ok()) return s;
-    return {};
+    return run_on_ranks(
+        threads_, comms_, "tensor-parallel", &dead_,
+        [](int r, const Status& s) {
+          spdlog::error("tensor-parallel rank {} failed in the middle of a step: {}", r, s.message());
+        },
+        fn);
   }
 
   Status load(const WeightRefs& refs) {

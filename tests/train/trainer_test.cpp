@@ -145,8 +145,10 @@ TEST_CASE(
   const Run run{dir, "--preset tiny --seed " + std::to_string(seed % 1000) + " --data.train '" +
                          (dir / "train.jsonl").string() + "' --data.valid '" +
                          (dir / "valid.jsonl").string() +
-                         "' --seq_len 32 --batch_size 4 --grad_accum 2 --steps 20 --warmup_steps 3 --lr 3e-3"
-                         " --min_lr 3e-4 --save_every 10 --eval_every 5"};
+                         "' --seq_len 32 --batch_size 4 --grad_accum 2 --steps 20 --warmup_steps 3 --lr 1e-3"
+                         " --min_lr 1e-4 --save_every 10 --eval_every 5"};
+  // (A gentler lr than the resume test's: a loss spike, which 3e-3 gives the tiny model now and then,
+  // magnifies the f32 rounding differences between the two summation orders beyond 1e-5.)
   auto one = run.train("one", "");
   INFO(one.err);
   REQUIRE(one.exit_code == 0);
