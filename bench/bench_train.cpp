@@ -107,12 +107,10 @@ RunResult run_group(const TrainBenchOptions& o, int dp, const ModelConfig& cfg, 
     r.norm = s.grad_norm;
   };
   for (int i = 0; i < o.warmup; ++i) step(batches[size_t(i)]);
-  // Every rank's step ends in a host round trip (the grad norm), so rank 0's device being idle
-  // means the group's step is done.
-  group->backend().synchronize();
+  check(group->synchronize());
   const auto t0 = Clock::now();
   for (int i = o.warmup; i < o.warmup + o.steps; ++i) step(batches[size_t(i)]);
-  group->backend().synchronize();
+  check(group->synchronize());
   r.seconds = seconds_since(t0);
   return r;
 }

@@ -95,6 +95,13 @@ Status DataParallelGroup::on_all_ranks(const std::function<Status(int)>& fn) {
   return run_on_ranks(*threads_, comms_, "data-parallel", &dead_, nullptr, fn);
 }
 
+Status DataParallelGroup::synchronize() {
+  return on_all_ranks([&](int r) {
+    backend(r).synchronize();
+    return Status();
+  });
+}
+
 Status DataParallelGroup::split(std::span<const TrainBatch> in) {
   const int n = size();
   parts_.resize(size_t(n));

@@ -77,6 +77,9 @@ class DataParallelGroup {
   // Forward only over one batch split as step() splits it: {sum of its targets' losses, targets}.
   Result<std::pair<double, int64_t>> loss_sum(const TrainBatch& batch, const LossOptions& loss = {});
 
+  // Waits for every rank's device to finish what was queued (the last AdamW update of a step).
+  Status synchronize();
+
   // Runs fn(rank) on every rank at once, each on its rank's thread; the first failure is returned
   // once every rank has left (see above for what a failure does to the group).
   Status on_all_ranks(const std::function<Status(int)>& fn);
