@@ -196,11 +196,11 @@ Result<TrainSummary> run_training(const TrainRunOptions& o) {
         valid, WindowLoader::create(&valid_data, c.seq_len, c.batch_size, c.seed, false, "data.valid"));
   }
 
+  const std::string ranks = c.dp > 1 ? "dp " + std::to_string(c.dp) + " x " : "";
   std::fprintf(
       stderr,
       "train: %s, %.2fM parameters, on %s%s; data.train %zu tokens (%lld with a loss), %lld windows of %lld",
-      mconfig.architecture.c_str(), double(mconfig.num_parameters()) / 1e6,
-      c.dp > 1 ? ("dp " + std::to_string(c.dp) + " x ").c_str() : "", be.name().c_str(),
+      mconfig.architecture.c_str(), double(mconfig.num_parameters()) / 1e6, ranks.c_str(), be.name().c_str(),
       train_data.tokens.size(), static_cast<long long>(train_data.num_loss_tokens()),
       static_cast<long long>(train.num_windows()), static_cast<long long>(c.seq_len));
   if (valid) std::fprintf(stderr, "; data.valid %lld windows", static_cast<long long>(valid->num_windows()));
