@@ -102,7 +102,8 @@ const std::vector<KeyDef>& key_defs() {
     typed("PATH");
     add("seq_len", "Tokens per sequence", int_key(&TrainConfig::seq_len, "seq_len", 1));
     typed("INT");
-    add("batch_size", "Sequences per micro-batch", int_key(&TrainConfig::batch_size, "batch_size", 1));
+    add("batch_size", "Sequences per micro-batch (of the whole group: dp ranks take batch_size / dp each)",
+        int_key(&TrainConfig::batch_size, "batch_size", 1));
     typed("INT");
     add("grad_accum", "Micro-batches per optimizer step", int_key(&TrainConfig::grad_accum, "grad_accum", 1));
     typed("INT");
@@ -147,6 +148,11 @@ const std::vector<KeyDef>& key_defs() {
     typed("UINT");
     add("device", "cpu | cuda | auto", choice_key(&TrainConfig::device, "device", {"cpu", "cuda", "auto"}));
     typed("cpu|cuda|auto");
+    add("dp",
+        "Data-parallel ranks: one per GPU (0..dp-1), or the CPU threads split between them; the same "
+        "data in the same order as dp 1",
+        int_key(&TrainConfig::dp, "dp", 1));
+    typed("INT");
     add("out", "Run directory: checkpoints out/step_NNNNNN/, out/metrics.jsonl",
         string_key(&TrainConfig::out));
     typed("PATH");
@@ -255,6 +261,12 @@ Result<TrainConfig> parse_train_config(std::string_view yaml_text, std::string_v
     return invalid_argument("model / preset: give exactly one (a model directory or a preset name)");
   if (c.data_train.empty()) return invalid_argument("data.train: a training JSONL file is required");
   if (c.out.empty()) return invalid_argument("out: a run directory is required");
+  // dp splits each micro-batch, so that dp 1 and dp N train on the same windows in the same order.
+  if (c.batch_size % c.dp != 0)
+    return invalid_argument("batch_size / dp: batch_size " + std::to_string(c.batch_size) +
+                            " does not split evenly over dp " + std::to_string(c.dp) +
+                            " ranks (batch_size is the whole group's sequences per micro-batch; make it a "
+                            "multiple of dp)");
   if (c.min_lr > c.lr && c.schedule != Schedule::constant)
     return invalid_argument("min_lr: " + std::to_string(c.min_lr) + " is above lr " + std::to_string(c.lr));
   return c;
@@ -273,6 +285,7 @@ std::string TrainConfig::to_json() const {
   w.key("warmup_steps").value(warmup_steps).key("schedule").value(schedule_name(schedule));
   w.key("decay_fraction").value(decay_fraction).key("weight_decay").value(weight_decay);
   w.key("grad_clip").value(grad_clip).key("seed").value(seed).key("device").value(device);
+  w.key("dp").value(dp);
   w.key("out").value(out).key("save_every").value(save_every).key("eval_every").value(eval_every);
   w.key("eval_batches").value(eval_batches).key("label_smoothing").value(label_smoothing);
   w.end_object();

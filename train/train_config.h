@@ -20,7 +20,7 @@ struct TrainConfig {
   std::string preset;  // ... or a preset (random init seeded by `seed`); exactly one of the two
   std::string data_train, data_valid;  // JSONL; valid is optional
   int64_t seq_len = 256;
-  int64_t batch_size = 8;  // sequences per micro-batch
+  int64_t batch_size = 8;  // sequences per micro-batch of the whole group (split evenly over dp ranks)
   int64_t grad_accum = 1;  // micro-batches per optimizer step
   int64_t steps = 1000;    // optimizer steps
   double lr = 3e-4, min_lr = 3e-5;
@@ -31,6 +31,7 @@ struct TrainConfig {
   double grad_clip = 1.0;  // global L2 norm; 0: no clipping
   uint64_t seed = 1234;
   std::string device = "auto";  // cpu | cuda | auto
+  int64_t dp = 1;               // data-parallel ranks: GPUs 0..dp-1, or the CPU threads split dp ways
   std::string out = "runs/demo";
   int64_t save_every = 100;  // 0: only the final checkpoint
   int64_t eval_every = 100;  // 0: never (without data.valid: never)

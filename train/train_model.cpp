@@ -114,7 +114,8 @@ class DecoderTrainModel final : public TrainModel {
   Backend& backend() const override { return be_; }
   std::vector<Param>& params() override { return params_; }
 
-  void zero_grad() override { be_.zero(grads_.as(DType::f32, {num_values_})); }
+  void zero_grad() override { be_.zero(flat_grads()); }
+  Tensor flat_grads() const override { return grads_.as(DType::f32, {num_values_}); }
 
   Result<float> forward_backward(const TrainBatch& batch, float scale, const LossOptions& loss) override {
     ASTRAI_RETURN_IF_ERROR(prepare(batch, loss));

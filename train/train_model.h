@@ -81,6 +81,10 @@ class TrainModel {
   virtual Result<std::vector<float>> logits(const TrainBatch& batch) = 0;
 
   virtual void zero_grad() = 0;
+
+  // Every Param::grad as one contiguous f32 tensor, in params() order (data-parallel training
+  // all-reduces it in one call).
+  virtual Tensor flat_grads() const = 0;
 };
 
 }  // namespace astrai::train

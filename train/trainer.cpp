@@ -15,6 +15,7 @@
 #include "src/tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/data_parallel.h"
 #include "train/flops.h"
 #include "train/optimizer.h"
 #include "train/train_model.h"
@@ -53,27 +54,6 @@ class Progress {
   int64_t first_, total_;
   Clock::time_point start_, last_{};
 };
-
-struct Loaded {
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<TrainModel> model;
-};
-
-// device auto: the GPU when its backend can train, else the CPU.
-Result<Loaded> load_model(const std::string& device, const ModelConfig& config, const WeightStore& weights) {
-  auto on = [&](Device d) -> Result<Loaded> {
-    BackendOptions bo;
-    bo.device = d;
-    ASTRAI_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(bo));
-    ASTRAI_ASSIGN_OR_RETURN(std::unique_ptr<TrainModel> model, TrainModel::create(config, weights, *backend));
-    return Loaded{std::move(backend), std::move(model)};
-  };
-  if (device == "cpu") return on(Device::cpu);
-  if (device == "cuda") return on(Device::cuda);
-  if (has_backend_factory(Device::cuda))
-    if (auto gpu = on(Device::cuda); gpu.ok()) return gpu;
-  return on(Device::cpu);
-}
 
 Status load_moments(const fs::path& file, const std::vector<Param>& params, Backend& be, AdamW& opt) {
   ASTRAI_ASSIGN_OR_RETURN(const SafeTensorsFile f, SafeTensorsFile::open(file));
@@ -127,7 +107,7 @@ Status truncate_metrics(const fs::path& file, int64_t step) {
 }
 
 // Mean loss over every target of the valid split's first `max_batches` batches (0: all), in file order.
-Result<double> evaluate(TrainModel& model, const WindowLoader& valid, int64_t max_batches,
+Result<double> evaluate(DataParallelGroup& group, const WindowLoader& valid, int64_t max_batches,
                         const LossOptions& lo) {
   TrainBatch b = valid.make_batch();
   double sum = 0;
@@ -139,11 +119,9 @@ Result<double> evaluate(TrainModel& model, const WindowLoader& valid, int64_t ma
       else
         valid.fill_empty_row(b, r);
     }
-    const int64_t n = b.num_targets();
-    if (n == 0) continue;
-    ASTRAI_ASSIGN_OR_RETURN(const float loss, model.loss(b, lo));
-    sum += double(loss) * double(n);
-    targets += n;
+    ASTRAI_ASSIGN_OR_RETURN(const auto batch_sum, group.loss_sum(b, lo));
+    sum += batch_sum.first;
+    targets += batch_sum.second;
   }
   return targets ? sum / double(targets) : 0.0;
 }
@@ -183,10 +161,16 @@ Result<TrainSummary> run_training(const TrainRunOptions& o) {
                             std::to_string(mconfig.max_position_embeddings) + " (max_position_embeddings)");
   ASTRAI_ASSIGN_OR_RETURN(const std::unique_ptr<Tokenizer> tok, Tokenizer::load(model_dir));
   ASTRAI_ASSIGN_OR_RETURN(const WeightStore weights, WeightStore::open(model_dir));
-  ASTRAI_ASSIGN_OR_RETURN(Loaded loaded, load_model(c.device, mconfig, weights));
-  TrainModel& model = *loaded.model;
-  std::vector<Param>& params = model.params();
-  Backend& be = model.backend();
+  DataParallelOptions dpo;
+  dpo.dp = int(c.dp);
+  dpo.device = c.device;
+  dpo.adamw = AdamWOptions{0.9, 0.95, 1e-8, c.weight_decay};
+  ASTRAI_ASSIGN_OR_RETURN(const std::unique_ptr<DataParallelGroup> group,
+                          DataParallelGroup::create(mconfig, weights, dpo));
+  // Rank 0's replica is the one checkpoints save (every rank holds the same bits).
+  std::vector<Param>& params = group->model(0).params();
+  Backend& be = group->backend(0);
+  AdamW& opt = group->optimizer(0);
 
   // Data.
   const fs::path cache = o.data_cache.empty() ? data_cache_dir() : o.data_cache;
@@ -212,18 +196,17 @@ Result<TrainSummary> run_training(const TrainRunOptions& o) {
         valid, WindowLoader::create(&valid_data, c.seq_len, c.batch_size, c.seed, false, "data.valid"));
   }
 
+  const std::string ranks = c.dp > 1 ? "dp " + std::to_string(c.dp) + " x " : "";
   std::fprintf(
       stderr,
-      "train: %s, %.2fM parameters, on %s; data.train %zu tokens (%lld with a loss), %lld windows of %lld",
-      mconfig.architecture.c_str(), double(mconfig.num_parameters()) / 1e6, model.backend().name().c_str(),
+      "train: %s, %.2fM parameters, on %s%s; data.train %zu tokens (%lld with a loss), %lld windows of %lld",
+      mconfig.architecture.c_str(), double(mconfig.num_parameters()) / 1e6, ranks.c_str(), be.name().c_str(),
       train_data.tokens.size(), static_cast<long long>(train_data.num_loss_tokens()),
       static_cast<long long>(train.num_windows()), static_cast<long long>(c.seq_len));
   if (valid) std::fprintf(stderr, "; data.valid %lld windows", static_cast<long long>(valid->num_windows()));
   std::fprintf(stderr, "\n");
 
-  // Optimizer and the state a checkpoint restores.
-  AdamW opt(be, AdamWOptions{0.9, 0.95, 1e-8, c.weight_decay});
-  opt.init(params);
+  // The state a checkpoint restores.
   int64_t step = 0;
   if (resume_from) {
     ASTRAI_ASSIGN_OR_RETURN(const TrainerState st, read_trainer_state(*resume_from));
@@ -235,8 +218,12 @@ Result<TrainSummary> run_training(const TrainRunOptions& o) {
       return invalid_argument(
           "seed: " + std::to_string(c.seed) + " differs from the checkpoint's " + std::to_string(st.seed) +
           " (the data order depends on it); resume with --seed " + std::to_string(st.seed));
-    ASTRAI_RETURN_IF_ERROR(load_moments(*resume_from / "optimizer.safetensors", params, be, opt));
-    opt.set_steps_taken(st.adam_t);
+    ASTRAI_RETURN_IF_ERROR(group->on_all_ranks([&](int r) -> Status {
+      ASTRAI_RETURN_IF_ERROR(load_moments(*resume_from / "optimizer.safetensors", group->model(r).params(),
+                                          group->backend(r), group->optimizer(r)));
+      group->optimizer(r).set_steps_taken(st.adam_t);
+      return {};
+    }));
     train.set_cursor(st.cursor);
     step = st.step;
     std::fprintf(stderr, "train: resuming from %s (step %lld)\n", resume_from->c_str(),
@@ -289,9 +276,13 @@ Result<TrainSummary> run_training(const TrainRunOptions& o) {
     return write_checkpoint(out, ck);
   };
 
-  // MFU on a GPU: model FLOPs per second over the bf16 GEMM peak measured here once (train/flops.h).
-  const double peak_tflops = be.device() == Device::cpu ? 0.0 : measure_bf16_peak_tflops(be);
-  if (peak_tflops > 0) std::fprintf(stderr, "train: bf16 GEMM peak %.0f TFLOP/s (for mfu)\n", peak_tflops);
+  // MFU on a GPU: model FLOPs per second over the bf16 GEMM peak measured here once (train/flops.h),
+  // times the ranks' GPUs.
+  const double peak_tflops =
+      be.device() == Device::cpu ? 0.0 : measure_bf16_peak_tflops(be) * double(group->size());
+  if (peak_tflops > 0)
+    std::fprintf(stderr, "train: bf16 GEMM peak %.0f TFLOP/s%s (for mfu)\n", peak_tflops,
+                 group->size() > 1 ? " over the group's GPUs" : "");
   const double flops_per_tok = flops_per_token(mconfig, c.seq_len);
 
   TrainSummary sum;
@@ -304,23 +295,12 @@ Result<TrainSummary> run_training(const TrainRunOptions& o) {
   int64_t run_steps = 0;
   while (step < c.steps) {
     const auto t0 = Clock::now();
-    int64_t total = 0;
-    for (TrainBatch& b : micro) {
-      train.next(b);
-      total += b.num_targets();
-    }
-    model.zero_grad();
-    double loss_sum = 0;
-    for (const TrainBatch& b : micro) {
-      const int64_t n = b.num_targets();
-      if (n == 0) continue;
-      ASTRAI_ASSIGN_OR_RETURN(const float loss,
-                              model.forward_backward(b, float(double(n) / double(total)), lo));
-      loss_sum += double(loss) * double(n);
-    }
+    for (TrainBatch& b : micro) train.next(b);
     const double lr = learning_rate(c, step);
     // A step without a single target (possible with sparse SFT masks) changes nothing.
-    const double norm = total > 0 ? opt.step(params, lr, c.grad_clip) : 0.0;
+    ASTRAI_ASSIGN_OR_RETURN(const StepResult r, group->step(micro, lr, c.grad_clip, lo));
+    const int64_t total = r.targets;
+    const double loss_sum = r.loss_sum, norm = r.grad_norm;
     ++step;
     ++run_steps;
     const double tps = tokens_per_step / std::max(1e-9, seconds_since(t0));
@@ -336,7 +316,7 @@ Result<TrainSummary> run_training(const TrainRunOptions& o) {
     w.key("lr").value(lr).key("grad_norm").value(norm).key("tokens_per_s").value(tps);
     if (peak_tflops > 0) w.key("mfu").value(tps * flops_per_tok / (peak_tflops * 1e12));
     if (valid && c.eval_every > 0 && step % c.eval_every == 0) {
-      ASTRAI_ASSIGN_OR_RETURN(const double vl, evaluate(model, *valid, c.eval_batches, lo));
+      ASTRAI_ASSIGN_OR_RETURN(const double vl, evaluate(*group, *valid, c.eval_batches, lo));
       w.key("val_loss").value(vl);
       sum.last_val_loss = vl;
     }

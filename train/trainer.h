@@ -5,6 +5,12 @@
 // end. A stop request (SIGTERM / SIGINT in `astrai train`) finishes the current step, writes a
 // checkpoint and returns normally.
 //
+// dp > 1 (train/data_parallel.h): dp replicas, one per GPU (or CPU thread share), each micro-batch
+// split by rows over them and the gradients summed before the step; the losses, token counts and
+// tokens/s in metrics.jsonl are the whole group's, and rank 0 writes the checkpoints. The global
+// batch does not depend on dp: dp 1 and dp N train on the same windows in the same order, with the
+// same loss normalisation, so their losses differ only by the summation order of the gradients.
+//
 // Exact resume: everything a step depends on is in the checkpoint (f32 weights, AdamW moments and
 // step count, the data cursor; the shuffle is a function of (seed, epoch)), and the CPU ops are
 // deterministic for a given thread count, so N steps straight and k steps + --resume + N - k steps

@@ -2,86 +2,17 @@
 
 #include <spdlog/spdlog.h>
 
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <exception>
 #include <functional>
-#include <mutex>
 #include <string>
-#include <thread>
 
 #include "src/dist/communicator.h"
+#include "src/dist/rank_threads.h"
 #include "src/model/shard.h"
 #include "src/model/weights.h"
 
 namespace astrai {
 namespace {
-
-// One thread per rank past rank 0, parked between jobs: run(fn) calls fn(r) for every rank at once
-// (rank 0 on the calling thread) and returns when all have returned. A rank's collectives block
-// until every rank reaches them, so the ranks must run concurrently.
-class RankThreads {
- public:
-  explicit RankThreads(int n) : n_(n) {
-    for (int r = 1; r < n; ++r) threads_.emplace_back([this, r] { loop(r); });
-  }
-  RankThreads(const RankThreads&) = delete;
-  RankThreads& operator=(const RankThreads&) = delete;
-  ~RankThreads() {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    for (std::thread& t : threads_) t.join();
-  }
-
-  // fn must not throw (the caller turns its failures into values).
-  void run(const std::function<void(int)>& fn) {
-    {
-      std::lock_guard lock(mu_);
-      job_ = &fn;
-      pending_ = n_ - 1;
-      ++generation_;
-    }
-    cv_.notify_all();
-    fn(0);
-    spin_until([&] { return pending_.load() == 0; });  // re-locked below: orders the ranks' writes
-    std::unique_lock lock(mu_);
-    done_cv_.wait(lock, [&] { return pending_ == 0; });
-    job_ = nullptr;
-  }
-
- private:
-  void loop(int rank) {
-    uint64_t seen = 0;
-    for (;;) {
-      const std::function<void(int)>* job = nullptr;
-      spin_until([&] { return stop_.load() || generation_.load() != seen; });  // steps come back to back
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-        if (stop_) return;
-        seen = generation_;
-        job = job_;
-      }
-      (*job)(rank);
-      std::lock_guard lock(mu_);
-      if (--pending_ == 0) done_cv_.notify_one();
-    }
-  }
-
-  int n_;
-  std::mutex mu_;
-  std::condition_variable cv_, done_cv_;
-  const std::function<void(int)>* job_ = nullptr;  // under mu_
-  // Written under mu_; read without it while spinning.
-  std::atomic<uint64_t> generation_ = 0;
-  std::atomic<int> pending_ = 0;
-  std::atomic<bool> stop_ = false;
-  std::vector<std::thread> threads_;
-};
 
 class TpModel final : public Model {
  public:
@@ -98,49 +29,16 @@ class TpModel final : public Model {
   Backend& rank_backend(int r) const { return r == 0 ? rank0_ : *others_[size_t(r - 1)]; }
   int world() const { return int(comms_.size()); }
 
-  // Runs fn on every rank at once. A rank that fails aborts the host group, so that no other rank
-  // waits in a host-side collective for it; a rank that throws (a failure in the middle of a step,
-  // after some of its collectives may be missing) also stops the device collectives in flight
-  // (NCCL: ncclCommAbort), from its own thread at once, since another rank's thread may be waiting
-  // on its device for them; a group that cannot be used after that fails every later call. The
-  // first failure (a real one before the cancellations it caused) is returned once every rank has
-  // left.
+  // Runs fn on every rank at once (run_on_ranks: a failing rank aborts the group rather than leave
+  // the others waiting); a group whose device collectives were aborted fails every later call.
   Status on_all_ranks(const std::function<Status(int)>& fn) {
     if (!dead_.ok()) return dead_;
-    std::vector<Status> st(static_cast<size_t>(world()));
-    bool aborted = false;
-    std::mutex mu;
-    threads_.run([&](int r) {
-      bool threw = true;
-      try {
-        st[size_t(r)] = fn(r);
-        threw = false;
-      } catch (const Error& e) {
-        st[size_t(r)] = e.status();
-      } catch (const std::exception& e) {
-        st[size_t(r)] = internal_error(std::string("rank ") + std::to_string(r) + ": " + e.what());
-      } catch (...) {
-        st[size_t(r)] = internal_error("rank " + std::to_string(r) + ": unknown exception");
-      }
-      const Status& mine = st[size_t(r)];
-      if (mine.ok() || mine.code() == ErrorCode::cancelled) return;
-      std::lock_guard lock(mu);
-      aborted = true;
-      comms_[size_t(r)]->abort();
-      if (!threw) return;
-      spdlog::error("tensor-parallel rank {} failed in the middle of a step: {}", r, mine.message());
-      bool unusable = false;
-      for (auto& c : comms_) unusable |= c->abort_device();
-      if (unusable)
-        dead_ = Status(mine.code(), "the tensor-parallel group was aborted after rank " + std::to_string(r) +
-                                        " failed in the middle of a step (" + mine.message() + ")");
-    });
-    if (aborted) comms_[0]->reset();
-    for (const Status& s : st)
-      if (!s.ok() && s.code() != ErrorCode::cancelled) return s;
-    for (const Status& s : st)
-      if (!s.ok()) return s;
-    return {};
+    return run_on_ranks(
+        threads_, comms_, "tensor-parallel", &dead_,
+        [](int r, const Status& s) {
+          spdlog::error("tensor-parallel rank {} failed in the middle of a step: {}", r, s.message());
+        },
+        fn);
   }
 
   Status load(const WeightRefs& refs) {

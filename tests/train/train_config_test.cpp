@@ -75,6 +75,17 @@ TEST_CASE("train config: flags override the file, dotted keys included", "[train
   CHECK(c->lr == 3.0e-4);  // untouched
 }
 
+TEST_CASE("train config: dp defaults to 1 and keeps batch_size the whole group's", "[train][config]") {
+  auto one = parse_train_config(kContractYaml, "train.yaml", {});
+  REQUIRE(one.ok());
+  CHECK(one->dp == 1);
+  auto two = parse_train_config(kContractYaml + std::string("dp: 2\n"), "train.yaml", Overrides{{"dp", "4"}});
+  REQUIRE(two.ok());
+  CHECK(two->dp == 4);
+  CHECK(two->batch_size == 8);
+  CHECK_THAT(two->to_json(), Catch::Contains("\"dp\":4"));
+}
+
 TEST_CASE("train config: flags alone make a config", "[train][config]") {
   auto c = parse_train_config("", "", Overrides{{"preset", "tiny"}, {"data.train", "t.jsonl"}, {"out", "o"}});
   REQUIRE(c.ok());
@@ -105,6 +116,10 @@ TEST_CASE("train config: errors name the key", "[train][config]") {
       {base + "lr: 1e-4\nmin_lr: 1e-3\n", {}, "min_lr:"},
       {"a: [unclosed\n", {}, "t.yaml: line"},
       {"- 1\n- 2\n", {}, "expected a mapping"},
+      {base + "dp: 0\n", {}, "dp: '0' must be at least 1"},
+      {base + "batch_size: 6\n",
+       {{"dp", "4"}},
+       "batch_size / dp: batch_size 6 does not split evenly over dp 4"},
   };
   for (const Case& k : cases) {
     INFO(k.yaml);

@@ -1,0 +1,106 @@
+// Data-parallel training in one process: dp replicas of a TrainModel started from the same weights,
+// one rank per thread (src/dist/rank_threads.h), each with its own backend (GPU r, or the CPU with
+// its share of the threads) and its own AdamW.
+//
+// One optimizer step (step()): every micro-batch of the step (B rows: the group's batch_size) is
+// split by rows, rank r taking rows [r B/dp, (r+1) B/dp). With T the number of targets of the whole
+// step over every rank, rank r accumulates d(sum of its targets' losses / T)/d(param)
+// (forward_backward with scale n_r / T), so the sum over the ranks is dp 1's gradient of the mean
+// loss over the step's targets. The ranks then agree that every forward/backward succeeded (a rank
+// that failed must not leave the others waiting in the all-reduce), sum the gradients with one
+// all_reduce_sum of the flat f32 gradient buffer, and each clips by the global norm of the sum and
+// runs the same AdamW update on the same bits: the replicas stay identical bit for bit. dp 1 has no
+// communicator and no all-reduce, and computes exactly what a lone TrainModel + AdamW does.
+//
+// A rank that throws (a device failure in the middle of a step) aborts the host group, so that no
+// rank waits in a host-side collective for it, and stops the device collectives (ncclCommAbort);
+// a group whose device collectives were aborted fails every later call.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "src/backend/backend.h"
+#include "src/core/status.h"
+#include "src/model/config.h"
+#include "src/model/safetensors.h"
+#include "train/optimizer.h"
+#include "train/train_model.h"
+
+namespace astrai {
+class Communicator;
+class RankThreads;
+}  // namespace astrai
+
+namespace astrai::train {
+
+struct DataParallelOptions {
+  int dp = 1;
+  std::string device = "auto";  // cpu | cuda | auto (the GPU when its backend can train, else the CPU)
+  // CPU: the threads of the whole group (0: num_threads()); each rank gets max(1, threads / dp).
+  int cpu_threads = 0;
+  AdamWOptions adamw;
+};
+
+// What one optimizer step did, over the whole group.
+struct StepResult {
+  double loss_sum = 0;   // the sum over the step's targets of their cross-entropy
+  int64_t targets = 0;   // 0: the step had no target and changed nothing
+  double grad_norm = 0;  // global L2 norm of the summed gradient, before clipping
+};
+
+// Rows [begin, end) of a batch.
+TrainBatch batch_rows(const TrainBatch& b, int begin, int end);
+
+class DataParallelGroup {
+ public:
+  static Result<std::unique_ptr<DataParallelGroup>> create(const ModelConfig& config,
+                                                           const WeightStore& weights,
+                                                           const DataParallelOptions& options);
+  ~DataParallelGroup();
+
+  int size() const { return int(ranks_.size()); }
+  Device device() const;
+  // Rank r's replica, backend and optimizer (rank 0's is what checkpoints save).
+  TrainModel& model(int rank = 0) const { return *ranks_[size_t(rank)].model; }
+  Backend& backend(int rank = 0) const { return *ranks_[size_t(rank)].backend; }
+  AdamW& optimizer(int rank = 0) const { return *ranks_[size_t(rank)].opt; }
+
+  // One optimizer step over `micro` (the step's micro-batches, each of a multiple of size() rows) at
+  // learning rate lr. A step without a single target changes nothing (no update, no AdamW step).
+  Result<StepResult> step(std::span<const TrainBatch> micro, double lr, double max_grad_norm,
+                          const LossOptions& loss = {});
+
+  // Forward only over one batch split as step() splits it: {sum of its targets' losses, targets}.
+  Result<std::pair<double, int64_t>> loss_sum(const TrainBatch& batch, const LossOptions& loss = {});
+
+  // Waits for every rank's device to finish what was queued (the last AdamW update of a step).
+  Status synchronize();
+
+  // Runs fn(rank) on every rank at once, each on its rank's thread; the first failure is returned
+  // once every rank has left (see above for what a failure does to the group).
+  Status on_all_ranks(const std::function<Status(int)>& fn);
+
+ private:
+  struct Rank {
+    std::unique_ptr<Backend> backend;
+    std::unique_ptr<TrainModel> model;
+    std::unique_ptr<AdamW> opt;
+  };
+  DataParallelGroup() = default;
+  // Splits each batch of `in` into size() row blocks: parts_[r][i] is rank r's block of in[i].
+  Status split(std::span<const TrainBatch> in);
+
+  // Destroyed in reverse: the threads first, then the communicators, then the ranks' models and
+  // optimizers before their backends.
+  std::vector<Rank> ranks_;
+  std::vector<std::unique_ptr<Communicator>> comms_;  // empty with dp 1
+  std::unique_ptr<RankThreads> threads_;
+  std::vector<std::vector<TrainBatch>> parts_;
+  Status dead_;  // set once the device collectives were aborted
+};
+
+}  // namespace astrai::train
