@@ -5,7 +5,7 @@
 // whatever M is, wherever row m sits in the batch and however the work is split over threads, so
 // a sequence's logits do not change in the last bit when other sequences share its step, when its
 // prompt is a prefix-cache hit instead of a fresh prefill, or when the prefill is chunked
-// differently (docs/architecture.md, "Sampling"). OpenBLAS does not give that: sgemv (M = 1) and
+// differently (docs/architecture.md, "What a seed promises"). OpenBLAS does not give that: sgemv (M = 1) and
 // sgemm round differently, and sgemm's full 16-row tiles differ from its edge tiles, so a row's
 // result depends on M. Here each element is a dot product over K in kLanes interleaved partial sums
 // (lane l adds k = l, l + kLanes, ... in order; a K tail is zero-padded), summed in a fixed tree,
@@ -36,6 +36,14 @@ constexpr int64_t kParallelMacs = 1 << 20;
 // The helpers below pass 32-byte vectors by value; they are always inlined, so no call crosses an
 // ABI boundary and GCC's note that the AVX and SSE ABIs pass them differently does not apply.
 #pragma GCC diagnostic ignored "-Wpsabi"
+
+// Each term is one multiply and one add, never fused, even in a build for an FMA target.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#define ASTRAI_NO_FP_CONTRACT
+#else
+#define ASTRAI_NO_FP_CONTRACT __attribute__((optimize("fp-contract=off")))
+#endif
 
 constexpr int kLanes = 8;
 using Lanes = float __attribute__((vector_size(kLanes * sizeof(float))));
@@ -96,9 +104,8 @@ template <int64_t NR>
 }
 
 // Columns [n0, n1) of out for all M rows. Cloned for AVX2 (chosen at load time where the CPU has it);
-// every clone computes the same bits. Contraction stays off even in a build for an FMA target, so
-// each term is one multiply and one add everywhere.
-__attribute__((target_clones("avx2", "default"), optimize("fp-contract=off"))) void linear_columns(
+// every clone computes the same bits.
+__attribute__((target_clones("avx2", "default"))) ASTRAI_NO_FP_CONTRACT void linear_columns(
     int64_t M, int64_t K, int64_t n0, int64_t n1, const float* x, int64_t lda, const float* w,
     const float* bias, float* out, int64_t ldc) {
   static_assert(kTileN == 3);
