@@ -11,9 +11,10 @@
 //      then top-k (k most likely), top-p (smallest most-likely set with mass >= p, renormalised after
 //      top-k), min-p (drop tokens whose probability is below min_p * max probability).
 //   4. The draw: one uniform u in [0,1) from a counter-based generator keyed by
-//      (seed, choice, token index), so a request's tokens do not depend on what else is in the batch
-//      or on the order rows are processed; the token is the first candidate (most likely first,
-//      ties by id) whose cumulative probability exceeds u.
+//      (seed, choice, token index), so a request's draws do not depend on what else is in the batch
+//      or on the order rows are processed (its tokens then depend on its logits alone, which the
+//      CPU backend keeps batch-invariant: docs/architecture.md, "What a seed promises"); the token
+//      is the first candidate (most likely first, ties by id) whose cumulative probability exceeds u.
 // Logprobs are those of the model's raw distribution (log_softmax of the unprocessed logits).
 #pragma once
 

@@ -3,6 +3,7 @@
 // out from compute-dtype operands (the LM head's logits).
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 
 #include "backend/op_test_util.h"
 #include "tools/test_util.h"
@@ -134,7 +135,55 @@ void linear_rejects_shapes(Backend& be) {
   REQUIRE_THROWS_AS(be.linear(x.t, w.t, nullptr, out.t), Error);
 }
 
+// The CPU backend's promise (src/backend/cpu/linear.cpp): a row's output bits depend only on that
+// row, never on how many rows share the call, where the row sits among them, or the thread count.
+// Each row alone (one thread) is the reference; every row of every batch must equal it exactly.
+void check_rows_batch_invariant(int64_t K, int64_t N, bool with_bias, Rng& rng) {
+  const int64_t rows = 70;
+  auto xh = rng.vec(size_t(rows * K));
+  auto wh = rng.vec(size_t(N * K));
+  auto bh = rng.vec(size_t(N));
+  Tensor w(wh.data(), DType::f32, {N, K}), b(bh.data(), DType::f32, {N});
+  const Tensor* bias = with_bias ? &b : nullptr;
+  auto run = [&](Backend& be, int64_t first, int64_t M) {
+    std::vector<float> out(size_t(M * N));
+    be.linear(Tensor(xh.data() + first * K, DType::f32, {M, K}), w, bias,
+              Tensor(out.data(), DType::f32, {M, N}));
+    return out;
+  };
+  BackendOptions one;
+  one.threads = 1;
+  auto single = make_backend(one).value();
+  std::vector<std::vector<float>> alone;
+  for (int64_t r = 0; r < rows; ++r) alone.push_back(run(*single, r, 1));
+  for (int threads : {1, 2, 3}) {
+    BackendOptions o;
+    o.threads = threads;
+    auto be = make_backend(o).value();
+    for (int64_t M : {1, 2, 3, 4, 5, 7, 8, 9, 17, 64, 65, 70}) {
+      const int64_t first = rng.randint(0, int(rows - M));
+      const auto out = run(*be, first, M);
+      for (int64_t i = 0; i < M; ++i) {
+        INFO("K " << K << " N " << N << " bias " << with_bias << " threads " << threads << " M " << M
+                  << " row " << first + i);
+        REQUIRE(std::memcmp(out.data() + i * N, alone[size_t(first + i)].data(), size_t(N) * sizeof(float)) ==
+                0);
+      }
+    }
+  }
+}
+
 }  // namespace
+
+TEST_CASE("linear on the cpu gives a row the same bits alone, in any batch, at any thread count", "[unit]") {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Rng rng(seed);
+  check_rows_batch_invariant(rng.randint(1, 40), rng.randint(1, 40), true, rng);  // K tails, edge tiles
+  check_rows_batch_invariant(8 * rng.randint(16, 40), rng.randint(200, 400), false, rng);
+  check_rows_batch_invariant(rng.randint(100, 300) | 1, rng.randint(4000, 6000), true,
+                             rng);  // threaded at M = 1
+}
 
 ASTRAI_BACKEND_TEST("linear matches a float64 loop for odd sizes, with and without bias", linear_odd_sizes)
 ASTRAI_BACKEND_TEST("linear with one row (the GEMV path) matches a float64 loop", linear_one_row)

@@ -126,3 +126,77 @@ TEST_CASE("seeded sampling on the real model is the same alone and batched", "[i
   auto other = collect(loop->submit(req(prompts[0], s0 + 1)).value(), 2);
   CHECK(other.tokens != alone.tokens);
 }
+
+// The promise behind seeded sampling on the CPU (docs/architecture.md, "Sampling"): a request's
+// logits, and so its draws and logprobs, have the same bits whatever else happens in the engine.
+// One seeded request is run alone on a fresh engine (the reference), then again on engines that
+// batch it differently on purpose: a prefix-cache hit (only the prompt's tail is computed), other
+// requests in the same steps (pause() queues them all before the first step, so the batching does
+// not depend on thread timing), prefill chunks of 7 tokens, and 2 threads. Tokens and the sampled
+// tokens' logprobs must be equal bit for bit: a last-bit difference in the logits shows in the
+// logprob even where the draw survives it.
+TEST_CASE(
+    "a seeded request's tokens and logprobs are bit-identical alone, batched, on a cache hit, "
+    "in any chunking and at any thread count",
+    "[integration][threads]") {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  const auto dir = model_dir("qwen3-tiny");
+  auto prompts = random_prompts(rng, 8, 256);
+  std::vector<int32_t> mine;
+  for (int i = 0; i < 45; ++i) mine.push_back(int32_t(rng() % 256));  // 2 full pages and a tail
+  auto req = [&](const std::vector<int32_t>& p, uint64_t s) {
+    Request r;
+    r.prompt = p;
+    r.max_tokens = 12;
+    r.ignore_eos = true;
+    r.sampling.temperature = 1.0f;
+    r.sampling.seed = s;
+    r.sampling.logprobs = true;
+    return r;
+  };
+  const uint64_t my_seed = rng();
+  auto loop_with = [&](bool cache, int budget, int threads) {
+    EngineOptions o;
+    o.page_size = 16;
+    o.max_pages = 512;
+    o.prefix_cache = cache;
+    o.max_prefill_tokens = budget;
+    BackendOptions bo;
+    bo.threads = threads;
+    auto be = make_backend(bo).value();
+    auto model = Model::load(dir, *be).value();
+    return make_step_loop(std::move(be), std::move(model), o).value();
+  };
+  const Outcome ref = collect(loop_with(false, 0, 1)->submit(req(mine, my_seed)).value());
+  REQUIRE(ref.tokens[0].size() == 12);
+  auto same_as_ref = [&](const Outcome& got) {
+    CHECK(got.tokens == ref.tokens);
+    CHECK(got.logprobs == ref.logprobs);  // float ==: equal bits for these finite values
+  };
+
+  SECTION("a prefix-cache hit computes only the tail") {
+    auto loop = loop_with(true, 0, 1);
+    same_as_ref(collect(loop->submit(req(mine, my_seed)).value()));
+    same_as_ref(collect(loop->submit(req(mine, my_seed)).value()));
+    CHECK(loop->stats().prefix_hit_rate > 0);
+  }
+  SECTION("beside other requests, prefill chunked by 7 and by 16, one and two threads") {
+    for (auto [budget, threads] : {std::pair{7, 1}, std::pair{16, 2}}) {
+      INFO("max_prefill_tokens " << budget << ", threads " << threads);
+      auto loop = loop_with(true, budget, threads);
+      loop->pause();
+      std::vector<Stream> others;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        others.push_back(loop->submit(req(prompts[i], rng())).value());
+        if (i == 2) others.push_back(loop->submit(req(mine, my_seed)).value());  // mid-queue
+      }
+      loop->resume();
+      for (size_t i = 0; i < others.size(); ++i) {
+        const Outcome o = collect(others[i]);
+        if (i == 3) same_as_ref(o);
+      }
+    }
+  }
+}

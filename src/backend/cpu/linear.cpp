@@ -1,12 +1,23 @@
-// linear: out = x @ w^T (+ bias) through OpenBLAS, its backward, and the general gemm the backward
-// uses. w is [N, K] row-major (nn.Linear layout), so
-// the GEMM is C[M,N] = A[M,K] * B[N,K]^T with B transposed in place by the BLAS call; a single row
-// (decode with batch 1) is a GEMV y = W x.
+// linear: out = x @ w^T (+ bias), batch-invariant; its backward and the general gemm the backward
+// uses, through OpenBLAS. w is [N, K] row-major (nn.Linear layout).
 //
-// Threads: OpenBLAS runs single-threaded (set by CpuBackend) and we split N into one column block
-// per OpenMP thread. One threading runtime instead of two: OpenBLAS's own pool and OpenMP's would
-// spin against each other on every op, and small GEMMs (a tiny model's decode step) run on the
-// calling thread alone, where a fork/join would cost more than the math.
+// Batch invariance: every element out[m, n] is computed by the same arithmetic in the same order
+// whatever M is, wherever row m sits in the batch and however the work is split over threads, so
+// a sequence's logits do not change in the last bit when other sequences share its step, when its
+// prompt is a prefix-cache hit instead of a fresh prefill, or when the prefill is chunked
+// differently (docs/architecture.md, "What a seed promises"). OpenBLAS does not give that: sgemv (M = 1) and
+// sgemm round differently, and sgemm's full 16-row tiles differ from its edge tiles, so a row's
+// result depends on M. Here each element is a dot product over K in kLanes interleaved partial sums
+// (lane l adds k = l, l + kLanes, ... in order; a K tail is zero-padded), summed in a fixed tree,
+// then added to the bias: a plain multiply and add per term (no FMA contraction: the host target
+// has none, and the AVX2 clone below asks only for avx2), so the vector and scalar code paths and
+// every tile shape give identical bits. Tiles of kTileM rows x kTileN columns share their loads;
+// the edge tiles run the same per-element code.
+//
+// Threads: N is split into one column block per OpenMP thread (OpenBLAS runs single-threaded for
+// the backward, set by CpuBackend: one threading runtime instead of two spinning against each
+// other); small GEMMs (a tiny model's decode step) run on the calling thread alone, where a
+// fork/join would cost more than the math.
 #include <cblas.h>
 #include <omp.h>
 
@@ -22,16 +33,100 @@ namespace {
 // Below this many multiply-adds a GEMM runs on one thread.
 constexpr int64_t kParallelMacs = 1 << 20;
 
-void gemm_block(int64_t M, int64_t K, int64_t n0, int64_t n1, const float* x, int64_t lda, const float* w,
-                float beta, float* out, int64_t ldc) {
-  const int64_t nb = n1 - n0;
-  if (nb <= 0) return;
-  if (M == 1) {
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, int(nb), int(K), 1.0f, w + n0 * K, int(K), x, 1, beta, out + n0,
-                1);
-  } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(nb), int(K), 1.0f, x, int(lda),
-                w + n0 * K, int(K), beta, out + n0, int(ldc));
+// The helpers below pass 32-byte vectors by value; they are always inlined, so no call crosses an
+// ABI boundary and GCC's note that the AVX and SSE ABIs pass them differently does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+// Each term is one multiply and one add, never fused, even in a build for an FMA target.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#define ASTRAI_NO_FP_CONTRACT
+#else
+#define ASTRAI_NO_FP_CONTRACT __attribute__((optimize("fp-contract=off")))
+#endif
+
+constexpr int kLanes = 8;
+using Lanes = float __attribute__((vector_size(kLanes * sizeof(float))));
+constexpr int64_t kTileM = 4, kTileN = 3;
+// Rows of x kept hot in cache while a thread sweeps its columns of w.
+constexpr int64_t kBlockM = 64;
+
+[[gnu::always_inline]] inline Lanes load_lanes(const float* p) {
+  Lanes v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// The fixed reduction of one element's lanes.
+[[gnu::always_inline]] inline float sum_lanes(Lanes a) {
+  static_assert(kLanes == 8);
+  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+// out[m, n] for the MR x NR tile at x (rows m), w (rows n), bias (at n) and out (at [m, n]).
+template <int64_t MR, int64_t NR>
+[[gnu::always_inline]] inline void tile(int64_t K, const float* x, int64_t lda, const float* w,
+                                        const float* bias, float* out, int64_t ldc) {
+  Lanes acc[MR][NR] = {};
+  const int64_t K8 = K / kLanes * kLanes;
+  for (int64_t k = 0; k < K8; k += kLanes) {
+    Lanes xv[MR], wv[NR];
+    for (int64_t i = 0; i < MR; ++i) xv[i] = load_lanes(x + i * lda + k);
+    for (int64_t j = 0; j < NR; ++j) wv[j] = load_lanes(w + j * K + k);
+    for (int64_t i = 0; i < MR; ++i)
+      for (int64_t j = 0; j < NR; ++j) acc[i][j] += xv[i] * wv[j];
+  }
+  if (K8 < K) {
+    float xt[MR][kLanes] = {}, wt[NR][kLanes] = {};
+    for (int64_t i = 0; i < MR; ++i) std::memcpy(xt[i], x + i * lda + K8, size_t(K - K8) * sizeof(float));
+    for (int64_t j = 0; j < NR; ++j) std::memcpy(wt[j], w + j * K + K8, size_t(K - K8) * sizeof(float));
+    for (int64_t i = 0; i < MR; ++i)
+      for (int64_t j = 0; j < NR; ++j) acc[i][j] += load_lanes(xt[i]) * load_lanes(wt[j]);
+  }
+  for (int64_t i = 0; i < MR; ++i)
+    for (int64_t j = 0; j < NR; ++j) {
+      const float dot = sum_lanes(acc[i][j]);
+      out[i * ldc + j] = bias ? bias[j] + dot : dot;
+    }
+}
+
+// An edge tile of mr <= kTileM rows: the same per-element code at a smaller compile-time shape.
+template <int64_t NR>
+[[gnu::always_inline]] inline void tile_rows(int64_t mr, int64_t K, const float* x, int64_t lda,
+                                             const float* w, const float* bias, float* out, int64_t ldc) {
+  static_assert(kTileM == 4);
+  switch (mr) {
+    case 4: tile<4, NR>(K, x, lda, w, bias, out, ldc); break;
+    case 3: tile<3, NR>(K, x, lda, w, bias, out, ldc); break;
+    case 2: tile<2, NR>(K, x, lda, w, bias, out, ldc); break;
+    default: tile<1, NR>(K, x, lda, w, bias, out, ldc); break;
+  }
+}
+
+// Columns [n0, n1) of out for all M rows. Cloned for AVX2 (chosen at load time where the CPU has it);
+// every clone computes the same bits.
+__attribute__((target_clones("avx2", "default"))) ASTRAI_NO_FP_CONTRACT void linear_columns(
+    int64_t M, int64_t K, int64_t n0, int64_t n1, const float* x, int64_t lda, const float* w,
+    const float* bias, float* out, int64_t ldc) {
+  static_assert(kTileN == 3);
+  for (int64_t mb = 0; mb < M; mb += kBlockM) {
+    const int64_t me = std::min(M, mb + kBlockM);
+    for (int64_t n = n0; n < n1; n += kTileN) {
+      const int64_t nr = std::min(kTileN, n1 - n);
+      const float* wn = w + n * K;
+      const float* bn = bias ? bias + n : nullptr;
+      for (int64_t m = mb; m < me; m += kTileM) {
+        const int64_t mr = std::min(kTileM, me - m);
+        const float* xm = x + m * lda;
+        float* om = out + m * ldc + n;
+        if (nr == 3)
+          tile_rows<3>(mr, K, xm, lda, wn, bn, om, ldc);
+        else if (nr == 2)
+          tile_rows<2>(mr, K, xm, lda, wn, bn, om, ldc);
+        else
+          tile_rows<1>(mr, K, xm, lda, wn, bn, om, ldc);
+      }
+    }
   }
 }
 
@@ -50,33 +145,27 @@ void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {
   if (M == 0 || N == 0) return;
   ASTRAI_OP_CHECK(M == 1 || (x.stride[0] >= K && out.stride[0] >= N),
                   "linear: row stride smaller than the width");
+  const float* bp = nullptr;
+  if (bias) {
+    check_f32(*bias, "linear", "bias");
+    ASTRAI_OP_CHECK(bias->numel() == N && bias->is_contiguous(),
+                    "linear: bias " + bias->shape_str() + " for N = " + std::to_string(N));
+    bp = bias->ptr<float>();
+  }
   const int64_t lda = M > 1 ? x.stride[0] : K, ldc = M > 1 ? out.stride[0] : N;
   const float* xp = x.ptr<float>();
   const float* wp = w.ptr<float>();
   float* op = out.ptr<float>();
-  float beta = 0.0f;
-  if (bias) {
-    check_f32(*bias, "linear", "bias");
-    ASTRAI_OP_CHECK(bias->numel() == N,
-                    "linear: bias " + bias->shape_str() + " for N = " + std::to_string(N));
-    for (int64_t m = 0; m < M; ++m) std::memcpy(op + m * ldc, bias->ptr<float>(), size_t(N) * sizeof(float));
-    beta = 1.0f;
-  }
-  if (K == 0) {
-    if (!bias)
-      for (int64_t m = 0; m < M; ++m) std::memset(op + m * ldc, 0, size_t(N) * sizeof(float));
-    return;
-  }
   const int threads = M * N * K >= kParallelMacs ? omp_get_max_threads() : 1;
   if (threads <= 1) {
-    gemm_block(M, K, 0, N, xp, lda, wp, beta, op, ldc);
+    linear_columns(M, K, 0, N, xp, lda, wp, bp, op, ldc);
     return;
   }
   // Column blocks rounded to 16 so every thread's slice of out starts on a cache line.
   const int64_t block = ((N + threads - 1) / threads + 15) / 16 * 16;
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int t = 0; t < threads; ++t)
-    gemm_block(M, K, std::min(N, t * block), std::min(N, (t + 1) * block), xp, lda, wp, beta, op, ldc);
+    linear_columns(M, K, std::min(N, t * block), std::min(N, (t + 1) * block), xp, lda, wp, bp, op, ldc);
 }
 
 namespace {

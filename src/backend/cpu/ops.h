@@ -1,5 +1,5 @@
 // The CPU implementations of the Backend ops (f32), one file per family:
-//   linear.cpp (OpenBLAS), norm.cpp, rope.cpp, elementwise.cpp (embedding, swiglu, add, gather,
+//   linear.cpp (batch-invariant), norm.cpp, rope.cpp, elementwise.cpp (embedding, swiglu, add, gather,
 //   convert), attention.cpp (kv_store, paged_attention), sample.cpp; the training ops beside their
 //   forwards (gemm and linear_backward in linear.cpp, rms_norm_train/backward in norm.cpp, ...) and
 //   in attention_train.cpp and cross_entropy.cpp. CpuBackend forwards to these; the argument order
