@@ -16,6 +16,7 @@
 #include <cctype>
 #include <chrono>
 
+#include "net/http_read.h"
 #include "net/router.h"
 #include "net/sse_writer.h"
 #include "net/waker.h"
@@ -280,9 +281,9 @@ asio::awaitable<void> run_connection(asio::ip::tcp::socket socket, ServerState& 
       }
       // The route is known now: its errors take that route's JSON shape.
       const Dialect dialect = dialect_of(std::string_view(hdr.target()));
-      const beast::error_code bec = co_await read_within(stream, st.config.body_timeout, [&] {
-        return http::async_read(stream, buffer, parser, asio::as_tuple(asio::use_awaitable));
-      });
+      // Not http::async_read: Beast 1.81 can abort on a chunked body read byte by byte (net/http_read.h).
+      const beast::error_code bec = co_await read_within(
+          stream, st.config.body_timeout, [&] { return async_read_body(stream, buffer, parser); });
       if (bec == http::error::body_limit) {
         co_await write_and_close(
             stream, st, 413,

@@ -306,6 +306,24 @@ RouteResult apply_template(const HttpRequest& req, ServerState& st) {
   return RouteResult{json_response(w.take()), std::nullopt};
 }
 
+// POST /flush_cache (SGLang's name) -> {"freed_pages", "cached_pages", "pages_used"}: every
+// prefix-cache page no running request uses goes back to the pool. The engine does it on its step
+// loop between steps; what running requests hold stays cached and is counted in cached_pages.
+RouteResult flush_cache(const HttpRequest&, ServerState& st) {
+  const int freed = st.engine->flush_prefix_cache();
+  const EngineStats s = st.engine->stats();
+  JsonWriter w;
+  w.begin_object()
+      .key("freed_pages")
+      .value(freed)
+      .key("cached_pages")
+      .value(s.prefix_cached_pages)
+      .key("pages_used")
+      .value(s.kv_pages_used)
+      .end_object();
+  return RouteResult{json_response(w.take()), std::nullopt};
+}
+
 RouteResult health(const ServerState& st) {
   if (st.is_ready() && !st.draining.load(std::memory_order_relaxed))
     return RouteResult{json_response(R"({"status":"ok"})"), std::nullopt};
@@ -382,6 +400,7 @@ RouteResult route(const HttpRequest& req, ServerState& st) {
       {"/tokenize", "POST", tokenize},
       {"/detokenize", "POST", detokenize},
       {"/apply-template", "POST", apply_template},
+      {"/flush_cache", "POST", flush_cache},
       {"/v1/models", "GET",
        [](const HttpRequest&, ServerState& s) {
          return RouteResult{

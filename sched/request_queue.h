@@ -21,10 +21,12 @@ struct Task;
 
 struct Command {
   // pause / resume: hold the loop before its next step, and let it go (tests).
-  enum class Kind { submit, cancel, check, pause, resume } kind = Kind::submit;
+  // flush_cache: evict every prefix-cache page no sequence uses.
+  enum class Kind { submit, cancel, check, pause, resume, flush_cache } kind = Kind::submit;
   RequestId id = 0;
   std::unique_ptr<Task> task;    // submit
   std::promise<Status> checked;  // check: the invariant check's result
+  std::promise<int> flushed;     // flush_cache: pages freed
 };
 
 class CommandQueue {

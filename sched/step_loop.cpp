@@ -125,6 +125,25 @@ Status StepLoop::check_invariants() {
   return fut.get();
 }
 
+int StepLoop::flush_prefix_cache() {
+  auto c = std::make_unique<Command>();
+  c->kind = Command::Kind::flush_cache;
+  auto fut = c->flushed.get_future();
+  {
+    std::lock_guard g(shutdown_mu_);
+    if (joined_) return evict_all_cached();  // the loop is gone: nothing else touches the cache
+    queue_.push(std::move(c));
+  }
+  return fut.get();
+}
+
+// Unlocked nodes have no locked descendants (radix_cache.h), so evicting leaf-first reaches all of them.
+int StepLoop::evict_all_cached() {
+  const int freed = cache_ ? cache_->evict(cache_->evictable_pages()) : 0;
+  update_gauges();
+  return freed;
+}
+
 void StepLoop::shutdown() {
   std::lock_guard g(shutdown_mu_);
   if (joined_) return;
@@ -177,6 +196,7 @@ void StepLoop::drain_commands() {
       case Command::Kind::check: c->checked.set_value(scheduler_.check()); break;
       case Command::Kind::pause: paused_ = true; break;
       case Command::Kind::resume: paused_ = false; break;
+      case Command::Kind::flush_cache: c->flushed.set_value(evict_all_cached()); break;
     }
   }
 }

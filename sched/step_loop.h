@@ -51,6 +51,10 @@ class StepLoop {
   void shutdown();
   // Pool / cache consistency, checked on the loop's thread (tests).
   Status check_invariants();
+  // Evicts every prefix-cache page that no running sequence uses, on the loop's thread between
+  // steps, and returns how many pages went back to the pool. Thread-safe; the gauges in stats()
+  // show the result by the time it returns.
+  int flush_prefix_cache();
 
   // Tests: pause() holds the loop before its next step until resume(), so that a scenario can
   // queue all its requests first and the first step sees every one of them, whatever the thread
@@ -68,6 +72,7 @@ class StepLoop {
   void step();
   void note_admitted(const StepPlan& plan, std::chrono::steady_clock::time_point now);
   void update_gauges();
+  int evict_all_cached();
   int pages_for(int tokens) const { return (tokens + opts_.page_size - 1) / opts_.page_size; }
 
   const EngineOptions opts_;

@@ -30,6 +30,10 @@ const ModelConfig& Engine::model_config() const {
 void Engine::shutdown() {
   loop_->shutdown();
 }
+int Engine::flush_prefix_cache() {
+  return loop_->flush_prefix_cache();
+}
+
 Status Engine::check_invariants() {
   return loop_->check_invariants();
 }

@@ -42,6 +42,9 @@ class Engine {
   // Runs the KV pool / prefix cache consistency checks on the step-loop thread and returns the first
   // violation (tests): every page is free, cached or held by a live sequence, with the exact count.
   Status check_invariants();
+  // Evicts every prefix-cache page that no running request uses (the admin route POST
+  // /flush_cache); returns how many pages went back to the pool. Thread-safe.
+  int flush_prefix_cache();
 
  private:
   explicit Engine(std::unique_ptr<StepLoop> loop);

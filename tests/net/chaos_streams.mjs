@@ -2,14 +2,20 @@
 // share of them ending early at a random point: SSE clients that hang up (before the headers, or
 // after a random number of events), WebSocket generations cancelled by frame, and whole sockets
 // dropped without a close. Every other stream must be complete and well formed; afterwards the
-// engine must be idle with no KV page held by a request (pages_used == cached_pages).
-//   node tests/net/chaos_streams.mjs http://127.0.0.1:PORT [streams=1000] [early=0.2]
+// engine must be idle with no KV page held by a request (pages_used == cached_pages), and after
+// POST /flush_cache no page is used or cached at all. Given the server's PID, all of that runs twice
+// and the server's resident memory (VmRSS in /proc/PID/status) after the second flush must be within
+// RSS_MARGIN_MB of what it was after the first (below: why not a cold server's).
+//   node tests/net/chaos_streams.mjs http://127.0.0.1:PORT [streams=1000] [early=0.2] [server-pid]
+import { readFileSync } from 'node:fs';
 import { require, assert, base, run, randomWord } from './lib.mjs';
 
 const WebSocket = require('ws');
 const total = parseInt(process.argv[3] || '1000', 10);
 const earlyShare = parseFloat(process.argv[4] || '0.2');
 const perSocket = 10;
+const serverPid = process.argv[5];
+const rssMb = () => Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${serverPid}/status`, 'utf8'))[1]) / 1024;
 const rand = (n) => Math.floor(Math.random() * n);
 
 function body(i, early) {
@@ -108,8 +114,15 @@ function wsSocket(ids, drop, cancel) {
   });
 }
 
-await run([
-  [`${total} streams over SSE and WebSocket, ${Math.round(earlyShare * 100)}% ending early`, async () => {
+// Each round: the chaos load, the idle check, a flush. The first round's memory after its flush is
+// the baseline (a cold server's is not: KV pages once written stay resident, since a flush gives them
+// back to the pool, not to the OS); the second round must end within RSS_MARGIN_MB of it.
+const RSS_MARGIN_MB = 16;
+const rss = {};
+const rounds = serverPid ? 2 : 1;
+const steps = [];
+for (let round = 1; round <= rounds; round++) steps.push(
+  [`round ${round}: ${total} streams over SSE and WebSocket, ${Math.round(earlyShare * 100)}% ending early`, async () => {
     const sse = Math.floor(total / 2), wsCount = total - sse;
     const jobs = [];
     for (let i = 0; i < sse; i++) jobs.push(sseStream(i, Math.random() < earlyShare));
@@ -127,7 +140,7 @@ await run([
     const count = (k) => results.filter((r) => r === k).length;
     console.log(JSON.stringify({ done: count('done'), early: count('early'), finished_before_hanging_up: count('done-anyway') }));
   }],
-  ['afterwards the engine is idle and no KV page is held by a request', async () => {
+  [`round ${round}: afterwards the engine is idle and no KV page is held by a request`, async () => {
     let s;
     for (let i = 0; i < 400; i++) {
       s = await (await fetch(base + '/stats')).json();
@@ -140,4 +153,20 @@ await run([
     assert.equal(s.server.active_generations, 0, JSON.stringify(s.server));
     console.log(JSON.stringify({ requests: s.requests, kv: s.kv, prefix_cache: s.prefix_cache, server: s.server }));
   }],
-]);
+  [`round ${round}: after POST /flush_cache no page is used or cached` + (round === 2 ? ', memory back near round 1' : ''), async () => {
+    const before = serverPid ? rssMb() : undefined;
+    const f = await fetch(base + '/flush_cache', { method: 'POST' });
+    assert.equal(f.status, 200);
+    const flushed = await f.json();
+    const s = await (await fetch(base + '/stats')).json();
+    assert.equal(s.kv.pages_used, 0, JSON.stringify(s.kv));
+    assert.equal(s.prefix_cache.cached_pages, 0, JSON.stringify(s.prefix_cache));
+    rss[round] = serverPid ? rssMb() : undefined;
+    console.log(JSON.stringify({ round, flushed, rss_mb: { before_flush: before, after_flush: rss[round] } }));
+    if (round === 2) {
+      assert.ok(rss[2] <= rss[1] + RSS_MARGIN_MB,
+        `RSS after the second round's flush ${rss[2].toFixed(1)} MB, after the first ${rss[1].toFixed(1)} MB`);
+    }
+  }],
+);
+await run(steps);

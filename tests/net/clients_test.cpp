@@ -52,10 +52,11 @@ TEST_CASE("200 concurrent SSE streams, 50 disconnecting early, leave no request 
 }
 
 TEST_CASE(
-    "chaos: 1,000 streams over SSE and WebSocket, 20% ending early at random points, leave the engine idle",
+    "chaos: 1,000 streams over SSE and WebSocket, 20% ending early at random points, twice: the engine idle, "
+    "a flush empties the cache, memory steady",
     "[slow]") {
   ServerProcess s({"--max-concurrent", "4000", "--max-batch-size", "256", "--max-queue", "8192",
                    "--access-log", "false"});
-  node_script("chaos_streams.mjs", {s.url(), "1000", "0.2"});
+  node_script("chaos_streams.mjs", {s.url(), "1000", "0.2", std::to_string(s.pid())});
   CHECK(s.terminate() == 0);
 }

@@ -562,6 +562,33 @@ TEST_CASE("serve.yaml settings apply and flags override them", "[integration]") 
     CHECK(json_str(a.body, "error", "type") == "authentication_error");
     CHECK(http(s.port(), "GET", "/health").status == 200);  // liveness stays open
   }
+  SECTION("POST /flush_cache needs the API key and empties the prefix cache (issue 12)") {
+    const std::vector<std::string> key = {"Authorization: Bearer sekret"};
+    CHECK(http(s.port(), "POST", "/flush_cache").status == 401);
+    CHECK(http(s.port(), "GET", "/flush_cache", "", key).status == 405);
+    // A prompt of a few pages, so that the finished request leaves pages in the prefix cache.
+    std::string words;
+    for (int i = 0; i < 200; ++i) words += "word" + std::to_string(i) + " ";
+    REQUIRE(http(s.port(), "POST", "/v1/completions", R"({"prompt":")" + words + R"(","max_tokens":2})", key)
+                .status == 200);
+    simdjson::dom::parser p;
+    auto stats = [&] {
+      auto r = http(s.port(), "GET", "/stats", "", key);
+      REQUIRE(r.status == 200);
+      auto j = p.parse(r.body);
+      return std::pair{uint64_t(j["kv"]["pages_used"]), uint64_t(j["prefix_cache"]["cached_pages"])};
+    };
+    const auto [used, cached] = stats();
+    REQUIRE(cached > 0);
+    CHECK(used == cached);
+    auto f = http(s.port(), "POST", "/flush_cache", "", key);
+    REQUIRE(f.status == 200);
+    auto j = p.parse(f.body);
+    CHECK(uint64_t(j["freed_pages"]) == cached);
+    CHECK(uint64_t(j["cached_pages"]) == 0);
+    CHECK(uint64_t(j["pages_used"]) == 0);
+    CHECK(stats() == std::pair<uint64_t, uint64_t>{0, 0});
+  }
   SECTION("past max_concurrent a request gets 429 with Retry-After at once") {
     const int fd = connect_to(s.port());
     std::string req =
