@@ -106,12 +106,18 @@ TEST_CASE("shard slices take a rank's rows and columns of a weight", "[unit]") {
   REQUIRE(rows.view.nbytes == 12 * sizeof(float));
   CHECK(rows.gathered.empty());  // a view into the file
   const float* rp = static_cast<const float*>(rows.view.data);
-  for (int i = 0; i < 12; ++i) CHECK(rp[i] == float(10 * (2 + i / 6) + i % 6));
+  for (int i = 0; i < 12; ++i) {
+    const int row = 2 + i / 6, col = i % 6;  // rows 2..3 of the 4 x 6 matrix w[r][c] = 10 r + c
+    CHECK(rp[i] == float(10 * row + col));
+  }
   const TensorSlice cols = slice_cols(w, 3, 6);
   REQUIRE(cols.view.shape == std::vector<int64_t>{4, 3});
   REQUIRE(cols.view.nbytes == 12 * sizeof(float));
   const float* cp = static_cast<const float*>(cols.view.data);
-  for (int i = 0; i < 12; ++i) CHECK(cp[i] == float(10 * (i / 3) + 3 + i % 3));
+  for (int i = 0; i < 12; ++i) {
+    const int row = i / 3, col = 3 + i % 3;  // columns 3..5
+    CHECK(cp[i] == float(10 * row + col));
+  }
   std::vector<float> bias{0, 1, 2, 3, 4, 5};
   const TensorSlice b = slice_rows(host_tensor(bias, {6}), 4, 6);
   REQUIRE(b.view.shape == std::vector<int64_t>{2});

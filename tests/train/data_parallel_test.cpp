@@ -151,7 +151,7 @@ TEST_CASE("data parallel: a bad row in one rank's half fails the step on every r
   for (int bad_rank : {1, 0}) {
     INFO("bad row in rank " << bad_rank << "'s half");
     std::vector<TrainBatch> micro = {random_batch(rng, 4, 8, config.vocab_size)};
-    micro[0].tokens[size_t((2 * bad_rank + 1) * 8 + 3)] = int32_t(config.vocab_size);  // out of range
+    micro[0].tokens[(2 * size_t(bad_rank) + 1) * 8 + 3] = int32_t(config.vocab_size);  // out of range
     const auto before = state_of(*g, 0);
     const auto r = g->step(micro, 1e-3, 1.0);
     REQUIRE_FALSE(r.ok());
