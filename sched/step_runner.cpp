@@ -72,7 +72,10 @@ void StepRunner::sample(std::span<const SampleRow> rows, std::vector<SampleResul
   const int words = packer_.out_words();
   host_in_.resize(size_t(R * kSampleRowWords + E * kSampleEditWords));
   std::memcpy(host_in_.data(), packer_.rows().data(), size_t(R) * sizeof(SampleRowParams));
-  std::memcpy(host_in_.data() + R * kSampleRowWords, packer_.edits().data(), size_t(E) * sizeof(SampleEdit));
+  // No edits (no penalties, bias or masks): edits().data() may be null, which memcpy may not be given.
+  if (E > 0)
+    std::memcpy(host_in_.data() + R * kSampleRowWords, packer_.edits().data(),
+                size_t(E) * sizeof(SampleEdit));
   host_out_.resize(size_t(R * words));
 
   int32_t* in = host_in_.data();
