@@ -642,6 +642,10 @@ class Parser {
     if (args.size() == 1) {
       key = std::move(args[0]);
     } else {
+      // jinja2 would make a tuple holding a slice object; we have no such value (found by fuzz_jinja:
+      // the slice, which has no object of its own, was evaluated as an expression).
+      for (const ExprPtr& x : args)
+        if (x->type == ExprType::slice) unsupported_at(at, "syntax", "a slice inside a tuple subscript");
       key = make(ExprType::tuple, at);
       key->args = std::move(args);
     }

@@ -255,7 +255,8 @@ TEST_CASE("unsupported constructs fail at parse time naming the construct and po
   REQUIRE(!t.ok());
   CHECK(t.status().message() == "chat template: unsupported test 'prime' at line 1, column 12");
   for (const char* bad : {"{% extends 'base' %}", "{% import 'm' as m %}", "{% call m() %}{% endcall %}",
-                          "{% for x in y recursive %}{% endfor %}", "{% block b %}{% endblock %}"}) {
+                          "{% for x in y recursive %}{% endfor %}", "{% block b %}{% endblock %}",
+                          "{{ 4[3, 1:, 2] }}", "{{ x[:2, 0] }}"}) {
     auto b = astrai::ChatTemplate::parse(bad);
     INFO(bad);
     REQUIRE(!b.ok());
