@@ -7,6 +7,7 @@
 #include <nccl.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -14,6 +15,7 @@
 
 #include "gpu/check.h"
 #include "gpu/cuda_backend.h"
+#include "gpu/peer_all_reduce.h"
 #endif
 
 namespace astrai::gpu {
@@ -29,8 +31,12 @@ Status nccl_status(ncclResult_t r, const char* what) {
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(std::shared_ptr<HostGroup> group, int rank, ncclComm_t comm, cudaStream_t stream,
-                   int device)
-      : Communicator(std::move(group), rank), comm_(comm), stream_(stream), device_(device) {}
+                   int device, std::shared_ptr<PeerAllReduce> peer)
+      : Communicator(std::move(group), rank),
+        comm_(comm),
+        stream_(stream),
+        device_(device),
+        peer_(std::move(peer)) {}
   ~NcclCommunicator() override {
     if (!aborted_.exchange(true)) ncclCommDestroy(comm_);
   }
@@ -40,6 +46,7 @@ class NcclCommunicator final : public Communicator {
   // From any thread: the mutex keeps it from freeing the communicator under an enqueue in flight.
   bool abort_device() override {
     std::lock_guard lock(mu_);
+    if (peer_) peer_->abort();                           // releases a peer kernel waiting for us
     if (!aborted_.exchange(true)) ncclCommAbort(comm_);  // also frees the communicator
     return true;
   }
@@ -57,6 +64,10 @@ class NcclCommunicator final : public Communicator {
     if (t.device != Device::cuda || !t.is_contiguous())
       throw Error(invalid_argument("all_reduce_sum: needs a contiguous cuda tensor, got " + t.shape_str()));
     ASTRAI_CUDA_CHECK(cudaSetDevice(device_));
+    if (peer_ && peer_->fits(t)) {
+      peer_->all_reduce_sum(rank(), t, stream_);
+      return;
+    }
     const Status s = nccl_status(
         ncclAllReduce(t.data, t.data, size_t(t.numel()), type, ncclSum, comm_, stream_), "all-reduce");
     if (!s.ok()) throw Error(s);
@@ -66,6 +77,7 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_;
   cudaStream_t stream_;
   int device_;
+  std::shared_ptr<PeerAllReduce> peer_;  // small tensors (decode); null: NCCL for everything
   std::mutex mu_;
   std::atomic<bool> aborted_ = false;
 };
@@ -87,11 +99,18 @@ Result<std::vector<std::unique_ptr<Communicator>>> make_nccl_communicators(
   }
   std::vector<ncclComm_t> comms(size_t(n), nullptr);
   ASTRAI_RETURN_IF_ERROR(nccl_status(ncclCommInitAll(comms.data(), n, devices.data()), "init"));
+  // Tensors up to this size take the one-shot peer-memory all-reduce (ASTRAI_PEER_ALL_REDUCE_MAX
+  // bytes; 0 turns it off): a decode step's activations. Larger ones (prefill, gradients) use NCCL.
+  int64_t peer_max = 1 << 20;
+  if (const char* e = std::getenv("ASTRAI_PEER_ALL_REDUCE_MAX")) peer_max = std::atoll(e);
+  std::shared_ptr<PeerAllReduce> peer;
+  if (peer_max > 0) peer = PeerAllReduce::create(devices, peer_max);
+
   auto group = std::make_shared<HostGroup>(n);
   std::vector<std::unique_ptr<Communicator>> out;
   for (int r = 0; r < n; ++r)
     out.push_back(std::make_unique<NcclCommunicator>(group, r, comms[size_t(r)], streams[size_t(r)],
-                                                     devices[size_t(r)]));
+                                                     devices[size_t(r)], peer));
   return out;
 }
 
