@@ -45,21 +45,22 @@ __device__ __forceinline__ uint4 load_weights(const uint4* p) {
   return v;
 }
 
-// x's 8 values of chunk c (16 bytes) as the MMA reads them. kSwiglu: x is silu(gate) * up computed
-// on the fly from a [M, 2K] gate|up row (up at up_off chunks past gate), rounded where the swiglu
-// op rounds (gpu/elementwise.cu), so the fused down projection equals swiglu then linear bit for bit.
-template <bool kSwiglu>
-__device__ __forceinline__ uint4 load_x(const uint4* xr, int64_t c, int64_t up_off) {
-  if constexpr (!kSwiglu) {
-    return __ldg(xr + c);
-  } else {
-    float g[8], u[8];
-    unpack8(__ldg(xr + c), g);
-    unpack8(__ldg(xr + up_off + c), u);
+// How the GEMV gets x: kPlain reads x; kSwiglu has the block first compute the whole [M, K] x =
+// silu(gate) * up into shared memory from a [M, 2K] gate|up row (up K past gate), rounded where the
+// swiglu op rounds (gpu/elementwise.cu), so the fused down projection equals swiglu then linear bit
+// for bit. (Computing it per lane as x is read, as an earlier version did, repeated the
+// exponentials in each of a warp's 8 lane groups at M = 1 and in every weight tile: slower than
+// the two kernels it replaced.)
+enum XMode { kPlain, kSwiglu };
+
+// silu(g) * u of one 16-byte chunk of gate and of up.
+__device__ __forceinline__ uint4 swiglu8(uint4 gate, uint4 up) {
+  float g[8], u[8];
+  unpack8(gate, g);
+  unpack8(up, u);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) g[i] = round_to<bf16>(g[i] / (1.0f + expf(-g[i]))) * u[i];
-    return pack8(g);
-  }
+  for (int i = 0; i < 8; ++i) g[i] = round_to<bf16>(g[i] / (1.0f + expf(-g[i]))) * u[i];
+  return pack8(g);
 }
 
 // Block: W warps on W / ksplit tiles of 16 weight rows; the ksplit warps of a tile take consecutive
@@ -76,11 +77,12 @@ __device__ __forceinline__ uint4 load_x(const uint4* xr, int64_t c, int64_t up_o
 // The first round of weight loads is issued before pdl_wait (device_util.cuh): under programmatic
 // dependent launch they overlap the kernel before (for llama-1b's small projections a warp's whole
 // range of K is one or two rounds), and only x waits for it.
-template <typename TO, int W, bool kSwiglu>
+template <typename TO, int W, int kX>
 __global__ void __launch_bounds__(W * 32)
     gemv_kernel(const bf16* __restrict__ x, int64_t ldx, int M, const bf16* __restrict__ w, int64_t K,
                 int64_t N, const TO* __restrict__ bias, TO* __restrict__ out, int64_t ldo, int ksplit) {
   __shared__ float partial[W][kGemvTile][kGemvMaxRows];
+  extern __shared__ uint4 x_shared[];  // kSwiglu: x as [M][K / 8] chunks
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int tiles_per_block = W / ksplit, part = warp % ksplit;
   const int64_t n0 = (int64_t(blockIdx.x) * tiles_per_block + warp / ksplit) * kGemvTile;
@@ -106,18 +108,28 @@ __global__ void __launch_bounds__(W * 32)
   if (active) load_w(begin);
   pdl_wait();
   pdl_launch_dependents();
+  if constexpr (kX == kSwiglu) {
+    const int64_t row_chunks = K / 8;
+    for (int64_t i = threadIdx.x; i < M * row_chunks; i += W * 32) {
+      const int64_t m = i / row_chunks, c = i % row_chunks;
+      const uint4* gr = reinterpret_cast<const uint4*>(x + m * ldx);
+      x_shared[i] = swiglu8(__ldg(gr + c), __ldg(gr + row_chunks + c));
+    }
+    __syncthreads();
+  }
   // One round of weights in registers at a time, as before programmatic launch: issuing round
   // i + 1's loads ahead of round i's MMAs (two rounds in registers), with the lane groups past M
   // skipping their x loads behind a branch, was 6% (llama-1b) and 14% (qwen3-8b) slower per step
   // on the H200 (docs/performance.md).
   if (active) {
-    const uint4* xr = reinterpret_cast<const uint4*>(x + min(g, M - 1) * ldx);
+    const uint4* xr = kX == kSwiglu ? x_shared + min(g, M - 1) * (K / 8)
+                                    : reinterpret_cast<const uint4*>(x + min(g, M - 1) * ldx);
     for (int64_t base = begin;;) {
       uint4 vx[kGemvUnroll];
 #pragma unroll
       for (int u = 0; u < kGemvUnroll; ++u) {
         const int64_t c = base + 4 * u + t;
-        vx[u] = load_x<kSwiglu>(xr, min(c, end - 1), K / 8);
+        vx[u] = kX == kSwiglu ? xr[min(c, end - 1)] : __ldg(xr + min(c, end - 1));
         if (c >= end) vx[u] = make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
@@ -162,7 +174,7 @@ bool pdl_enabled() {
   return on;
 }
 
-template <int W, typename TO, bool kSwiglu>
+template <int W, typename TO, int kX>
 void launch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, const Tensor& w,
                  const Tensor* bias, Tensor out, int64_t ldo, int ksplit) {
   const int64_t K = w.shape[1], N = w.shape[0];
@@ -170,13 +182,14 @@ void launch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, con
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned((tiles + tiles_per_block - 1) / tiles_per_block));
   cfg.blockDim = dim3(W * 32);
+  cfg.dynamicSmemBytes = kX == kSwiglu ? size_t(M * K * int64_t(sizeof(bf16))) : 0;
   cfg.stream = stream;
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = &attr;
   cfg.numAttrs = pdl_enabled() ? 1 : 0;
-  ASTRAI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<TO, W, kSwiglu>, x, ldx, int(M), w.ptr<bf16>(), K, N,
+  ASTRAI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<TO, W, kX>, x, ldx, int(M), w.ptr<bf16>(), K, N,
                                        bias ? bias->ptr<TO>() : static_cast<const TO*>(nullptr),
                                        out.ptr<TO>(), ldo, ksplit));
 }
@@ -188,24 +201,29 @@ void launch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, con
 // llama-1b's o and down projections 5.7 -> 5.4 and 13.9 -> 12.5 us with 16 ways; the gate_up
 // projections 21.7 -> 20.2 (llama-1b, 4 ways) and 52.6 -> 51.3 us (qwen3-8b, 2 ways); qwen3-8b's
 // LM head (19 waves at 8 ways, so the last one's share is small) 301 us unsplit, 287 us 8 ways.
-template <bool kSwiglu>
+// Whether an N-row weight takes 16-warp blocks (below): few tiles.
+bool wide_gemv_blocks(int64_t N) {
+  return (N + kGemvTile - 1) / kGemvTile * 8 <= 1024;
+}
+
+template <int kX>
 void dispatch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, const Tensor& w,
                    const Tensor* bias, Tensor out, int64_t ldo) {
   const int64_t tiles = (w.shape[0] + kGemvTile - 1) / kGemvTile;
   int ksplit = 8;
   if (tiles * ksplit > kGemvSplitWarps && tiles * ksplit < 8 * kGemvSplitWarps)
     while (ksplit > 1 && tiles * ksplit > kGemvSplitWarps) ksplit /= 2;
-  const bool wide_blocks = tiles * 8 <= 1024;
+  const bool wide_blocks = wide_gemv_blocks(w.shape[0]);
   if (out.dtype == DType::bf16) {
     if (wide_blocks)
-      launch_gemv<16, bf16, kSwiglu>(stream, x, ldx, M, w, bias, out, ldo, 16);
+      launch_gemv<16, bf16, kX>(stream, x, ldx, M, w, bias, out, ldo, 16);
     else
-      launch_gemv<8, bf16, kSwiglu>(stream, x, ldx, M, w, bias, out, ldo, ksplit);
+      launch_gemv<8, bf16, kX>(stream, x, ldx, M, w, bias, out, ldo, ksplit);
   } else {
     if (wide_blocks)
-      launch_gemv<16, float, kSwiglu>(stream, x, ldx, M, w, bias, out, ldo, 16);
+      launch_gemv<16, float, kX>(stream, x, ldx, M, w, bias, out, ldo, 16);
     else
-      launch_gemv<8, float, kSwiglu>(stream, x, ldx, M, w, bias, out, ldo, ksplit);
+      launch_gemv<8, float, kX>(stream, x, ldx, M, w, bias, out, ldo, ksplit);
   }
 }
 
@@ -244,7 +262,7 @@ bool linear_gemv(cudaStream_t stream, const Tensor& x, const Tensor& w, const Te
   if (x.dtype != DType::bf16 || M < 1 || M > kGemvMaxRows || K % 8 != 0 || ldx % 8 != 0 ||
       !aligned16(x.data) || !aligned16(w.data))
     return false;
-  dispatch_gemv<false>(stream, x.ptr<bf16>(), ldx, M, w, bias, out, ldo);
+  dispatch_gemv<kPlain>(stream, x.ptr<bf16>(), ldx, M, w, bias, out, ldo);
   return true;
 }
 
@@ -259,7 +277,17 @@ bool swiglu_linear_gemv(cudaStream_t stream, const Tensor& gate, const Tensor& u
           static_cast<const char*>(gate.data) + K * int64_t(sizeof(uint16_t)) ||
       (M > 1 && up.stride[0] != gate.stride[0]))
     return false;
-  dispatch_gemv<true>(stream, gate.ptr<bf16>(), ldx, M, w, nullptr, out, ldo);
+  // Fused only while each thread of the block computes at most two 16-byte chunks of x before the
+  // GEMV can start: measured on the H200 (docs/performance.md), llama-1b's down projection at M = 1
+  // (K 8,192, 512 threads) gained 4% per decode step over swiglu + GEMV, qwen3-8b's (K 12,288, 256
+  // threads) lost 2%, and every M = 8 case lost. ASTRAI_SWIGLU=unfused: never (to measure).
+  static const bool never = [] {
+    const char* e = std::getenv("ASTRAI_SWIGLU");
+    return e && std::string(e) == "unfused";
+  }();
+  const int64_t threads = wide_gemv_blocks(w.shape[0]) ? 512 : 256;
+  if (never || M * K > 16 * threads) return false;
+  dispatch_gemv<kSwiglu>(stream, gate.ptr<bf16>(), ldx, M, w, nullptr, out, ldo);
   return true;
 }
 

@@ -159,6 +159,10 @@ void swiglu_linear_matches_swiglu_then_linear(Backend& be) {
   check_swiglu_linear(be, 3, 8 * rng.randint(1, 64), rng.randint(1, 100), 8 * rng.randint(1, 4), rng);
   check_swiglu_linear(be, rng.randint(9, 40), 8 * rng.randint(1, 64), rng.randint(1, 200), 0, rng);
   check_swiglu_linear(be, rng.randint(1, 8), rng.randint(1, 100) | 1, rng.randint(1, 50), 0, rng);  // odd F
+  // The CUDA backend fuses while M x F <= 16 x its GEMV block's threads (8,192 for these small N),
+  // else runs swiglu then the GEMV: one row at about that bound, and 8 rows past it.
+  check_swiglu_linear(be, 1, 8 * rng.randint(960, 1088), rng.randint(1, 64), 0, rng);
+  check_swiglu_linear(be, 8, 8 * rng.randint(330, 400), rng.randint(1, 64), 0, rng);
 }
 
 }  // namespace
