@@ -143,6 +143,12 @@ class CudaBackend final : public Backend {
     const Scope scope = enter("swiglu_linear");
     linear_->run_swiglu(stream_, gate, up, w, act, out);
   }
+  void add_rms_norm_linear(const Tensor& residual, const Tensor& x, const Tensor& norm_w, float eps,
+                           Tensor residual_out, Tensor h, const Tensor& w, const Tensor* bias,
+                           Tensor out) override {
+    const Scope scope = enter("add_rms_norm_linear");
+    linear_->run_add_norm(stream_, residual, x, norm_w, eps, residual_out, h, w, bias, out);
+  }
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) override {
     const Scope scope = enter("gather_rows");
     gpu::gather_rows(stream_, x, rows, out);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 
 #include "gpu/check.h"
@@ -240,6 +241,25 @@ void Linear::run_swiglu(cudaStream_t stream, const Tensor& gate, const Tensor& u
   if (swiglu_linear_gemv(stream, gate, up, w, out)) return;
   swiglu(stream, gate, up, act);
   run(stream, act, w, nullptr, out);
+}
+
+void Linear::run_add_norm(cudaStream_t stream, const Tensor& residual, const Tensor& x, const Tensor& norm_w,
+                          float eps, Tensor residual_out, Tensor h, const Tensor& w, const Tensor* bias,
+                          Tensor out) {
+  check_tensor(residual, "add_rms_norm_linear", "residual", DType::bf16, DType::f32);
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&x, &norm_w, &residual_out, &h, &w, &out})
+    check_tensor(*t, "add_rms_norm_linear", "operand", residual.dtype);
+  ASTRAI_GPU_CHECK(residual.ndim == 2 && x.shape == residual.shape && residual_out.shape == residual.shape &&
+                       h.shape == residual.shape && w.ndim == 2 && w.shape[1] == residual.shape[1] &&
+                       out.ndim == 2 && out.shape[0] == residual.shape[0] && out.shape[1] == w.shape[0] &&
+                       norm_w.numel() == residual.shape[1],
+                   "add_rms_norm_linear: shapes residual " + residual.shape_str() + " x " + x.shape_str() +
+                       " w " + w.shape_str() + " out " + out.shape_str());
+  if (residual.shape[0] == 0) return;
+  if (add_rms_norm_linear_gemv(stream, residual, x, norm_w, eps, residual_out, w, bias, out)) return;
+  add(stream, residual, x, residual_out);
+  rms_norm(stream, residual_out, norm_w, eps, h);
+  run(stream, h, w, bias, out);
 }
 
 }  // namespace astrai::gpu

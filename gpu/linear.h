@@ -31,6 +31,11 @@ class Linear {
   // inside the GEMV; otherwise swiglu into act, then run.
   void run_swiglu(cudaStream_t stream, const Tensor& gate, const Tensor& up, const Tensor& w, Tensor act,
                   Tensor out);
+  // Backend::add_rms_norm_linear: decode-sized M computes residual + x and its norm inside the GEMV
+  // (each block for itself; block 0 writes residual_out); otherwise add, rms_norm into h, then run.
+  void run_add_norm(cudaStream_t stream, const Tensor& residual, const Tensor& x, const Tensor& norm_w,
+                    float eps, Tensor residual_out, Tensor h, const Tensor& w, const Tensor* bias,
+                    Tensor out);
 
  private:
   // M, N, K, ldx, ldo, in dtype, out dtype, bias, alignments of x, w, out, bias.

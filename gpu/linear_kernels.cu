@@ -6,6 +6,7 @@
 // - naive: a plain GEMM for the shapes cuBLASLt has no algorithm for (rows that start on 2-byte
 //   boundaries, e.g. column slices at odd offsets): one thread per output, f32 accumulation.
 //   Correct, not fast; the model's shapes never take it.
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -51,7 +52,20 @@ __device__ __forceinline__ uint4 load_weights(const uint4* p) {
 // for bit. (Computing it per lane as x is read, as an earlier version did, repeated the
 // exponentials in each of a warp's 8 lane groups at M = 1 and in every weight tile: slower than
 // the two kernels it replaced.)
-enum XMode { kPlain, kSwiglu };
+// kAddNorm has it compute x = rms_norm(residual + y) the same way (residual + y rounded as the add
+// rounds it, then the norm as gpu/norm.cu writes it, its sum of squares in another order), block 0
+// also writing residual + y to its own buffer: the norm kernel before the GEMV is gone.
+enum XMode { kPlain, kSwiglu, kAddNorm };
+
+// What kAddNorm needs beyond x (the residual).
+struct AddNorm {
+  const bf16* y = nullptr;  // [M, K], row stride ldy
+  int64_t ldy = 0;
+  const bf16* w = nullptr;  // the norm's weight [K]
+  float eps = 0.0f;
+  bf16* residual_out = nullptr;  // [M, K], row stride ld_out; written by block 0
+  int64_t ld_out = 0;
+};
 
 // silu(g) * u of one 16-byte chunk of gate and of up.
 __device__ __forceinline__ uint4 swiglu8(uint4 gate, uint4 up) {
@@ -80,9 +94,10 @@ __device__ __forceinline__ uint4 swiglu8(uint4 gate, uint4 up) {
 template <typename TO, int W, int kX>
 __global__ void __launch_bounds__(W * 32)
     gemv_kernel(const bf16* __restrict__ x, int64_t ldx, int M, const bf16* __restrict__ w, int64_t K,
-                int64_t N, const TO* __restrict__ bias, TO* __restrict__ out, int64_t ldo, int ksplit) {
+                int64_t N, const TO* __restrict__ bias, TO* __restrict__ out, int64_t ldo, int ksplit,
+                AddNorm an) {
   __shared__ float partial[W][kGemvTile][kGemvMaxRows];
-  extern __shared__ uint4 x_shared[];  // kSwiglu: x as [M][K / 8] chunks
+  extern __shared__ uint4 x_shared[];  // kSwiglu, kAddNorm: x as [M][K / 8] chunks
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int tiles_per_block = W / ksplit, part = warp % ksplit;
   const int64_t n0 = (int64_t(blockIdx.x) * tiles_per_block + warp / ksplit) * kGemvTile;
@@ -116,20 +131,51 @@ __global__ void __launch_bounds__(W * 32)
       x_shared[i] = swiglu8(__ldg(gr + c), __ldg(gr + row_chunks + c));
     }
     __syncthreads();
+  } else if constexpr (kX == kAddNorm) {
+    __shared__ float red[32];
+    const int64_t row_chunks = K / 8;
+    for (int m = 0; m < M; ++m) {
+      const uint4* rr = reinterpret_cast<const uint4*>(x + m * ldx);
+      const uint4* yr = reinterpret_cast<const uint4*>(an.y + m * an.ldy);
+      float ss = 0.0f;
+      for (int64_t c = threadIdx.x; c < row_chunks; c += W * 32) {
+        float a[8], b[8];
+        unpack8(__ldg(rr + c), a);
+        unpack8(__ldg(yr + c), b);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          a[i] = round_to<bf16>(a[i] + b[i]);
+          ss += a[i] * a[i];
+        }
+        const uint4 v = pack8(a);
+        x_shared[m * row_chunks + c] = v;
+        if (blockIdx.x == 0) reinterpret_cast<uint4*>(an.residual_out + m * an.ld_out)[c] = v;
+      }
+      const float inv = rsqrtf(block_sum(ss, red) / float(K) + an.eps);
+      for (int64_t c = threadIdx.x; c < row_chunks; c += W * 32) {
+        float a[8], g[8];
+        unpack8(x_shared[m * row_chunks + c], a);
+        unpack8(__ldg(reinterpret_cast<const uint4*>(an.w) + c), g);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) a[i] = round_to<bf16>(a[i] * inv) * g[i];
+        x_shared[m * row_chunks + c] = pack8(a);
+      }
+    }
+    __syncthreads();
   }
   // One round of weights in registers at a time, as before programmatic launch: issuing round
   // i + 1's loads ahead of round i's MMAs (two rounds in registers), with the lane groups past M
   // skipping their x loads behind a branch, was 6% (llama-1b) and 14% (qwen3-8b) slower per step
   // on the H200 (docs/performance.md).
   if (active) {
-    const uint4* xr = kX == kSwiglu ? x_shared + min(g, M - 1) * (K / 8)
-                                    : reinterpret_cast<const uint4*>(x + min(g, M - 1) * ldx);
+    const uint4* xr = kX != kPlain ? x_shared + min(g, M - 1) * (K / 8)
+                                   : reinterpret_cast<const uint4*>(x + min(g, M - 1) * ldx);
     for (int64_t base = begin;;) {
       uint4 vx[kGemvUnroll];
 #pragma unroll
       for (int u = 0; u < kGemvUnroll; ++u) {
         const int64_t c = base + 4 * u + t;
-        vx[u] = kX == kSwiglu ? xr[min(c, end - 1)] : __ldg(xr + min(c, end - 1));
+        vx[u] = kX != kPlain ? xr[min(c, end - 1)] : __ldg(xr + min(c, end - 1));
         if (c >= end) vx[u] = make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
@@ -176,13 +222,13 @@ bool pdl_enabled() {
 
 template <int W, typename TO, int kX>
 void launch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, const Tensor& w,
-                 const Tensor* bias, Tensor out, int64_t ldo, int ksplit) {
+                 const Tensor* bias, Tensor out, int64_t ldo, int ksplit, const AddNorm& an) {
   const int64_t K = w.shape[1], N = w.shape[0];
   const int64_t tiles = (N + kGemvTile - 1) / kGemvTile, tiles_per_block = W / ksplit;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned((tiles + tiles_per_block - 1) / tiles_per_block));
   cfg.blockDim = dim3(W * 32);
-  cfg.dynamicSmemBytes = kX == kSwiglu ? size_t(M * K * int64_t(sizeof(bf16))) : 0;
+  cfg.dynamicSmemBytes = kX != kPlain ? size_t(M * K * int64_t(sizeof(bf16))) : 0;
   cfg.stream = stream;
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -191,7 +237,7 @@ void launch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, con
   cfg.numAttrs = pdl_enabled() ? 1 : 0;
   ASTRAI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<TO, W, kX>, x, ldx, int(M), w.ptr<bf16>(), K, N,
                                        bias ? bias->ptr<TO>() : static_cast<const TO*>(nullptr),
-                                       out.ptr<TO>(), ldo, ksplit));
+                                       out.ptr<TO>(), ldo, ksplit, an));
 }
 
 // Split K 8 ways: shorter ranges of K put more warps, and more loads, in flight. Where 8 ways leave
@@ -208,7 +254,7 @@ bool wide_gemv_blocks(int64_t N) {
 
 template <int kX>
 void dispatch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, const Tensor& w,
-                   const Tensor* bias, Tensor out, int64_t ldo) {
+                   const Tensor* bias, Tensor out, int64_t ldo, const AddNorm& an = {}) {
   const int64_t tiles = (w.shape[0] + kGemvTile - 1) / kGemvTile;
   int ksplit = 8;
   if (tiles * ksplit > kGemvSplitWarps && tiles * ksplit < 8 * kGemvSplitWarps)
@@ -216,14 +262,14 @@ void dispatch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, c
   const bool wide_blocks = wide_gemv_blocks(w.shape[0]);
   if (out.dtype == DType::bf16) {
     if (wide_blocks)
-      launch_gemv<16, bf16, kX>(stream, x, ldx, M, w, bias, out, ldo, 16);
+      launch_gemv<16, bf16, kX>(stream, x, ldx, M, w, bias, out, ldo, 16, an);
     else
-      launch_gemv<8, bf16, kX>(stream, x, ldx, M, w, bias, out, ldo, ksplit);
+      launch_gemv<8, bf16, kX>(stream, x, ldx, M, w, bias, out, ldo, ksplit, an);
   } else {
     if (wide_blocks)
-      launch_gemv<16, float, kX>(stream, x, ldx, M, w, bias, out, ldo, 16);
+      launch_gemv<16, float, kX>(stream, x, ldx, M, w, bias, out, ldo, 16, an);
     else
-      launch_gemv<8, float, kX>(stream, x, ldx, M, w, bias, out, ldo, ksplit);
+      launch_gemv<8, float, kX>(stream, x, ldx, M, w, bias, out, ldo, ksplit, an);
   }
 }
 
@@ -288,6 +334,42 @@ bool swiglu_linear_gemv(cudaStream_t stream, const Tensor& gate, const Tensor& u
   const int64_t threads = wide_gemv_blocks(w.shape[0]) ? 512 : 256;
   if (never || M * K > 16 * threads) return false;
   dispatch_gemv<kSwiglu>(stream, gate.ptr<bf16>(), ldx, M, w, nullptr, out, ldo);
+  return true;
+}
+
+bool add_rms_norm_linear_gemv(cudaStream_t stream, const Tensor& residual, const Tensor& x,
+                              const Tensor& norm_w, float eps, Tensor residual_out, const Tensor& w,
+                              const Tensor* bias, Tensor out) {
+  const int64_t M = residual.shape[0], K = residual.shape[1];
+  auto ld = [&](const Tensor& t) { return M > 1 ? t.stride[0] : K; };
+  const int64_t ldr = ld(residual), ldy = ld(x), ld_out = ld(residual_out),
+                ldo = M > 1 ? out.stride[0] : w.shape[0];
+  // The blocks all read residual while block 0 writes residual_out: they must be different buffers.
+  const char* r0 = static_cast<const char*>(residual.data);
+  const char* o0 = static_cast<const char*>(residual_out.data);
+  const int64_t span = ((M - 1) * std::max(ldr, ld_out) + K) * int64_t(sizeof(bf16));
+  if (residual.dtype != DType::bf16 || M < 1 || M > kGemvMaxRows || K % 8 != 0 || ldr % 8 != 0 ||
+      ldy % 8 != 0 || ld_out % 8 != 0 || !aligned16(residual.data) || !aligned16(x.data) ||
+      !aligned16(residual_out.data) || !aligned16(norm_w.data) || !aligned16(w.data) ||
+      residual.stride[1] != 1 || x.stride[1] != 1 || residual_out.stride[1] != 1 ||
+      (o0 < r0 + span && r0 < o0 + span))
+    return false;
+  // As for swiglu_linear_gemv: fused while each thread's prologue is at most two 16-byte chunks per
+  // row of x. ASTRAI_ADD_NORM=unfused: never (to measure).
+  static const bool never = [] {
+    const char* e = std::getenv("ASTRAI_ADD_NORM");
+    return e && std::string(e) == "unfused";
+  }();
+  const int64_t threads = wide_gemv_blocks(w.shape[0]) ? 512 : 256;
+  if (never || M * K > 16 * threads) return false;
+  AddNorm an;
+  an.y = x.ptr<bf16>();
+  an.ldy = ldy;
+  an.w = norm_w.ptr<bf16>();
+  an.eps = eps;
+  an.residual_out = residual_out.ptr<bf16>();
+  an.ld_out = ld_out;
+  dispatch_gemv<kAddNorm>(stream, residual.ptr<bf16>(), ldr, M, w, bias, out, ldo, an);
   return true;
 }
 

@@ -57,6 +57,11 @@ bool linear_gemv(cudaStream_t stream, const Tensor& x, const Tensor& w, const Te
 // swiglu kernel); false unless gate and up are the two halves of one bf16 [M, 2K] buffer.
 bool swiglu_linear_gemv(cudaStream_t stream, const Tensor& gate, const Tensor& up, const Tensor& w,
                         Tensor out);
+// add_rms_norm_linear's decode GEMV (Linear::run_add_norm); false (nothing launched) when the shapes
+// do not take it.
+bool add_rms_norm_linear_gemv(cudaStream_t stream, const Tensor& residual, const Tensor& x,
+                              const Tensor& norm_w, float eps, Tensor residual_out, const Tensor& w,
+                              const Tensor* bias, Tensor out);
 void linear_fallback(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out);
 
 }  // namespace astrai::gpu

@@ -57,6 +57,14 @@ void Backend::swiglu_linear(const Tensor& gate, const Tensor& up, const Tensor& 
   linear(act, w, nullptr, out);
 }
 
+void Backend::add_rms_norm_linear(const Tensor& residual, const Tensor& x, const Tensor& norm_w, float eps,
+                                  Tensor residual_out, Tensor h, const Tensor& w, const Tensor* bias,
+                                  Tensor out) {
+  add(residual, x, residual_out);
+  rms_norm(residual_out, norm_w, eps, h);
+  linear(h, w, bias, out);
+}
+
 // The training ops' defaults: a backend that has not implemented them says so by name (and
 // supports_training() lets callers such as TrainModel::create refuse before the first op).
 bool Backend::supports_training() const {

@@ -151,6 +151,16 @@ class Backend {
   //   where the activation goes when the backend does not fuse it (its contents are unspecified after).
   virtual void swiglu_linear(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor act, Tensor out);
 
+  // A sub-layer's pre-norm and its first projection, the residual written to a second buffer:
+  //   add(residual, x, residual_out); rms_norm(residual_out, norm_w, eps, h); linear(h, w, bias, out)
+  //   residual, x, residual_out, h [T, hidden]; w [N, hidden]; out [T, N]. residual_out must not
+  //   overlap x; it may be residual itself. h is where the normed rows go when the backend does not
+  //   fuse (its contents are unspecified after). A decode step's GEMV on the GPU computes the norm in
+  //   each block instead, which is why the residual is not updated in place: its blocks all read it.
+  virtual void add_rms_norm_linear(const Tensor& residual, const Tensor& x, const Tensor& norm_w, float eps,
+                                   Tensor residual_out, Tensor h, const Tensor& w, const Tensor* bias,
+                                   Tensor out);
+
   // Copies rows: out[i, :] = x[rows[i], :]     x [T, H], rows [R] i32, out [R, H]
   virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) = 0;
 

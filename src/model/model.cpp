@@ -20,6 +20,7 @@
 #include <map>
 #include <new>
 #include <string>
+#include <utility>
 
 #include "src/dist/communicator.h"
 #include "src/model/rope.h"
@@ -390,32 +391,43 @@ class DecoderModel final : public Model {
     const int64_t nh = cfg_.num_heads, nkv = cfg_.num_kv_heads, hd = cfg_.head_dim;
     const float eps = float(cfg_.rms_norm_eps);
     const float scale = float(1.0 / std::sqrt(double(hd)));
-    const Tensor x = ws_.x(T), h = ws_.h(T), y = ws_.y(T), qkv = ws_.qkv(T), gu = ws_.gate_up(T),
-                 act = ws_.act(T);
+    const Tensor h = ws_.h(T), y = ws_.y(T), qkv = ws_.qkv(T), gu = ws_.gate_up(T), act = ws_.act(T);
     const Tensor attn = ws_.attn(T);
     const Tensor attn2(attn.data, attn.dtype, {T, qd}, attn.device);
     const Tensor q = head_view(qkv, 0, nh, hd), k = head_view(qkv, qd, nkv, hd),
                  v = head_view(qkv, qd + kvd, nkv, hd);
     const Tensor gate = col_view(gu, 0, F), up = col_view(gu, F, F);
+    // The residual stream alternates between two buffers: each add_rms_norm_linear reads one and
+    // writes the sum to the other (backend.h says why).
+    Tensor x = ws_.x(T), x_next = ws_.x2(T);
+    auto add_norm_linear = [&](const Tensor& norm, const Tensor& w, const Tensor* bias, const Tensor& out) {
+      be_.add_rms_norm_linear(x, y, norm, eps, x_next, h, w, bias, out);
+      std::swap(x, x_next);
+    };
 
     be_.embedding(embed_, ids, x);
-    if (!layers_.empty()) be_.rms_norm(x, layers_[0].input_norm, eps, h);
     for (size_t l = 0; l < layers_.size(); ++l) {
       const LayerWeights& w = layers_[l];
-      be_.linear(h, w.qkv, w.has_qkv_bias ? &w.qkv_bias : nullptr, qkv);
+      const Tensor* qkv_bias = w.has_qkv_bias ? &w.qkv_bias : nullptr;
+      if (l == 0) {
+        be_.rms_norm(x, w.input_norm, eps, h);
+        be_.linear(h, w.qkv, qkv_bias, qkv);
+      } else {
+        add_norm_linear(w.input_norm, w.qkv, qkv_bias, qkv);  // + the previous layer's MLP output
+      }
       be_.rope_kv_store(q, k, v, cfg_.qk_norm ? &w.q_norm : nullptr, cfg_.qk_norm ? &w.k_norm : nullptr, eps,
                         pos, cos_sin_, slots, kv.k_layer(int(l)), kv.v_layer(int(l)));
       be_.paged_attention(q, kv.k_layer(int(l)), kv.v_layer(int(l)), ab, scale, attn);
       be_.linear(attn2, w.o, w.has_o_bias ? &w.o_bias : nullptr, y);
       if (shard_.comm) shard_.comm->all_reduce_sum(y);  // row-parallel o: sum over the ranks' heads
-      be_.add_rms_norm(x, y, w.post_norm, eps, h);
-      be_.linear(h, w.gate_up, nullptr, gu);
+      add_norm_linear(w.post_norm, w.gate_up, nullptr, gu);
       be_.swiglu_linear(gate, up, w.down, act, y);
       if (shard_.comm) shard_.comm->all_reduce_sum(y);  // row-parallel down: sum over the MLP slices
-      const Tensor& next_norm = l + 1 < layers_.size() ? layers_[l + 1].input_norm : final_norm_;
-      be_.add_rms_norm(x, y, next_norm, eps, h);
     }
-    if (layers_.empty()) be_.rms_norm(x, final_norm_, eps, h);
+    if (layers_.empty())
+      be_.rms_norm(x, final_norm_, eps, h);
+    else
+      be_.add_rms_norm(x, y, final_norm_, eps, h);
     if (R > 0 && lm_head_.data) {
       const Tensor g = ws_.gathered(R), logits = ws_.logits(R);
       be_.gather_rows(h, rows, g);

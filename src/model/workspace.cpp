@@ -33,6 +33,7 @@ void Workspace::reserve(Backend& be, const ModelConfig& c, const WorkspaceShape&
   if (need.tokens > cap_.tokens) {
     const int64_t T = grow(cap_.tokens, need.tokens);
     x_ = be.alloc(size_t(T * hidden_) * es);
+    x2_ = be.alloc(size_t(T * hidden_) * es);
     h_ = be.alloc(size_t(T * hidden_) * es);
     y_ = be.alloc(size_t(T * hidden_) * es);
     qkv_ = be.alloc(size_t(T * qkv_width_) * es);
@@ -81,6 +82,9 @@ Tensor Workspace::input(int64_t offset, int64_t n) const {
 
 Tensor Workspace::x(int64_t T) const {
   return view2(x_, dt_, T, hidden_, dev_);
+}
+Tensor Workspace::x2(int64_t T) const {
+  return view2(x2_, dt_, T, hidden_, dev_);
 }
 Tensor Workspace::h(int64_t T) const {
   return view2(h_, dt_, T, hidden_, dev_);

@@ -46,6 +46,7 @@ class Workspace {
 
   // Activations (compute dtype), [T, width] views of the current step.
   Tensor x(int64_t T) const;         // residual stream [T, hidden]
+  Tensor x2(int64_t T) const;        // its second buffer (add_rms_norm_linear writes to the other)
   Tensor h(int64_t T) const;         // normed input of a sub-layer [T, hidden]
   Tensor y(int64_t T) const;         // output of a sub-layer (o_proj, down) [T, hidden]
   Tensor qkv(int64_t T) const;       // fused q|k|v projections [T, q_dim + 2 kv_dim]
@@ -78,7 +79,7 @@ class Workspace {
   DType dt_ = DType::f32;
   Device dev_ = Device::cpu;
   int64_t hidden_ = 0, qkv_width_ = 0, q_dim_ = 0, heads_ = 0, head_dim_ = 0, ffn_ = 0, vocab_ = 0;
-  Buffer x_, h_, y_, qkv_, attn_, gate_up_, act_, gathered_, logits_;
+  Buffer x_, x2_, h_, y_, qkv_, attn_, gate_up_, act_, gathered_, logits_;
   Buffer inputs_, staging_;  // device inputs and their host mirror, same layout
 };
 

@@ -165,8 +165,72 @@ void swiglu_linear_matches_swiglu_then_linear(Backend& be) {
   check_swiglu_linear(be, 8, 8 * rng.randint(330, 400), rng.randint(1, 64), 0, rng);
 }
 
+// add_rms_norm_linear against float64: residual + x, its RMSNorm (rounded as the backend's
+// add_rms_norm rounds), then the projection; residual_out holds the sum, residual is unchanged.
+void check_add_rms_norm_linear(Backend& be, int64_t M, int64_t K, int64_t N, bool bias, Rng& rng) {
+  INFO("M " << M << " K " << K << " N " << N << " bias " << bias);
+  const float eps = 1e-5f;
+  auto r_h = rng.vec(size_t(M * K), 2.0f), x_h = rng.vec(size_t(M * K), 2.0f), g_h = rng.vec(size_t(K), 1.5f),
+       w_h = rng.vec(size_t(N * K)), b_h = rng.vec(size_t(N));
+  // Inputs as the backend stores them, so the reference starts from the same values.
+  auto res = to_device(be, r_h, {M, K}), x = to_device(be, x_h, {M, K}), g = to_device(be, g_h, {K}),
+       w = to_device(be, w_h, {N, K}), b = to_device(be, b_h, {N});
+  r_h = to_host(be, res.t);
+  x_h = to_host(be, x.t);
+  g_h = to_host(be, g.t);
+  w_h = to_host(be, w.t);
+  b_h = to_host(be, b.t);
+  auto res_out = poisoned(be, {M, K}), h = zeros(be, {M, K}), out = poisoned(be, {M, N});
+  be.add_rms_norm_linear(res.t, x.t, g.t, eps, res_out.t, h.t, w.t, bias ? &b.t : nullptr, out.t);
+  const auto got_out = to_host(be, out.t), got_res = to_host(be, res_out.t), res_after = to_host(be, res.t);
+  CHECK(res_after == r_h);  // the input residual is left as it was
+  const bool bf16 = be.compute_dtype() == DType::bf16;
+  std::vector<double> want_res(size_t(M * K)), want(size_t(M * N)), mag(size_t(M * N));
+  for (int64_t m = 0; m < M; ++m) {
+    double ss = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      const double v = double(r_h[size_t(m * K + k)]) + double(x_h[size_t(m * K + k)]);
+      want_res[size_t(m * K + k)] = v;
+      ss += v * v;
+    }
+    const double inv = 1.0 / std::sqrt(ss / double(K) + eps);
+    for (int64_t n = 0; n < N; ++n) {
+      double acc = bias ? double(b_h[size_t(n)]) : 0.0, mg = std::abs(acc);
+      for (int64_t k = 0; k < K; ++k) {
+        const double hk = want_res[size_t(m * K + k)] * inv * double(g_h[size_t(k)]);
+        acc += hk * double(w_h[size_t(n * K + k)]);
+        mg += std::abs(hk * double(w_h[size_t(n * K + k)]));
+      }
+      want[size_t(m * N + n)] = acc;
+      mag[size_t(m * N + n)] = mg;
+    }
+  }
+  require_close(
+      be, got_res, want_res, [&](size_t i) { return std::abs(want_res[i]); }, Tol{1e-6, 1e-6});
+  // bf16: the sum, the normed row and the output are each rounded once more than the reference.
+  const double out_rounding = bf16 ? 3 * std::ldexp(1.0, -8) / kBf16Tol.rtol : 0.0;
+  require_close(
+      be, got_out, want, [&](size_t i) { return mag[i] + out_rounding * std::abs(want[i]); },
+      Tol{1e-5, 1e-6});
+}
+
+void add_rms_norm_linear_matches_the_unfused_ops(Backend& be) {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Rng rng(seed);
+  // Decode-sized M (the CUDA backend's fused GEMV where M x K <= 16 x its block's threads) and past it.
+  for (int64_t M : {1, 2, 4, 8})
+    check_add_rms_norm_linear(be, M, 8 * rng.randint(1, 256), rng.randint(1, 300), M % 2 == 0, rng);
+  check_add_rms_norm_linear(be, 1, 8 * rng.randint(900, 1024), rng.randint(1, 40), true, rng);
+  check_add_rms_norm_linear(be, rng.randint(9, 24), 8 * rng.randint(1, 64), rng.randint(1, 100), false, rng);
+  check_add_rms_norm_linear(be, rng.randint(1, 8), rng.randint(1, 100) | 1, rng.randint(1, 50), true,
+                            rng);  // odd K
+}
+
 }  // namespace
 
+ASTRAI_BACKEND_TEST("add_rms_norm_linear equals residual + x, RMSNorm and the projection in float64",
+                    add_rms_norm_linear_matches_the_unfused_ops)
 ASTRAI_BACKEND_TEST("rope_kv_store equals q/k norm, RoPE and kv_store in float64, with and without the norms",
                     rope_kv_store_matches_the_unfused_ops)
 ASTRAI_BACKEND_TEST("swiglu_linear equals silu(gate) * up then the down projection in float64",
