@@ -46,11 +46,12 @@ class Communicator {
   virtual void reduce_sum(Tensor t, int root) = 0;
 
   // Overlapping collectives with the backend's work (the gradient buckets of data parallelism):
-  // after fork_side(), collectives run on a side stream that first waits for the work queued so far
-  // on the backend's stream, so the backend goes on computing while they run; join_side() makes the
-  // backend's stream wait for every side collective and sends later collectives to the backend's
-  // stream again. Every rank forks and joins at the same points of its sequence of collectives. No-ops
-  // where collectives run synchronously on the calling thread (the CPU group).
+  // after fork_side(), collectives run on a side stream, after the work queued on the backend's
+  // stream before that fork_side() (call it again before collectives that need later work), so the
+  // backend goes on computing while they run; join_side() makes the backend's stream wait for every
+  // side collective and sends later collectives to the backend's stream again. Every rank forks and joins at
+  // the same points of its sequence of collectives. No-ops where collectives run synchronously on the calling
+  // thread (the CPU group).
   virtual void fork_side() {}
   virtual void join_side() {}
 

@@ -40,13 +40,16 @@ TrainBatch random_batch(std::mt19937_64& rng, int B, int T, int64_t vocab) {
   return b;
 }
 
-std::unique_ptr<DataParallelGroup> make_group(const std::filesystem::path& dir, int dp) {
+std::unique_ptr<DataParallelGroup> make_group(const std::filesystem::path& dir, int dp, bool zero = true,
+                                              int64_t bucket_bytes = 0) {
   const ModelConfig config = ModelConfig::load(dir).value();
   const WeightStore store = WeightStore::open(dir).value();
   train::DataParallelOptions o;
   o.dp = dp;
   o.device = "cpu";
   o.cpu_threads = dp;  // one thread per rank
+  o.zero = zero;
+  o.bucket_bytes = bucket_bytes;
   return DataParallelGroup::create(config, store, o).value();
 }
 
@@ -56,15 +59,12 @@ std::vector<float> download(Backend& be, const Tensor& t) {
   return out;
 }
 
-// Every parameter and both moments of rank r, concatenated.
+// Rank r's weights, then the group's moments (gathered from the ranks' shards with zero).
 std::vector<float> state_of(DataParallelGroup& g, int r) {
-  std::vector<float> out;
-  const auto& params = g.model(r).params();
-  for (size_t i = 0; i < params.size(); ++i)
-    for (const Tensor* t : {&params[i].value, &g.optimizer(r).exp_avg(i), &g.optimizer(r).exp_avg_sq(i)}) {
-      const auto v = download(g.backend(r), *t);
-      out.insert(out.end(), v.begin(), v.end());
-    }
+  std::vector<float> out = download(g.backend(r), g.model(r).flat_values()), m, v;
+  REQUIRE(g.read_moments(m, v).ok());
+  out.insert(out.end(), m.begin(), m.end());
+  out.insert(out.end(), v.begin(), v.end());
   return out;
 }
 
