@@ -8,8 +8,9 @@
 //
 // --dp N (N > 1): the same steps (the same global batch of B sequences, the same batches in the same
 // order) first at dp 1 on GPU 0, then at dp N on GPUs 0..N-1 (train/data_parallel.h: B / N
-// sequences per rank, one gradient all-reduce per step); prints both tokens/s, their ratio (the
-// scaling) and the loss of every step of both runs (equal within bf16 noise: the same data).
+// sequences per rank; --zero and --bucket-mb as train.yaml's zero and bucket_mb); prints both
+// tokens/s, their ratio (the scaling) and the loss of every step of both runs (equal within bf16
+// noise: the same data).
 //
 // MFU = model FLOPs per second (train/flops.h: 6 N per token for the matmul weights plus causal
 // attention) / the bf16 GEMM peak measured in the same run (an 8192^3 GEMM through the backend's
@@ -50,6 +51,8 @@ struct TrainBenchOptions {
   int steps = 10;
   int warmup = 2;
   int dp = 1;
+  int zero = 1;        // dp > 1: ZeRO-1 sharded moments (train/data_parallel.h)
+  int bucket_mb = 32;  // dp > 1: gradient buckets reduced during the backward; 0: after it
   uint64_t seed = 0;
   bool no_peak = false;
 };
@@ -95,6 +98,8 @@ RunResult run_group(const TrainBenchOptions& o, int dp, const ModelConfig& cfg, 
   dpo.device = o.common.device;
   dpo.cpu_threads = o.common.threads;
   dpo.adamw = train::AdamWOptions{0.9, 0.95, 1e-8, 0.1};
+  dpo.zero = o.zero != 0;
+  dpo.bucket_bytes = int64_t(o.bucket_mb) << 20;
   auto group = train::DataParallelGroup::create(cfg, store, dpo).value();
   RunResult r;
   r.device = (dp > 1 ? "dp " + std::to_string(dp) + " x " : "") + group->backend().name();
@@ -174,6 +179,10 @@ void run(const TrainBenchOptions& o) {
       .value(int64_t(omp_get_max_threads()))
       .key("dp")
       .value(int64_t(o.dp))
+      .key("zero")
+      .value(int64_t(o.zero))
+      .key("bucket_mb")
+      .value(int64_t(o.bucket_mb))
       .key("batch")
       .value(int64_t(o.batch))
       .key("seq_len")
@@ -235,6 +244,14 @@ void register_bench_train(CLI::App& app) {
          "--dp", o->dp,
          "Data-parallel ranks; above 1: the same steps at dp 1 and at dp N, their tokens/s ratio and "
          "losses")
+      ->capture_default_str();
+  sub->add_option("--zero", o->zero,
+                  "With --dp: 1 shards AdamW's moments over the ranks (ZeRO-1), 0 replicates")
+      ->check(CLI::Range(0, 1))
+      ->capture_default_str();
+  sub->add_option("--bucket-mb", o->bucket_mb,
+                  "With --dp: MB per gradient bucket reduced during the backward; 0: all after it")
+      ->check(CLI::Range(0, 65536))
       ->capture_default_str();
   sub->add_option("--seed", o->seed, "Seed of the tokens and of a preset's weights")->capture_default_str();
   sub->add_flag("--no-peak", o->no_peak, "Skip the GEMM peak measurement");

@@ -39,6 +39,12 @@ class NcclCommunicator final : public Communicator {
         peer_(std::move(peer)) {}
   ~NcclCommunicator() override {
     if (!aborted_.exchange(true)) ncclCommDestroy(comm_);
+    if (side_) {
+      cudaSetDevice(device_);
+      cudaEventDestroy(forked_);
+      cudaEventDestroy(side_done_);
+      cudaStreamDestroy(side_);
+    }
   }
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -69,13 +75,87 @@ class NcclCommunicator final : public Communicator {
       return;
     }
     const Status s = nccl_status(
-        ncclAllReduce(t.data, t.data, size_t(t.numel()), type, ncclSum, comm_, stream_), "all-reduce");
+        ncclAllReduce(t.data, t.data, size_t(t.numel()), type, ncclSum, comm_, current()), "all-reduce");
     if (!s.ok()) throw Error(s);
   }
 
+  void reduce_scatter_sum(const Tensor& in, Tensor out) override {
+    std::lock_guard lock(mu_);
+    check_f32(in, "reduce_scatter_sum");
+    check_f32(out, "reduce_scatter_sum");
+    if (in.numel() != out.numel() * size())
+      throw Error(invalid_argument("reduce_scatter_sum: the input is not " + std::to_string(size()) +
+                                   " blocks of the output's " + std::to_string(out.numel()) + " elements"));
+    const Status s = nccl_status(
+        ncclReduceScatter(in.data, out.data, size_t(out.numel()), ncclFloat32, ncclSum, comm_, current()),
+        "reduce-scatter");
+    if (!s.ok()) throw Error(s);
+  }
+
+  void all_gather(const Tensor& in, Tensor out) override {
+    std::lock_guard lock(mu_);
+    check_f32(in, "all_gather");
+    check_f32(out, "all_gather");
+    if (out.numel() != in.numel() * size())
+      throw Error(invalid_argument("all_gather: the output is not " + std::to_string(size()) +
+                                   " blocks of the input's " + std::to_string(in.numel()) + " elements"));
+    const Status s = nccl_status(
+        ncclAllGather(in.data, out.data, size_t(in.numel()), ncclFloat32, comm_, current()), "all-gather");
+    if (!s.ok()) throw Error(s);
+  }
+
+  void reduce_sum(Tensor t, int root) override {
+    std::lock_guard lock(mu_);
+    check_f32(t, "reduce_sum");
+    if (root < 0 || root >= size())
+      throw Error(invalid_argument("reduce_sum: no rank " + std::to_string(root)));
+    const Status s = nccl_status(
+        ncclReduce(t.data, t.data, size_t(t.numel()), ncclFloat32, ncclSum, root, comm_, current()),
+        "reduce");
+    if (!s.ok()) throw Error(s);
+  }
+
+  // The side stream waits for an event recorded now on the backend's stream; collectives go there
+  // until join_side() makes the backend's stream wait for an event recorded after them.
+  void fork_side() override {
+    std::lock_guard lock(mu_);
+    ASTRAI_CUDA_CHECK(cudaSetDevice(device_));
+    if (!side_) {
+      ASTRAI_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+      ASTRAI_CUDA_CHECK(cudaEventCreateWithFlags(&forked_, cudaEventDisableTiming));
+      ASTRAI_CUDA_CHECK(cudaEventCreateWithFlags(&side_done_, cudaEventDisableTiming));
+    }
+    ASTRAI_CUDA_CHECK(cudaEventRecord(forked_, stream_));
+    ASTRAI_CUDA_CHECK(cudaStreamWaitEvent(side_, forked_, 0));
+    on_side_ = true;
+  }
+
+  void join_side() override {
+    std::lock_guard lock(mu_);
+    if (!on_side_) return;
+    ASTRAI_CUDA_CHECK(cudaSetDevice(device_));
+    ASTRAI_CUDA_CHECK(cudaEventRecord(side_done_, side_));
+    ASTRAI_CUDA_CHECK(cudaStreamWaitEvent(stream_, side_done_, 0));
+    on_side_ = false;
+  }
+
  private:
+  // Under mu_: checks the group and the tensor, selects the rank's device.
+  void check_f32(const Tensor& t, const char* what) {
+    if (aborted_)
+      throw Error(Status(ErrorCode::cancelled, std::string(what) + ": the NCCL group was aborted"));
+    if (t.device != Device::cuda || t.dtype != DType::f32 || !t.is_contiguous())
+      throw Error(invalid_argument(std::string(what) + ": needs a contiguous f32 cuda tensor, got " +
+                                   std::string(dtype_name(t.dtype)) + " " + t.shape_str()));
+    ASTRAI_CUDA_CHECK(cudaSetDevice(device_));
+  }
+  cudaStream_t current() const { return on_side_ ? side_ : stream_; }
+
   ncclComm_t comm_;
   cudaStream_t stream_;
+  cudaStream_t side_ = nullptr;  // fork_side()'s stream, made on first use
+  cudaEvent_t forked_ = nullptr, side_done_ = nullptr;
+  bool on_side_ = false;
   int device_;
   std::shared_ptr<PeerAllReduce> peer_;  // small tensors (decode); null: NCCL for everything
   std::mutex mu_;

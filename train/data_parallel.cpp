@@ -1,10 +1,13 @@
 #include "train/data_parallel.h"
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 
 #include "src/core/threads.h"
 #include "src/dist/communicator.h"
 #include "src/dist/rank_threads.h"
+#include "src/model/weights.h"
 
 namespace astrai::train {
 
@@ -42,8 +45,19 @@ Result<std::unique_ptr<DataParallelGroup>> DataParallelGroup::create(const Model
   if (o.dp < 1) return invalid_argument("dp: must be at least 1 (got " + std::to_string(o.dp) + ")");
   if (o.device != "cpu" && o.device != "cuda" && o.device != "auto")
     return invalid_argument("device: '" + o.device + "' must be one of cpu | cuda | auto");
+  if (o.bucket_bytes < 0) return invalid_argument("bucket_bytes: must not be negative");
   std::unique_ptr<DataParallelGroup> g(new DataParallelGroup());
   g->ranks_.resize(size_t(o.dp));
+  // The layout's size decides the slices; every rank's model has the same.
+  g->numel_ = 0;
+  for (const auto& [name, shape] : weight_shapes(config)) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    g->numel_ += n;
+  }
+  g->slice_ = o.dp == 1 ? g->numel_ : g->numel_ / (o.dp * kShardAlign) * kShardAlign;
+  g->zero_ = o.dp > 1 && o.zero;
+  if (o.dp > 1 && o.bucket_bytes > 0) g->buckets_ = g->make_buckets(o.bucket_bytes / int64_t(sizeof(float)));
   g->threads_ = std::make_unique<RankThreads>(o.dp);
   // The CPU backend sets its OpenMP thread count on the thread that creates it, which is why each
   // rank's backend is made on the rank's own thread. dp 1 keeps the whole machine (threads 0).
@@ -60,7 +74,14 @@ Result<std::unique_ptr<DataParallelGroup>> DataParallelGroup::create(const Model
     rank.backend = std::move(be).value();
     ASTRAI_ASSIGN_OR_RETURN(rank.model, TrainModel::create(config, weights, *rank.backend));
     rank.opt = std::make_unique<AdamW>(*rank.backend, o.adamw);
-    rank.opt->init(rank.model->params());
+    if (!g->zero_) {
+      rank.opt->init(rank.model->params());
+      return {};
+    }
+    std::vector<ElementRange> owned;
+    for (const ElementRange& e : {g->slice(r), g->tail()})
+      if (e.size() > 0) owned.push_back(e);
+    rank.opt->init(rank.model->params(), std::move(owned));
     return {};
   };
   // Rank 0 first, on this thread: with device auto it decides the device of every rank.
@@ -82,6 +103,32 @@ Result<std::unique_ptr<DataParallelGroup>> DataParallelGroup::create(const Model
     return Status(comms.status().code(), "dp " + std::to_string(o.dp) + ": " + comms.status().message());
   g->comms_ = std::move(comms).value();
   return g;
+}
+
+ElementRange DataParallelGroup::slice(int rank) const {
+  return {rank * slice_, (rank + 1) * slice_};
+}
+
+ElementRange DataParallelGroup::tail() const {
+  return {size() * slice_, numel_};
+}
+
+// From the end of the layout (the backward's order) down to 0: cut every `elems` elements and at
+// the slices' boundaries, so that with zero each bucket lies in one rank's slice or in the tail.
+std::vector<DataParallelGroup::Bucket> DataParallelGroup::make_buckets(int64_t elems) const {
+  std::vector<int64_t> cuts;
+  for (int64_t at = numel_; at > 0; at -= std::max<int64_t>(elems, 1)) cuts.push_back(at);
+  cuts.push_back(0);
+  if (zero_)
+    for (int r = 0; r <= size(); ++r) cuts.push_back(r * slice_);
+  std::sort(cuts.begin(), cuts.end(), std::greater<>());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  std::vector<Bucket> out;
+  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+    const ElementRange e{cuts[i + 1], cuts[i]};
+    out.push_back({e, zero_ && e.end <= tail().begin ? int(e.begin / slice_) : -1});
+  }
+  return out;
 }
 
 DataParallelGroup::~DataParallelGroup() = default;
@@ -123,32 +170,158 @@ Result<StepResult> DataParallelGroup::step(std::span<const TrainBatch> micro, do
   StepResult out;
   for (const TrainBatch& b : micro) out.targets += b.num_targets();
   if (out.targets == 0) return out;
-  const double total = double(out.targets);
   std::vector<double> loss_sums(ranks_.size(), 0.0);
   ASTRAI_RETURN_IF_ERROR(on_all_ranks([&](int r) -> Status {
-    TrainModel& m = model(r);
-    auto local = [&]() -> Status {
-      m.zero_grad();
-      for (const TrainBatch& b : parts_[size_t(r)]) {
-        const int64_t n = b.num_targets();
-        if (n == 0) continue;
-        ASTRAI_ASSIGN_OR_RETURN(const float l, m.forward_backward(b, float(double(n) / total), loss));
-        loss_sums[size_t(r)] += double(l) * double(n);
-      }
-      return {};
-    };
-    if (comms_.empty()) {
-      ASTRAI_RETURN_IF_ERROR(local());
-    } else {
-      ASTRAI_RETURN_IF_ERROR(comms_[size_t(r)]->agree(local()));
-      comms_[size_t(r)]->all_reduce_sum(m.flat_grads());
-    }
-    const double norm = optimizer(r).step(m.params(), lr, max_grad_norm);
+    ASTRAI_ASSIGN_OR_RETURN(const double norm,
+                            rank_step(r, double(out.targets), lr, max_grad_norm, loss, loss_sums[size_t(r)]));
     if (r == 0) out.grad_norm = norm;
     return {};
   }));
   for (double s : loss_sums) out.loss_sum += s;
   return out;
+}
+
+namespace {
+
+// Thrown by the grad-ready hook out of a backward whose step another rank failed (the agreement).
+struct AgreedFailure {
+  Status status;
+};
+
+double sum_squares(Backend& be, const Tensor& flat, ElementRange e) {
+  return e.size() > 0 ? be.sum_squares({flat.rows(e.begin, e.end)}) : 0.0;
+}
+
+}  // namespace
+
+void DataParallelGroup::reduce(Communicator& c, const Tensor& grads, const Bucket& b) {
+  const Tensor t = grads.rows(b.range.begin, b.range.end);
+  if (b.owner < 0)
+    c.all_reduce_sum(t);
+  else
+    c.reduce_sum(t, b.owner);
+}
+
+Result<double> DataParallelGroup::rank_step(int r, double total, double lr, double max_grad_norm,
+                                            const LossOptions& loss, double& loss_sum) {
+  TrainModel& m = model(r);
+  Backend& be = backend(r);
+  const std::vector<TrainBatch>& parts = parts_[size_t(r)];
+  auto local = [&](const std::function<void(size_t)>& before) -> Status {
+    m.zero_grad();
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const int64_t n = parts[i].num_targets();
+      if (n == 0) continue;
+      before(i);
+      ASTRAI_ASSIGN_OR_RETURN(const float l, m.forward_backward(parts[i], float(double(n) / total), loss));
+      loss_sum += double(l) * double(n);
+    }
+    return {};
+  };
+  if (comms_.empty()) {
+    ASTRAI_RETURN_IF_ERROR(local([](size_t) {}));
+    return optimizer(r).step(m.params(), lr, max_grad_norm);
+  }
+
+  Communicator& c = *comms_[size_t(r)];
+  const Tensor grads = m.flat_grads();
+  // With buckets, the last micro-batch's backward reduces each bucket once its gradients are final;
+  // the ranks agree that every forward succeeded before the first (a rank that failed must not leave
+  // the others in a collective). A rank whose last micro-batch has no target reduces them after.
+  bool agreed = false;
+  size_t launched = 0;
+  auto launch_ready = [&](int64_t from) {
+    if (launched == buckets_.size() || buckets_[launched].range.begin < from) return;
+    c.fork_side();  // after the backward queued so far
+    for (; launched < buckets_.size() && buckets_[launched].range.begin >= from; ++launched)
+      reduce(c, grads, buckets_[launched]);
+  };
+  auto agree = [&](const Status& mine) {
+    agreed = true;
+    return c.agree(mine);
+  };
+  Status mine;
+  try {
+    mine = local([&](size_t i) {
+      if (buckets_.empty() || i + 1 != parts.size()) return;
+      m.set_grad_ready_hook([&](int64_t from) {
+        if (!agreed)
+          if (Status all = agree(Status()); !all.ok()) throw AgreedFailure{std::move(all)};
+        launch_ready(from);
+      });
+    });
+  } catch (AgreedFailure& f) {
+    m.set_grad_ready_hook(nullptr);
+    return f.status;
+  } catch (...) {
+    m.set_grad_ready_hook(nullptr);
+    throw;
+  }
+  m.set_grad_ready_hook(nullptr);
+  if (!agreed) {
+    ASTRAI_RETURN_IF_ERROR(agree(mine));
+  } else if (!mine.ok()) {
+    throw Error(mine);  // after this rank's collectives began: a failure in the middle of the step
+  }
+
+  const ElementRange own = slice(r), rest = tail();
+  if (!buckets_.empty()) {
+    launch_ready(0);
+    c.join_side();
+  } else if (zero_) {
+    if (own.size() > 0) c.reduce_scatter_sum(grads.rows(0, rest.begin), grads.rows(own.begin, own.end));
+    if (rest.size() > 0) c.all_reduce_sum(grads.rows(rest.begin, rest.end));
+  } else {
+    c.all_reduce_sum(grads);
+  }
+
+  double squares = 0;
+  for (double s : c.gather_values(sum_squares(be, grads, own))) squares += s;
+  squares += sum_squares(be, grads, rest);
+  const double norm = std::sqrt(squares);
+  optimizer(r).update(m.params(), lr, clip_scale(norm, max_grad_norm));
+  if (zero_ && own.size() > 0) {
+    const Tensor values = m.flat_values();
+    c.all_gather(values.rows(own.begin, own.end), values.rows(0, rest.begin));
+  }
+  return norm;
+}
+
+Status DataParallelGroup::read_moments(std::vector<float>& exp_avg, std::vector<float>& exp_avg_sq) {
+  exp_avg.assign(size_t(numel_), 0.0f);
+  exp_avg_sq.assign(size_t(numel_), 0.0f);
+  return on_all_ranks([&](int r) -> Status {
+    const AdamW& opt = optimizer(r);
+    int64_t at = 0;
+    for (const ElementRange& e : opt.owned()) {
+      // Every rank holds the tail (and without zero everything): rank 0 alone copies what is shared.
+      const bool mine_alone = zero_ && e.begin == slice(r).begin && e.end == slice(r).end;
+      if (r == 0 || mine_alone) {
+        backend(r).download(exp_avg.data() + e.begin, opt.owned_exp_avg().rows(at, at + e.size()));
+        backend(r).download(exp_avg_sq.data() + e.begin, opt.owned_exp_avg_sq().rows(at, at + e.size()));
+      }
+      at += e.size();
+    }
+    return Status();
+  });
+}
+
+Status DataParallelGroup::write_moments(std::span<const float> exp_avg, std::span<const float> exp_avg_sq,
+                                        int64_t steps_taken) {
+  if (int64_t(exp_avg.size()) != numel_ || int64_t(exp_avg_sq.size()) != numel_)
+    return invalid_argument("optimizer state: " + std::to_string(exp_avg.size()) +
+                            " moments for a model of " + std::to_string(numel_) + " parameters");
+  return on_all_ranks([&](int r) -> Status {
+    AdamW& opt = optimizer(r);
+    int64_t at = 0;
+    for (const ElementRange& e : opt.owned()) {
+      backend(r).upload(opt.owned_exp_avg().rows(at, at + e.size()), exp_avg.data() + e.begin);
+      backend(r).upload(opt.owned_exp_avg_sq().rows(at, at + e.size()), exp_avg_sq.data() + e.begin);
+      at += e.size();
+    }
+    opt.set_steps_taken(steps_taken);
+    return Status();
+  });
 }
 
 Result<std::pair<double, int64_t>> DataParallelGroup::loss_sum(const TrainBatch& batch,

@@ -7,10 +7,35 @@
 // step over every rank, rank r accumulates d(sum of its targets' losses / T)/d(param)
 // (forward_backward with scale n_r / T), so the sum over the ranks is dp 1's gradient of the mean
 // loss over the step's targets. The ranks then agree that every forward/backward succeeded (a rank
-// that failed must not leave the others waiting in the all-reduce), sum the gradients with one
-// all_reduce_sum of the flat f32 gradient buffer, and each clips by the global norm of the sum and
-// runs the same AdamW update on the same bits: the replicas stay identical bit for bit. dp 1 has no
-// communicator and no all-reduce, and computes exactly what a lone TrainModel + AdamW does.
+// that failed must not leave the others waiting in a collective) and sum the flat f32 gradient
+// buffer over the ranks. dp 1 has no communicator and no collective, and computes exactly what a
+// lone TrainModel + AdamW does.
+//
+// Shards (dp > 1). The flat layout of N elements is cut into dp slices of S elements (S a multiple
+// of kShardAlign, as large as fits) and a tail of the last N - dp S (< dp kShardAlign) elements.
+// The global gradient norm is sqrt(sum over the ranks in rank order of the squares of slice r,
+// plus the squares of the tail): every rank computes its own slice's and the tail's, and they
+// exchange the first in rank order (the same f64 sum on every rank, whichever of the modes below).
+//   zero 0 (replicated): the gradients are all-reduced; every rank keeps AdamW's moments of every
+//     element and runs the same update on the same bits.
+//   zero 1 (ZeRO-1): rank r keeps the moments of slice r and the tail only (8 bytes per parameter
+//     / dp, plus the tail); the gradients are reduce-scattered (slice r summed onto rank r) and the
+//     tail all-reduced; rank r updates its slice and the tail, and an all-gather of the slices
+//     brings every rank the updated master weights. The f32 master weights stay whole on every rank.
+// Both sum each element in rank order on the CPU group, and AdamW is element-wise, so zero 0 and 1
+// give the same bits there (on NCCL: within its reduction order).
+//
+// Buckets (bucket_bytes > 0): the last micro-batch's backward reports where its gradients become
+// final (TrainModel::set_grad_ready_hook: from the end of the layout, layer by layer), and each
+// bucket of about bucket_bytes (cut at the slice boundaries too) is reduced as soon as it is whole:
+// all-reduced (zero 0, the tail), or reduced onto the slice's rank (zero 1). On a GPU the bucket
+// collectives run on a side stream that waits for the backward queued so far (Communicator::
+// fork_side), overlapping the rest of the backward; on the CPU group at once, at the same points.
+// The ranks agree before the first bucket. The same per-element sums as without buckets, so the
+// same bits on the CPU.
+//
+// Checkpoints save the moments of every element whatever dp and zero (read_moments gathers the
+// shards), so a run resumes at another dp or zero.
 //
 // A rank that throws (a device failure in the middle of a step) aborts the host group, so that no
 // rank waits in a host-side collective for it, and stops the device collectives (ncclCommAbort);
@@ -43,6 +68,8 @@ struct DataParallelOptions {
   // CPU: the threads of the whole group (0: num_threads()); each rank gets max(1, threads / dp).
   int cpu_threads = 0;
   AdamWOptions adamw;
+  bool zero = true;                          // dp > 1: shard AdamW's moments (ZeRO-1), see above
+  int64_t bucket_bytes = int64_t(32) << 20;  // dp > 1: gradient bucket size; 0: reduce after the backward
 };
 
 // What one optimizer step did, over the whole group.
@@ -64,7 +91,10 @@ class DataParallelGroup {
 
   int size() const { return int(ranks_.size()); }
   Device device() const;
-  // Rank r's replica, backend and optimizer (rank 0's is what checkpoints save).
+  static constexpr int64_t kShardAlign = 64;  // elements: slices start on 256-byte boundaries
+
+  // Rank r's replica, backend and optimizer (rank 0's weights are what checkpoints save; with zero,
+  // each rank's optimizer holds its shard of the moments: read_moments has them all).
   TrainModel& model(int rank = 0) const { return *ranks_[size_t(rank)].model; }
   Backend& backend(int rank = 0) const { return *ranks_[size_t(rank)].backend; }
   AdamW& optimizer(int rank = 0) const { return *ranks_[size_t(rank)].opt; }
@@ -76,6 +106,20 @@ class DataParallelGroup {
 
   // Forward only over one batch split as step() splits it: {sum of its targets' losses, targets}.
   Result<std::pair<double, int64_t>> loss_sum(const TrainBatch& batch, const LossOptions& loss = {});
+
+  // AdamW's first and second moments of every element of the flat parameter layout
+  // (TrainModel::flat_values(): params() in order), copied to the host from the ranks that hold them.
+  Status read_moments(std::vector<float>& exp_avg, std::vector<float>& exp_avg_sq);
+  // Sets them on every rank (each its shard) and every rank's AdamW step count.
+  Status write_moments(std::span<const float> exp_avg, std::span<const float> exp_avg_sq,
+                       int64_t steps_taken);
+
+  bool zero() const { return zero_; }
+  // Slice r of the flat layout ({0, N} with dp 1) and the tail every rank holds (empty with dp 1).
+  ElementRange slice(int rank) const;
+  ElementRange tail() const;
+  // The gradient buckets in the order they are reduced (empty: after the backward, all at once).
+  size_t num_buckets() const { return buckets_.size(); }
 
   // Waits for every rank's device to finish what was queued (the last AdamW update of a step).
   Status synchronize();
@@ -91,8 +135,19 @@ class DataParallelGroup {
     std::unique_ptr<AdamW> opt;
   };
   DataParallelGroup() = default;
+  // A range of the gradients reduced as one collective: onto rank `owner`, or all-reduced (-1).
+  struct Bucket {
+    ElementRange range;
+    int owner = -1;
+  };
   // Splits each batch of `in` into size() row blocks: parts_[r][i] is rank r's block of in[i].
   Status split(std::span<const TrainBatch> in);
+  // Rank r's share of step(): its micro-batches' forward/backward, the agreement, the gradient
+  // reduction, the global norm, its AdamW update and (zero) the all-gather. Returns the norm.
+  Result<double> rank_step(int r, double total, double lr, double max_grad_norm, const LossOptions& loss,
+                           double& loss_sum);
+  void reduce(Communicator& c, const Tensor& grads, const Bucket& b);
+  std::vector<Bucket> make_buckets(int64_t elems) const;
 
   // Destroyed in reverse: the threads first, then the communicators, then the ranks' models and
   // optimizers before their backends.
@@ -101,6 +156,9 @@ class DataParallelGroup {
   std::unique_ptr<RankThreads> threads_;
   std::vector<std::vector<TrainBatch>> parts_;
   Status dead_;  // set once the device collectives were aborted
+  bool zero_ = false;
+  int64_t numel_ = 0, slice_ = 0;  // elements of the flat layout, of each rank's slice
+  std::vector<Bucket> buckets_;
 };
 
 }  // namespace astrai::train

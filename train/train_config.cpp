@@ -153,6 +153,20 @@ const std::vector<KeyDef>& key_defs() {
         "data in the same order as dp 1",
         int_key(&TrainConfig::dp, "dp", 1));
     typed("INT");
+    add("zero",
+        "dp > 1: 1 keeps each rank's share of AdamW's moments only (ZeRO-1: gradients reduce-scattered, "
+        "weights all-gathered), 0 every rank all of them; the same weights either way",
+        [](TrainConfig& c, const std::string& v) -> Status {
+          if (v != "0" && v != "1") return bad("zero", v, "must be 0 or 1");
+          c.zero = v == "1";
+          return {};
+        });
+    typed("0|1");
+    add("bucket_mb",
+        "dp > 1: MB of gradients per bucket, each reduced as soon as the backward has made it (overlapping "
+        "the rest of the backward on GPUs); 0: all of them after the backward",
+        int_key(&TrainConfig::bucket_mb, "bucket_mb", 0));
+    typed("INT");
     add("out", "Run directory: checkpoints out/step_NNNNNN/, out/metrics.jsonl",
         string_key(&TrainConfig::out));
     typed("PATH");
@@ -267,6 +281,8 @@ Result<TrainConfig> parse_train_config(std::string_view yaml_text, std::string_v
                             " does not split evenly over dp " + std::to_string(c.dp) +
                             " ranks (batch_size is the whole group's sequences per micro-batch; make it a "
                             "multiple of dp)");
+  if (c.bucket_mb > 65536)
+    return invalid_argument("bucket_mb: " + std::to_string(c.bucket_mb) + " is above 65536 (64 GB)");
   if (c.min_lr > c.lr && c.schedule != Schedule::constant)
     return invalid_argument("min_lr: " + std::to_string(c.min_lr) + " is above lr " + std::to_string(c.lr));
   return c;
@@ -285,7 +301,7 @@ std::string TrainConfig::to_json() const {
   w.key("warmup_steps").value(warmup_steps).key("schedule").value(schedule_name(schedule));
   w.key("decay_fraction").value(decay_fraction).key("weight_decay").value(weight_decay);
   w.key("grad_clip").value(grad_clip).key("seed").value(seed).key("device").value(device);
-  w.key("dp").value(dp);
+  w.key("dp").value(dp).key("zero").value(zero).key("bucket_mb").value(bucket_mb);
   w.key("out").value(out).key("save_every").value(save_every).key("eval_every").value(eval_every);
   w.key("eval_batches").value(eval_batches).key("label_smoothing").value(label_smoothing);
   w.end_object();

@@ -32,6 +32,8 @@ struct TrainConfig {
   uint64_t seed = 1234;
   std::string device = "auto";  // cpu | cuda | auto
   int64_t dp = 1;               // data-parallel ranks: GPUs 0..dp-1, or the CPU threads split dp ways
+  int64_t zero = 1;             // dp > 1: 1 shards AdamW's moments over the ranks (ZeRO-1), 0 replicates
+  int64_t bucket_mb = 32;       // dp > 1: gradient buckets reduced during the backward; 0: after it
   std::string out = "runs/demo";
   int64_t save_every = 100;  // 0: only the final checkpoint
   int64_t eval_every = 100;  // 0: never (without data.valid: never)

@@ -99,6 +99,16 @@ class DecoderTrainModel final : public TrainModel {
       ASTRAI_RETURN_IF_ERROR(upload_f32(p.value, *src));
       params_.push_back(std::move(p));
     }
+    // Where the final norm and each layer's tensors begin: the offsets the backward reports.
+    layer_begin_.assign(size_t(cfg_.num_layers), total);
+    const std::string layers = "model.layers.";
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const std::string& name = shapes[i].first;
+      if (name == "model.norm.weight") final_norm_begin_ = offsets[i];
+      if (name.rfind(layers, 0) != 0) continue;
+      int64_t& b = layer_begin_[size_t(std::stoll(name.substr(layers.size())))];
+      b = std::min(b, offsets[i]);
+    }
     bind(mixed() ? compute_ : values_, adt_, offsets, value_layers_, value_globals_);
     bind(grads_, DType::f32, offsets, grad_layers_, grad_globals_);
 
@@ -116,6 +126,7 @@ class DecoderTrainModel final : public TrainModel {
 
   void zero_grad() override { be_.zero(flat_grads()); }
   Tensor flat_grads() const override { return grads_.as(DType::f32, {num_values_}); }
+  Tensor flat_values() const override { return values_.as(DType::f32, {num_values_}); }
 
   Result<float> forward_backward(const TrainBatch& batch, float scale, const LossOptions& loss) override {
     ASTRAI_RETURN_IF_ERROR(prepare(batch, loss));
@@ -387,6 +398,7 @@ class DecoderTrainModel final : public TrainModel {
     Tensor d_head = head(grad_globals_);
     std::vector<float> chunk_losses(static_cast<size_t>(rows));
     double total = 0.0;
+    if (backward) grads_ready_from(num_values_);
     for (int64_t r0 = 0; r0 < N; r0 += rows) {
       const int64_t r1 = std::min(N, r0 + rows);
       const Tensor z = logits_.rows(0, r1 - r0), ls = losses_.rows(0, r1 - r0);
@@ -414,6 +426,7 @@ class DecoderTrainModel final : public TrainModel {
     const Globals& dg = grad_globals_;
     be_.rms_norm_backward(dh_, final_x_, g.final_norm, final_rstd_, dres_, dg.final_norm,
                           /*accumulate=*/false);
+    grads_ready_from(final_norm_begin_);  // with tied embeddings the head's gradient is the embedding's
     for (int64_t l = cfg_.num_layers - 1; l >= 0; --l) {
       const LayerTensors& w = value_layers_[size_t(l)];
       const LayerTensors& dw = grad_layers_[size_t(l)];
@@ -439,8 +452,10 @@ class DecoderTrainModel final : public TrainModel {
       }
       be_.linear_backward(dqkv_, a.h1, w.qkv, &dh_, dw.qkv, cfg_.attention_bias ? &dw.qkv_bias : nullptr);
       be_.rms_norm_backward(dh_, a.x, w.input_norm, a.rstd1, dres_, dw.input_norm, /*accumulate=*/true);
+      grads_ready_from(layer_begin_[size_t(l)]);
     }
     be_.embedding_backward(dres_, ids_, dg.embed);
+    grads_ready_from(0);
   }
 
   ModelConfig cfg_;
@@ -448,6 +463,8 @@ class DecoderTrainModel final : public TrainModel {
   Buffer values_, grads_, compute_, rope_buf_, acts_buf_;
   DType adt_ = DType::f32;  // the backend's compute dtype: activations and the weights the ops read
   int64_t num_values_ = 0;
+  int64_t final_norm_begin_ = 0;      // the final norm's offset in the flat layout
+  std::vector<int64_t> layer_begin_;  // each layer's first offset
   std::vector<Param> params_;
   std::vector<LayerTensors> value_layers_, grad_layers_;
   Globals value_globals_, grad_globals_;

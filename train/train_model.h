@@ -85,6 +85,24 @@ class TrainModel {
   // Every Param::grad as one contiguous f32 tensor, in params() order (data-parallel training
   // all-reduces it in one call).
   virtual Tensor flat_grads() const = 0;
+  // Every Param::value (the f32 master weights) as one contiguous f32 tensor, the same layout.
+  virtual Tensor flat_values() const = 0;
+
+  // Called by forward_backward's backward (nothing else calls it), where the gradients from element
+  // `offset` of flat_grads() to its end have become final for this call, in decreasing offsets:
+  // flat_grads().numel() as the backward starts, then after the head and the final norm, after each
+  // layer from the last, and 0 at the end (tied embeddings are final only there). What lets data
+  // parallelism reduce the gradients of the last layers while the backward computes the first's
+  // (train/data_parallel.h). The hook may throw to abandon the backward. Empty: none.
+  void set_grad_ready_hook(std::function<void(int64_t offset)> hook) { grad_ready_ = std::move(hook); }
+
+ protected:
+  void grads_ready_from(int64_t offset) const {
+    if (grad_ready_) grad_ready_(offset);
+  }
+
+ private:
+  std::function<void(int64_t)> grad_ready_;
 };
 
 }  // namespace astrai::train

@@ -55,18 +55,23 @@ class Progress {
   Clock::time_point start_, last_{};
 };
 
-Status load_moments(const fs::path& file, const std::vector<Param>& params, Backend& be, AdamW& opt) {
+// The moments of optimizer.safetensors in the flat layout of `params` (their order, each tensor's
+// elements consecutive), as DataParallelGroup::write_moments takes them.
+Status load_moments(const fs::path& file, const std::vector<Param>& params, std::vector<float>& exp_avg,
+                    std::vector<float>& exp_avg_sq) {
   ASTRAI_ASSIGN_OR_RETURN(const SafeTensorsFile f, SafeTensorsFile::open(file));
-  for (size_t i = 0; i < params.size(); ++i) {
-    for (auto [prefix, dst] :
-         {std::pair{"exp_avg.", opt.exp_avg(i)}, std::pair{"exp_avg_sq.", opt.exp_avg_sq(i)}}) {
-      const std::string name = prefix + params[i].name;
+  exp_avg.clear();
+  exp_avg_sq.clear();
+  for (const Param& p : params) {
+    for (auto [prefix, dst] : {std::pair{"exp_avg.", &exp_avg}, std::pair{"exp_avg_sq.", &exp_avg_sq}}) {
+      const std::string name = prefix + p.name;
       const SafeTensor* t = f.find(name);
       if (!t) return corrupt(file.string() + ": missing tensor '" + name + "'");
-      if (t->dtype != DType::f32 || t->shape != params[i].shape)
+      if (t->dtype != DType::f32 || t->shape != p.shape)
         return corrupt(file.string() + ": tensor '" + name + "' has shape " + t->shape_str() +
                        ", expected the parameter's");
-      be.upload(dst, t->data);
+      const float* data = static_cast<const float*>(t->data);
+      dst->insert(dst->end(), data, data + p.value.numel());
     }
   }
   return {};
@@ -165,6 +170,8 @@ Result<TrainSummary> run_training(const TrainRunOptions& o) {
   dpo.dp = int(c.dp);
   dpo.device = c.device;
   dpo.adamw = AdamWOptions{0.9, 0.95, 1e-8, c.weight_decay};
+  dpo.zero = c.zero != 0;
+  dpo.bucket_bytes = c.bucket_mb << 20;
   ASTRAI_ASSIGN_OR_RETURN(const std::unique_ptr<DataParallelGroup> group,
                           DataParallelGroup::create(mconfig, weights, dpo));
   // Rank 0's replica is the one checkpoints save (every rank holds the same bits).
@@ -218,12 +225,11 @@ Result<TrainSummary> run_training(const TrainRunOptions& o) {
       return invalid_argument(
           "seed: " + std::to_string(c.seed) + " differs from the checkpoint's " + std::to_string(st.seed) +
           " (the data order depends on it); resume with --seed " + std::to_string(st.seed));
-    ASTRAI_RETURN_IF_ERROR(group->on_all_ranks([&](int r) -> Status {
-      ASTRAI_RETURN_IF_ERROR(load_moments(*resume_from / "optimizer.safetensors", group->model(r).params(),
-                                          group->backend(r), group->optimizer(r)));
-      group->optimizer(r).set_steps_taken(st.adam_t);
-      return {};
-    }));
+    {
+      std::vector<float> m, v;
+      ASTRAI_RETURN_IF_ERROR(load_moments(*resume_from / "optimizer.safetensors", params, m, v));
+      ASTRAI_RETURN_IF_ERROR(group->write_moments(m, v, st.adam_t));
+    }
     train.set_cursor(st.cursor);
     step = st.step;
     std::fprintf(stderr, "train: resuming from %s (step %lld)\n", resume_from->c_str(),
@@ -250,20 +256,17 @@ Result<TrainSummary> run_training(const TrainRunOptions& o) {
     CheckpointContents ck;
     ck.config = mconfig;
     ck.tokenizer_dir = tokenizer_dir;
-    // The f32 master weights and moments, copied to the host (from the device on a GPU).
-    std::vector<std::vector<float>> host;
-    host.reserve(3 * params.size());
-    auto to_host = [&](const Tensor& t) {
-      host.emplace_back(size_t(t.numel()));
-      be.download(host.back().data(), t);
-      return host.back().data();
-    };
-    for (size_t i = 0; i < params.size(); ++i) {
-      ck.weights.push_back({params[i].name, DType::f32, params[i].shape, to_host(params[i].value)});
-      ck.moments.push_back(
-          {"exp_avg." + params[i].name, DType::f32, params[i].shape, to_host(opt.exp_avg(i))});
-      ck.moments.push_back(
-          {"exp_avg_sq." + params[i].name, DType::f32, params[i].shape, to_host(opt.exp_avg_sq(i))});
+    // The f32 master weights (rank 0's) and the moments (from every rank's shard with zero), copied
+    // to the host (from the devices on GPUs): the same files whatever dp and zero.
+    std::vector<float> values(size_t(group->model(0).flat_values().numel())), m, v;
+    be.download(values.data(), group->model(0).flat_values());
+    ASTRAI_RETURN_IF_ERROR(group->read_moments(m, v));
+    int64_t at = 0;
+    for (const Param& p : params) {
+      ck.weights.push_back({p.name, DType::f32, p.shape, values.data() + at});
+      ck.moments.push_back({"exp_avg." + p.name, DType::f32, p.shape, m.data() + at});
+      ck.moments.push_back({"exp_avg_sq." + p.name, DType::f32, p.shape, v.data() + at});
+      at += p.value.numel();
     }
     ck.state.step = step;
     ck.state.cursor = train.cursor();

@@ -24,7 +24,8 @@ HostGroup::HostGroup(int n)
       n_(n),
       slots_(size_t(n), nullptr),
       counts_(size_t(n), 0),
-      statuses_(size_t(n)) {}
+      statuses_(size_t(n)),
+      values_(size_t(n), 0.0) {}
 
 void HostGroup::barrier() {
   State& s = *state_;
@@ -85,6 +86,14 @@ Status Communicator::agree(const Status& mine) {
   return out;
 }
 
+std::vector<double> Communicator::gather_values(double mine) {
+  group_->values()[size_t(rank_)] = mine;
+  group_->barrier();
+  std::vector<double> out = group_->values();
+  group_->barrier();  // every rank has read the values before any rank writes the next round's
+  return out;
+}
+
 void Communicator::abort() {
   group_->abort();
 }
@@ -96,38 +105,104 @@ void Communicator::reset() {
 
 namespace {
 
-// all_reduce_sum over host memory: each rank publishes its tensor's address; after a barrier rank r
-// sums the r-th chunk of elements over all ranks (in rank order, so every rank gets the same bits
-// whatever the timing) and writes the sum into every rank's tensor; a second barrier ends the
-// collective. Chunks are disjoint, so no two ranks touch the same element.
+// Every collective over host memory: each rank publishes its tensor's address; after a barrier the
+// ranks split the work into disjoint ranges of elements (rank r the r-th), each element summed over
+// the ranks in rank order (so every rank gets the same bits whatever the timing, and a reduce-scatter
+// or a reduce of an element gives the bits an all-reduce would); a second barrier ends the
+// collective. No two ranks write the same element, and an element is read by the rank that writes
+// it (or, in all_gather, by others from a buffer its owner does not write).
 class CpuCommunicator final : public Communicator {
  public:
   CpuCommunicator(std::shared_ptr<HostGroup> group, int rank) : Communicator(std::move(group), rank) {}
 
   void all_reduce_sum(Tensor t) override {
-    if (t.device != Device::cpu || t.dtype != DType::f32 || !t.is_contiguous())
-      throw Error(invalid_argument("all_reduce_sum: the CPU group reduces contiguous f32 host tensors, got " +
-                                   std::string(dtype_name(t.dtype)) + " " + t.shape_str()));
-    HostGroup& g = group();
-    const int n = size();
-    g.counts()[size_t(rank())] = t.numel();
-    g.slots()[size_t(rank())] = t.data;
-    g.barrier();
-    for (int r = 0; r < n; ++r)
-      if (g.counts()[size_t(r)] != t.numel()) {
-        g.barrier();
-        throw Error(internal_error("all_reduce_sum: ranks passed tensors of different sizes"));
-      }
-    const int64_t N = t.numel(), chunk = (N + n - 1) / n;
-    const int64_t b = std::min(N, chunk * rank()), e = std::min(N, b + chunk);
-    std::vector<float*> p(static_cast<size_t>(n));
-    for (int r = 0; r < n; ++r) p[size_t(r)] = static_cast<float*>(g.slots()[size_t(r)]);
+    check(t, "all_reduce_sum");
+    const std::vector<float*> p = publish(t.data, t.numel(), "all_reduce_sum");
+    const auto [b, e] = my_range(t.numel());
     for (int64_t i = b; i < e; ++i) {
-      float s = p[0][i];
-      for (int r = 1; r < n; ++r) s += p[size_t(r)][i];
-      for (int r = 0; r < n; ++r) p[size_t(r)][i] = s;
+      const float s = sum_at(p, i);
+      for (float* q : p) q[i] = s;
     }
+    group().barrier();
+  }
+
+  void reduce_scatter_sum(const Tensor& in, Tensor out) override {
+    check(in, "reduce_scatter_sum");
+    check(out, "reduce_scatter_sum");
+    const int64_t n = out.numel();
+    if (in.numel() != n * size())
+      throw Error(invalid_argument("reduce_scatter_sum: the input has " + std::to_string(in.numel()) +
+                                   " elements, not " + std::to_string(size()) + " blocks of the output's " +
+                                   std::to_string(n)));
+    const std::vector<float*> p = publish(in.data, in.numel(), "reduce_scatter_sum");
+    // This rank alone reads block rank() of the inputs, so out may be its own block.
+    float* o = out.ptr<float>();
+    for (int64_t i = 0, at = n * rank(); i < n; ++i) o[i] = sum_at(p, at + i);
+    group().barrier();
+  }
+
+  void all_gather(const Tensor& in, Tensor out) override {
+    check(in, "all_gather");
+    check(out, "all_gather");
+    const int64_t n = in.numel();
+    if (out.numel() != n * size())
+      throw Error(invalid_argument("all_gather: the output has " + std::to_string(out.numel()) +
+                                   " elements, not " + std::to_string(size()) + " blocks of the input's " +
+                                   std::to_string(n)));
+    const std::vector<float*> p = publish(in.data, n, "all_gather");
+    float* o = out.ptr<float>();
+    for (int r = 0; r < size(); ++r)
+      if (o + n * r != p[size_t(r)]) std::copy_n(p[size_t(r)], n, o + n * r);
+    group().barrier();
+  }
+
+  void reduce_sum(Tensor t, int root) override {
+    check(t, "reduce_sum");
+    if (root < 0 || root >= size())
+      throw Error(invalid_argument("reduce_sum: root " + std::to_string(root) +
+                                   " is not a rank of a group of " + std::to_string(size())));
+    const std::vector<float*> p = publish(t.data, t.numel(), "reduce_sum");
+    const auto [b, e] = my_range(t.numel());
+    for (int64_t i = b; i < e; ++i) p[size_t(root)][i] = sum_at(p, i);
+    group().barrier();
+  }
+
+ private:
+  static void check(const Tensor& t, const char* what) {
+    if (t.device != Device::cpu || t.dtype != DType::f32 || !t.is_contiguous())
+      throw Error(invalid_argument(std::string(what) +
+                                   ": the CPU group reduces contiguous f32 host tensors, got " +
+                                   std::string(dtype_name(t.dtype)) + " " + t.shape_str()));
+  }
+
+  // Publishes this rank's buffer and returns every rank's, once all have arrived with `count`
+  // elements each (an error on every rank otherwise).
+  std::vector<float*> publish(void* data, int64_t count, const char* what) {
+    HostGroup& g = group();
+    g.counts()[size_t(rank())] = count;
+    g.slots()[size_t(rank())] = data;
     g.barrier();
+    for (int r = 0; r < size(); ++r)
+      if (g.counts()[size_t(r)] != count) {
+        g.barrier();
+        throw Error(internal_error(std::string(what) + ": ranks passed tensors of different sizes"));
+      }
+    std::vector<float*> p(static_cast<size_t>(size()));
+    for (int r = 0; r < size(); ++r) p[size_t(r)] = static_cast<float*>(g.slots()[size_t(r)]);
+    return p;
+  }
+
+  // This rank's share [b, e) of n elements.
+  std::pair<int64_t, int64_t> my_range(int64_t n) const {
+    const int64_t chunk = (n + size() - 1) / size();
+    const int64_t b = std::min(n, chunk * rank());
+    return {b, std::min(n, b + chunk)};
+  }
+
+  static float sum_at(const std::vector<float*>& p, int64_t i) {
+    float s = p[0][i];
+    for (size_t r = 1; r < p.size(); ++r) s += p[r][i];
+    return s;
   }
 };
 

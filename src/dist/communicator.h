@@ -33,6 +33,28 @@ class Communicator {
   // bits (the CPU group sums in rank order; NCCL's all-reduce is deterministic for a fixed group).
   virtual void all_reduce_sum(Tensor t) = 0;
 
+  // The collectives of ZeRO data parallelism (train/data_parallel.h), ordered like all_reduce_sum
+  // and with the same per-element sum (so a reduce-scatter and a reduce of some elements give the
+  // bits an all-reduce of them would). Contiguous f32 tensors.
+  //   reduce_scatter_sum: `in` is size() blocks of out.numel() elements; out = the sum over the
+  //     ranks of block rank(). out may be in's own block rank() (in place).
+  //   all_gather: out is size() blocks of in.numel() elements; block r = rank r's in. in may be
+  //     out's own block rank() (in place).
+  //   reduce_sum: t = the sum over the ranks of t on rank `root`; the other ranks' t is unchanged.
+  virtual void reduce_scatter_sum(const Tensor& in, Tensor out) = 0;
+  virtual void all_gather(const Tensor& in, Tensor out) = 0;
+  virtual void reduce_sum(Tensor t, int root) = 0;
+
+  // Overlapping collectives with the backend's work (the gradient buckets of data parallelism):
+  // after fork_side(), collectives run on a side stream, after the work queued on the backend's
+  // stream before that fork_side() (call it again before collectives that need later work), so the
+  // backend goes on computing while they run; join_side() makes the backend's stream wait for every
+  // side collective and sends later collectives to the backend's stream again. Every rank forks and joins at
+  // the same points of its sequence of collectives. No-ops where collectives run synchronously on the calling
+  // thread (the CPU group).
+  virtual void fork_side() {}
+  virtual void join_side() {}
+
   // Host-side collectives (every implementation here is one process, so these meet in host memory).
   // Returns once every rank has called it. Throws when the group was aborted.
   void barrier();
@@ -40,6 +62,8 @@ class Communicator {
   // lowest failing rank's status. What keeps a step all-or-nothing: a rank that cannot run a step
   // (a bad batch, out of memory) must not leave the others waiting in an all-reduce.
   Status agree(const Status& mine);
+  // Every rank passes one value; all get every rank's, in rank order.
+  std::vector<double> gather_values(double mine);
   // Wakes every rank waiting in (and fails every later) collective: a rank failed in the middle of
   // a step. reset() makes the group usable again once every rank has left the failed step.
   void abort();
@@ -95,6 +119,7 @@ class HostGroup {
   std::vector<void*>& slots() { return slots_; }
   std::vector<int64_t>& counts() { return counts_; }
   std::vector<Status>& statuses() { return statuses_; }
+  std::vector<double>& values() { return values_; }
 
  private:
   struct State;
@@ -103,6 +128,7 @@ class HostGroup {
   std::vector<void*> slots_;
   std::vector<int64_t> counts_;
   std::vector<Status> statuses_;
+  std::vector<double> values_;
 };
 
 }  // namespace astrai

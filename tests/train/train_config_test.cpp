@@ -86,6 +86,19 @@ TEST_CASE("train config: dp defaults to 1 and keeps batch_size the whole group's
   CHECK_THAT(two->to_json(), Catch::Contains("\"dp\":4"));
 }
 
+TEST_CASE("train config: zero defaults to 1 and bucket_mb to 32; both take flags", "[train][config]") {
+  auto c = parse_train_config(kContractYaml, "train.yaml", {});
+  REQUIRE(c.ok());
+  CHECK(c->zero == 1);
+  CHECK(c->bucket_mb == 32);
+  auto d = parse_train_config(kContractYaml + std::string("zero: 1\nbucket_mb: 8\n"), "train.yaml",
+                              Overrides{{"zero", "0"}, {"bucket_mb", "0"}});
+  REQUIRE(d.ok());
+  CHECK(d->zero == 0);
+  CHECK(d->bucket_mb == 0);
+  CHECK_THAT(d->to_json(), Catch::Contains("\"zero\":0,\"bucket_mb\":0"));
+}
+
 TEST_CASE("train config: flags alone make a config", "[train][config]") {
   auto c = parse_train_config("", "", Overrides{{"preset", "tiny"}, {"data.train", "t.jsonl"}, {"out", "o"}});
   REQUIRE(c.ok());
@@ -117,6 +130,10 @@ TEST_CASE("train config: errors name the key", "[train][config]") {
       {"a: [unclosed\n", {}, "t.yaml: line"},
       {"- 1\n- 2\n", {}, "expected a mapping"},
       {base + "dp: 0\n", {}, "dp: '0' must be at least 1"},
+      {base + "zero: 2\n", {}, "zero: '2' must be 0 or 1"},
+      {base + "zero: yes\n", {}, "zero: 'yes' must be 0 or 1"},
+      {base + "bucket_mb: -1\n", {}, "bucket_mb: '-1' must be at least 0"},
+      {base + "bucket_mb: 70000\n", {}, "bucket_mb: 70000 is above 65536"},
       {base + "batch_size: 6\n",
        {{"dp", "4"}},
        "batch_size / dp: batch_size 6 does not split evenly over dp 4"},

@@ -169,6 +169,38 @@ TEST_CASE(
   require_close_run(dir / "one", dir / "mixed", 20);
 }
 
+TEST_CASE(
+    "train --dp 2: --zero 1 == --zero 0 bit for bit, with buckets or not; checkpoints resume across zero and "
+    "from dp 1 to dp 2 exactly",
+    "[train][trainer][dp][zero][threads]") {
+  const uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  test::TempDir dir("zero_run");
+  test::write_file(dir / "train.jsonl", corpus(seed, 60));
+  const Run run{dir, "--preset tiny --seed " + std::to_string(seed % 1000) + " --data.train '" +
+                         (dir / "train.jsonl").string() +
+                         "' --seq_len 32 --batch_size 4 --grad_accum 2 --steps 10 --warmup_steps 2 --lr 1e-3"
+                         " --min_lr 1e-4 --save_every 5 --grad_clip 0.5"};
+  auto sharded = run.train("sharded", "--dp 2 --zero 1");
+  INFO(sharded.err);
+  REQUIRE(sharded.exit_code == 0);
+  REQUIRE(run.train("replicated", "--dp 2 --zero 0 --bucket_mb 0").exit_code == 0);
+  require_same_run(dir / "sharded", dir / "replicated", 10);
+  // The checkpoint holds every moment whatever zero: half sharded, half replicated is the same run.
+  REQUIRE(run.train("switched", "--dp 2 --zero 1 --stop-after 5").exit_code == 0);
+  REQUIRE(run.train("switched", "--dp 2 --zero 0 --resume").exit_code == 0);
+  require_same_run(dir / "sharded", dir / "switched", 10);
+  // A dp 1 checkpoint resumed at dp 2 continues the same way into sharded and replicated moments.
+  for (const std::string out : {"from1_sharded", "from1_replicated"})
+    REQUIRE(run.train(out, "--stop-after 5").exit_code == 0);
+  REQUIRE(run.train("from1_sharded", "--dp 2 --zero 1 --resume").exit_code == 0);
+  REQUIRE(run.train("from1_replicated", "--dp 2 --zero 0 --resume").exit_code == 0);
+  require_same_run(dir / "from1_sharded", dir / "from1_replicated", 10);
+  auto bad = run.train("bad", "--dp 2 --zero 2");
+  CHECK(bad.exit_code != 0);
+  CHECK_THAT(bad.err, Catch::Contains("zero") && Catch::Contains("must be 0 or 1"));
+}
+
 TEST_CASE("train: 20 steps straight == 10 steps, stop, --resume, 10 more (losses and weights bit for bit)",
           "[train][trainer]") {
   const uint64_t seed = test::fresh_seed();
