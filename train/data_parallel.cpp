@@ -1,6 +1,7 @@
 #include "train/data_parallel.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "src/core/threads.h"
 #include "src/dist/communicator.h"
@@ -40,10 +41,13 @@ Result<std::unique_ptr<DataParallelGroup>> DataParallelGroup::create(const Model
                                                                      const WeightStore& weights,
                                                                      const DataParallelOptions& o) {
   if (o.dp < 1) return invalid_argument("dp: must be at least 1 (got " + std::to_string(o.dp) + ")");
+  ASTRAI_RETURN_IF_ERROR(validate_node_options(o.nodes));
   if (o.device != "cpu" && o.device != "cuda" && o.device != "auto")
     return invalid_argument("device: '" + o.device + "' must be one of cpu | cuda | auto");
   std::unique_ptr<DataParallelGroup> g(new DataParallelGroup());
   g->ranks_.resize(size_t(o.dp));
+  g->world_ = o.dp * o.nodes.nnodes;
+  g->first_rank_ = o.dp * o.nodes.node_rank;
   g->threads_ = std::make_unique<RankThreads>(o.dp);
   // The CPU backend sets its OpenMP thread count on the thread that creates it, which is why each
   // rank's backend is made on the rank's own thread. dp 1 keeps the whole machine (threads 0).
@@ -72,15 +76,37 @@ Result<std::unique_ptr<DataParallelGroup>> DataParallelGroup::create(const Model
     if (!s.ok()) device = Device::cpu;
   }
   if (device == Device::cpu) ASTRAI_RETURN_IF_ERROR(load(0, device));
-  if (o.dp == 1) return g;
+  std::optional<WorldTransport> transport;
+  if (o.nodes.nnodes > 1) {
+    // Node 0 makes the id before listening; every node has it once the bootstrap returns.
+    ASTRAI_ASSIGN_OR_RETURN(transport, world_transport(device));
+    std::vector<uint8_t> id;
+    if (o.nodes.node_rank == 0) {
+      ASTRAI_ASSIGN_OR_RETURN(id, transport->make_id());
+    }
+    ASTRAI_ASSIGN_OR_RETURN(g->link_, NodeLink::connect(o.nodes, g->world_, o.fingerprint, id));
+  }
+  if (g->world_ == 1) return g;
   ASTRAI_RETURN_IF_ERROR(run_on_ranks(*g->threads_, {}, "data-parallel", nullptr, nullptr,
                                       [&](int r) { return r == 0 ? Status() : load(r, device); }));
   std::vector<Backend*> backends;
   for (const Rank& r : g->ranks_) backends.push_back(r.backend.get());
-  auto comms = make_communicators(backends);
+  auto comms = transport ? transport->make_communicators(backends, g->link_->id(), g->world_, g->first_rank_)
+                         : make_communicators(backends);
   if (!comms.ok())
     return Status(comms.status().code(), "dp " + std::to_string(o.dp) + ": " + comms.status().message());
   g->comms_ = std::move(comms).value();
+  if (g->link_) {
+    // A rank may be waiting on its device for a lost node's part of an all-reduce: stop NCCL, and
+    // wake the local ranks waiting in a host barrier.
+    DataParallelGroup* raw = g.get();
+    g->link_->on_lost([raw](const Status&) {
+      for (auto& c : raw->comms_) {
+        c->abort_device();
+        c->abort();
+      }
+    });
+  }
   return g;
 }
 
@@ -103,16 +129,19 @@ Status DataParallelGroup::synchronize() {
 }
 
 Status DataParallelGroup::split(std::span<const TrainBatch> in) {
-  const int n = size();
+  const int n = size(), world = world_;
   parts_.resize(size_t(n));
   for (auto& p : parts_) p.resize(in.size());
   for (size_t i = 0; i < in.size(); ++i) {
     const TrainBatch& b = in[i];
-    if (b.batch <= 0 || b.batch % n != 0)
+    if (b.batch <= 0 || b.batch % world != 0)
       return invalid_argument("train batch: " + std::to_string(b.batch) + " rows do not split evenly over " +
-                              std::to_string(n) + " data-parallel ranks");
-    const int rows = b.batch / n;
-    for (int r = 0; r < n; ++r) parts_[size_t(r)][i] = n == 1 ? b : batch_rows(b, r * rows, (r + 1) * rows);
+                              std::to_string(world) + " data-parallel ranks");
+    const int rows = b.batch / world;
+    for (int r = 0; r < n; ++r) {
+      const int g = first_rank_ + r;  // this rank's rows are its global rank's
+      parts_[size_t(r)][i] = world == 1 ? b : batch_rows(b, g * rows, (g + 1) * rows);
+    }
   }
   return {};
 }
@@ -125,7 +154,7 @@ Result<StepResult> DataParallelGroup::step(std::span<const TrainBatch> micro, do
   if (out.targets == 0) return out;
   const double total = double(out.targets);
   std::vector<double> loss_sums(ranks_.size(), 0.0);
-  ASTRAI_RETURN_IF_ERROR(on_all_ranks([&](int r) -> Status {
+  const Status s = on_all_ranks([&](int r) -> Status {
     TrainModel& m = model(r);
     auto local = [&]() -> Status {
       m.zero_grad();
@@ -140,15 +169,38 @@ Result<StepResult> DataParallelGroup::step(std::span<const TrainBatch> micro, do
     if (comms_.empty()) {
       ASTRAI_RETURN_IF_ERROR(local());
     } else {
-      ASTRAI_RETURN_IF_ERROR(comms_[size_t(r)]->agree(local()));
+      Status ok = comms_[size_t(r)]->agree(local());
+      if (link_) ok = agree_across_nodes(r, ok);
+      ASTRAI_RETURN_IF_ERROR(ok);
       comms_[size_t(r)]->all_reduce_sum(m.flat_grads());
     }
     const double norm = optimizer(r).step(m.params(), lr, max_grad_norm);
     if (r == 0) out.grad_norm = norm;
     return {};
-  }));
-  for (double s : loss_sums) out.loss_sum += s;
+  });
+  // A lost node is why a step fails, whatever the ranks saw of it (an aborted all-reduce).
+  if (!s.ok() && link_ && !link_->status().ok()) return link_->status();
+  ASTRAI_RETURN_IF_ERROR(s);
+  ASTRAI_ASSIGN_OR_RETURN(out.loss_sum, sum_over_nodes(loss_sums));
   return out;
+}
+
+Status DataParallelGroup::agree_across_nodes(int r, const Status& mine) {
+  if (r == 0) node_status_ = link_->agree(mine);
+  // Publishes node_status_ to the other local ranks; rank 0 writes it again only after every rank
+  // has passed the next step's local agree, so after they read it.
+  comms_[size_t(r)]->barrier();
+  return node_status_;
+}
+
+Result<double> DataParallelGroup::sum_over_nodes(std::span<const double> mine) {
+  std::vector<double> all(mine.begin(), mine.end());
+  if (link_) {
+    ASTRAI_ASSIGN_OR_RETURN(all, link_->gather_doubles(mine));
+  }
+  double sum = 0;
+  for (double x : all) sum += x;
+  return sum;
 }
 
 Result<std::pair<double, int64_t>> DataParallelGroup::loss_sum(const TrainBatch& batch,
@@ -165,12 +217,10 @@ Result<std::pair<double, int64_t>> DataParallelGroup::loss_sum(const TrainBatch&
     targets[size_t(r)] = n;
     return {};
   }));
-  std::pair<double, int64_t> out{0.0, 0};
-  for (size_t r = 0; r < ranks_.size(); ++r) {
-    out.first += sums[r];
-    out.second += targets[r];
-  }
-  return out;
+  std::vector<double> counts(targets.begin(), targets.end());  // exact below 2^53
+  ASTRAI_ASSIGN_OR_RETURN(const double sum, sum_over_nodes(sums));
+  ASTRAI_ASSIGN_OR_RETURN(const double count, sum_over_nodes(counts));
+  return std::pair<double, int64_t>{sum, int64_t(count)};
 }
 
 }  // namespace astrai::train

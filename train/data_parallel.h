@@ -15,6 +15,15 @@
 // A rank that throws (a device failure in the middle of a step) aborts the host group, so that no
 // rank waits in a host-side collective for it, and stops the device collectives (ncclCommAbort);
 // a group whose device collectives were aborted fails every later call.
+//
+// Several processes (nodes, src/dist/bootstrap.h): with options.nodes.nnodes > 1 this process holds
+// global ranks [node_rank * dp, (node_rank + 1) * dp) of a world of nnodes * dp. Every node reads
+// the same data, and split() gives each local rank its global rank's rows, so the run equals one
+// process with dp = the world size. The bootstrap hands every node NCCL's unique id; the ranks'
+// all-reduce spans the world (NCCL); the host-side collectives between the nodes (the step's agree,
+// the loss sums) go over the bootstrap's link, on rank 0's thread, after the local ranks agreed. A
+// lost node aborts this node's NCCL communicators (from the link's thread) and fails the step with
+// the link's error. The CPU backend has no transport between processes: nnodes > 1 is an error there.
 #pragma once
 
 #include <functional>
@@ -25,6 +34,7 @@
 
 #include "src/backend/backend.h"
 #include "src/core/status.h"
+#include "src/dist/bootstrap.h"
 #include "src/model/config.h"
 #include "src/model/safetensors.h"
 #include "train/optimizer.h"
@@ -43,6 +53,9 @@ struct DataParallelOptions {
   // CPU: the threads of the whole group (0: num_threads()); each rank gets max(1, threads / dp).
   int cpu_threads = 0;
   AdamWOptions adamw;
+  // nnodes > 1: this process is node node_rank of a run over several (dp ranks each).
+  NodeOptions nodes;
+  std::string fingerprint;  // the run's config and data: the bootstrap checks every node has the same
 };
 
 // What one optimizer step did, over the whole group.
@@ -64,6 +77,11 @@ class DataParallelGroup {
 
   int size() const { return int(ranks_.size()); }
   Device device() const;
+  // The ranks of every node, and this node's first global rank.
+  int world_size() const { return world_; }
+  int first_rank() const { return first_rank_; }
+  // The link to the other nodes; null with nnodes 1.
+  NodeLink* nodes() const { return link_.get(); }
   // Rank r's replica, backend and optimizer (rank 0's is what checkpoints save).
   TrainModel& model(int rank = 0) const { return *ranks_[size_t(rank)].model; }
   Backend& backend(int rank = 0) const { return *ranks_[size_t(rank)].backend; }
@@ -93,6 +111,10 @@ class DataParallelGroup {
   DataParallelGroup() = default;
   // Splits each batch of `in` into size() row blocks: parts_[r][i] is rank r's block of in[i].
   Status split(std::span<const TrainBatch> in);
+  // On every local rank after their agree: every node's agreement (rank 0 asks the link).
+  Status agree_across_nodes(int r, const Status& mine);
+  // The sum of every global rank's value, in global rank order.
+  Result<double> sum_over_nodes(std::span<const double> mine);
 
   // Destroyed in reverse: the threads first, then the communicators, then the ranks' models and
   // optimizers before their backends.
@@ -101,6 +123,10 @@ class DataParallelGroup {
   std::unique_ptr<RankThreads> threads_;
   std::vector<std::vector<TrainBatch>> parts_;
   Status dead_;  // set once the device collectives were aborted
+  int world_ = 1, first_rank_ = 0;
+  Status node_status_;  // agree_across_nodes: written by rank 0 before a local barrier
+  // Last: destroyed first, so that its on_lost (which aborts comms_) cannot outlive them.
+  std::unique_ptr<NodeLink> link_;
 };
 
 }  // namespace astrai::train
