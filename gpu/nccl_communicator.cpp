@@ -72,29 +72,45 @@ class NcclCommunicator final : public Communicator {
   std::atomic<bool> aborted_ = false;
 };
 
-Result<std::vector<std::unique_ptr<Communicator>>> make_nccl_communicators(
-    std::span<Backend* const> backends) {
-  const int n = int(backends.size());
+// The GPU and stream of each rank's backend: one GPU per rank.
+struct RankDevices {
   std::vector<int> devices;
   std::vector<cudaStream_t> streams;
+};
+Result<RankDevices> rank_devices(std::span<Backend* const> backends) {
+  RankDevices rd;
   for (Backend* b : backends) {
     const CudaBackendStream s = cuda_backend_stream(*b);
     if (!s.stream) return invalid_argument("NCCL: every rank of the group must be a CUDA backend");
-    for (int d : devices)
+    for (int d : rd.devices)
       if (d == s.device)
         return invalid_argument("NCCL: two ranks on GPU " + std::to_string(d) +
                                 "; each rank needs its own GPU");
-    devices.push_back(s.device);
-    streams.push_back(static_cast<cudaStream_t>(s.stream));
+    rd.devices.push_back(s.device);
+    rd.streams.push_back(static_cast<cudaStream_t>(s.stream));
   }
-  std::vector<ncclComm_t> comms(size_t(n), nullptr);
-  ASTRAI_RETURN_IF_ERROR(nccl_status(ncclCommInitAll(comms.data(), n, devices.data()), "init"));
+  return rd;
+}
+
+// One Communicator per comm, sharing this process's host group.
+std::vector<std::unique_ptr<Communicator>> wrap_comms(const std::vector<ncclComm_t>& comms,
+                                                      const RankDevices& rd) {
+  const int n = int(comms.size());
   auto group = std::make_shared<HostGroup>(n);
   std::vector<std::unique_ptr<Communicator>> out;
   for (int r = 0; r < n; ++r)
-    out.push_back(std::make_unique<NcclCommunicator>(group, r, comms[size_t(r)], streams[size_t(r)],
-                                                     devices[size_t(r)]));
+    out.push_back(std::make_unique<NcclCommunicator>(group, r, comms[size_t(r)], rd.streams[size_t(r)],
+                                                     rd.devices[size_t(r)]));
   return out;
+}
+
+Result<std::vector<std::unique_ptr<Communicator>>> make_nccl_communicators(
+    std::span<Backend* const> backends) {
+  const int n = int(backends.size());
+  ASTRAI_ASSIGN_OR_RETURN(const RankDevices rd, rank_devices(backends));
+  std::vector<ncclComm_t> comms(size_t(n), nullptr);
+  ASTRAI_RETURN_IF_ERROR(nccl_status(ncclCommInitAll(comms.data(), n, rd.devices.data()), "init"));
+  return wrap_comms(comms, rd);
 }
 
 // ---- across processes (src/dist/bootstrap.h) ----------------------------------------------------
@@ -119,14 +135,7 @@ Result<std::vector<std::unique_ptr<Communicator>>> make_nccl_world_communicators
     return invalid_argument("NCCL: ranks [" + std::to_string(first_rank) + ", " +
                             std::to_string(first_rank + n) + ") are outside a world of " +
                             std::to_string(world_size));
-  std::vector<int> devices;
-  std::vector<cudaStream_t> streams;
-  for (Backend* b : backends) {
-    const CudaBackendStream s = cuda_backend_stream(*b);
-    if (!s.stream) return invalid_argument("NCCL: every rank of the group must be a CUDA backend");
-    devices.push_back(s.device);
-    streams.push_back(static_cast<cudaStream_t>(s.stream));
-  }
+  ASTRAI_ASSIGN_OR_RETURN(const RankDevices rd, rank_devices(backends));
   ncclUniqueId uid;
   std::memcpy(uid.internal, id.data(), NCCL_UNIQUE_ID_BYTES);
   std::vector<ncclComm_t> comms(size_t(n), nullptr);
@@ -135,18 +144,13 @@ Result<std::vector<std::unique_ptr<Communicator>>> make_nccl_world_communicators
   ASTRAI_RETURN_IF_ERROR(nccl_status(ncclGroupStart(), "group start"));
   Status init;
   for (int r = 0; r < n && init.ok(); ++r) {
-    ASTRAI_CUDA_CHECK(cudaSetDevice(devices[size_t(r)]));
+    ASTRAI_CUDA_CHECK(cudaSetDevice(rd.devices[size_t(r)]));
     init = nccl_status(ncclCommInitRank(&comms[size_t(r)], world_size, uid, first_rank + r), "init rank");
   }
   const Status end = nccl_status(ncclGroupEnd(), "init across processes");
   ASTRAI_RETURN_IF_ERROR(init);
   ASTRAI_RETURN_IF_ERROR(end);
-  auto group = std::make_shared<HostGroup>(n);
-  std::vector<std::unique_ptr<Communicator>> out;
-  for (int r = 0; r < n; ++r)
-    out.push_back(std::make_unique<NcclCommunicator>(group, r, comms[size_t(r)], streams[size_t(r)],
-                                                     devices[size_t(r)]));
-  return out;
+  return wrap_comms(comms, rd);
 }
 
 }  // namespace
