@@ -231,6 +231,14 @@ Result<TrainSummary> run_training(const TrainRunOptions& o) {
   dpo.nodes.timeout_s = c.node_timeout;
   // A node stuck on its device after another node died still ends, with the error.
   dpo.nodes.exit_after_loss_s = 30;
+  if (c.nnodes > 1 && c.node_rank == 0)
+    std::fprintf(stderr,
+                 "train: node 0 of %lld: waiting on master_port %lld for the other nodes (up to %g s)\n",
+                 static_cast<long long>(c.nnodes), static_cast<long long>(c.master_port), c.node_timeout);
+  if (c.nnodes > 1 && c.node_rank > 0)
+    std::fprintf(stderr, "train: node %lld of %lld: joining node 0 at %s:%lld (up to %g s)\n",
+                 static_cast<long long>(c.node_rank), static_cast<long long>(c.nnodes), c.master_addr.c_str(),
+                 static_cast<long long>(c.master_port), c.node_timeout);
   if (c.nnodes > 1)
     dpo.fingerprint =
         run_fingerprint(c, mconfig, tok_key, train_data, valid_data, resumed ? resumed->step : 0);
