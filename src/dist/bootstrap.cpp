@@ -313,10 +313,11 @@ void NodeLink::on_lost(std::function<void(const Status&)> fn) {
   Status already;
   {
     std::lock_guard lock(impl_->mu);
-    impl_->on_lost = fn;
+    impl_->on_lost = std::move(fn);
     already = impl_->lost;
   }
-  if (!already.ok() && fn) fn(already);
+  // Only this thread writes on_lost; the link's thread copies it under the lock.
+  if (!already.ok() && impl_->on_lost) impl_->on_lost(already);
 }
 
 // ---- the bootstrap ---------------------------------------------------------------------------------
@@ -448,7 +449,7 @@ asio::awaitable<Status> join_master(NodeLink::Impl& L, Joiner& j, int64_t world_
 // Runs `task` on L.io for at most the timeout; nullopt when it did not finish in time.
 std::optional<Status> run_bootstrap(NodeLink::Impl& L, asio::awaitable<Status> task) {
   std::optional<Status> result;
-  asio::co_spawn(L.io, std::move(task), [&](std::exception_ptr e, Status s) {
+  asio::co_spawn(L.io, std::move(task), [&](const std::exception_ptr& e, Status s) {
     if (e) {
       try {
         std::rethrow_exception(e);
