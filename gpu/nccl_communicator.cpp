@@ -1,5 +1,6 @@
 #include "gpu/nccl_communicator.h"
 
+#include "src/dist/bootstrap.h"
 #include "src/dist/communicator.h"
 
 #if ASTRAI_HAVE_NCCL
@@ -8,6 +9,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -162,42 +164,101 @@ class NcclCommunicator final : public Communicator {
   std::atomic<bool> aborted_ = false;
 };
 
-Result<std::vector<std::unique_ptr<Communicator>>> make_nccl_communicators(
-    std::span<Backend* const> backends) {
-  const int n = int(backends.size());
+// The GPU and stream of each rank's backend: one GPU per rank.
+struct RankDevices {
   std::vector<int> devices;
   std::vector<cudaStream_t> streams;
+};
+Result<RankDevices> rank_devices(std::span<Backend* const> backends) {
+  RankDevices rd;
   for (Backend* b : backends) {
     const CudaBackendStream s = cuda_backend_stream(*b);
     if (!s.stream) return invalid_argument("NCCL: every rank of the group must be a CUDA backend");
-    for (int d : devices)
+    for (int d : rd.devices)
       if (d == s.device)
         return invalid_argument("NCCL: two ranks on GPU " + std::to_string(d) +
                                 "; each rank needs its own GPU");
-    devices.push_back(s.device);
-    streams.push_back(static_cast<cudaStream_t>(s.stream));
+    rd.devices.push_back(s.device);
+    rd.streams.push_back(static_cast<cudaStream_t>(s.stream));
   }
-  std::vector<ncclComm_t> comms(size_t(n), nullptr);
-  ASTRAI_RETURN_IF_ERROR(nccl_status(ncclCommInitAll(comms.data(), n, devices.data()), "init"));
-  // Tensors up to this size take the one-shot peer-memory all-reduce (ASTRAI_PEER_ALL_REDUCE_MAX
-  // bytes; 0 turns it off): a decode step's activations. Larger ones (prefill, gradients) use NCCL.
-  int64_t peer_max = 1 << 20;
-  if (const char* e = std::getenv("ASTRAI_PEER_ALL_REDUCE_MAX")) peer_max = std::atoll(e);
-  std::shared_ptr<PeerAllReduce> peer;
-  if (peer_max > 0) peer = PeerAllReduce::create(devices, peer_max);
+  return rd;
+}
 
+// One Communicator per comm, sharing this process's host group (and `peer`, when given).
+std::vector<std::unique_ptr<Communicator>> wrap_comms(const std::vector<ncclComm_t>& comms,
+                                                      const RankDevices& rd,
+                                                      std::shared_ptr<PeerAllReduce> peer = nullptr) {
+  const int n = int(comms.size());
   auto group = std::make_shared<HostGroup>(n);
   std::vector<std::unique_ptr<Communicator>> out;
   for (int r = 0; r < n; ++r)
-    out.push_back(std::make_unique<NcclCommunicator>(group, r, comms[size_t(r)], streams[size_t(r)],
-                                                     devices[size_t(r)], peer));
+    out.push_back(std::make_unique<NcclCommunicator>(group, r, comms[size_t(r)], rd.streams[size_t(r)],
+                                                     rd.devices[size_t(r)], peer));
   return out;
+}
+
+Result<std::vector<std::unique_ptr<Communicator>>> make_nccl_communicators(
+    std::span<Backend* const> backends) {
+  const int n = int(backends.size());
+  ASTRAI_ASSIGN_OR_RETURN(const RankDevices rd, rank_devices(backends));
+  std::vector<ncclComm_t> comms(size_t(n), nullptr);
+  ASTRAI_RETURN_IF_ERROR(nccl_status(ncclCommInitAll(comms.data(), n, rd.devices.data()), "init"));
+  // Tensors up to this size take the one-shot peer-memory all-reduce (ASTRAI_PEER_ALL_REDUCE_MAX
+  // bytes; 0 turns it off): a decode step's activations. Larger ones (prefill, gradients) use NCCL.
+  // Only here, where every rank is in this process: across processes the peers' buffers are not
+  // addressable.
+  int64_t peer_max = 1 << 20;
+  if (const char* e = std::getenv("ASTRAI_PEER_ALL_REDUCE_MAX")) peer_max = std::atoll(e);
+  std::shared_ptr<PeerAllReduce> peer;
+  if (peer_max > 0) peer = PeerAllReduce::create(rd.devices, peer_max);
+  return wrap_comms(comms, rd, std::move(peer));
+}
+
+// ---- across processes (src/dist/bootstrap.h) ----------------------------------------------------
+
+Result<std::vector<uint8_t>> make_nccl_unique_id() {
+  ncclUniqueId id;
+  ASTRAI_RETURN_IF_ERROR(nccl_status(ncclGetUniqueId(&id), "unique id"));
+  return std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(id.internal),
+                              reinterpret_cast<const uint8_t*>(id.internal) + NCCL_UNIQUE_ID_BYTES);
+}
+
+// This process's ranks of a world that spans processes: backends[i] is global rank first_rank + i.
+// Each collective sums over the whole world; the host group (agree, barrier) is this process's ranks
+// only (the nodes agree over the bootstrap's link).
+Result<std::vector<std::unique_ptr<Communicator>>> make_nccl_world_communicators(
+    std::span<Backend* const> backends, std::span<const uint8_t> id, int world_size, int first_rank) {
+  const int n = int(backends.size());
+  if (id.size() != NCCL_UNIQUE_ID_BYTES)
+    return invalid_argument("NCCL: the unique id from node 0 has " + std::to_string(id.size()) +
+                            " bytes, not " + std::to_string(NCCL_UNIQUE_ID_BYTES));
+  if (first_rank < 0 || first_rank + n > world_size)
+    return invalid_argument("NCCL: ranks [" + std::to_string(first_rank) + ", " +
+                            std::to_string(first_rank + n) + ") are outside a world of " +
+                            std::to_string(world_size));
+  ASTRAI_ASSIGN_OR_RETURN(const RankDevices rd, rank_devices(backends));
+  ncclUniqueId uid;
+  std::memcpy(uid.internal, id.data(), NCCL_UNIQUE_ID_BYTES);
+  std::vector<ncclComm_t> comms(size_t(n), nullptr);
+  // One thread initialises every local GPU's rank: inside a group, so that NCCL waits for all of
+  // them (and the other processes' ranks) at once.
+  ASTRAI_RETURN_IF_ERROR(nccl_status(ncclGroupStart(), "group start"));
+  Status init;
+  for (int r = 0; r < n && init.ok(); ++r) {
+    ASTRAI_CUDA_CHECK(cudaSetDevice(rd.devices[size_t(r)]));
+    init = nccl_status(ncclCommInitRank(&comms[size_t(r)], world_size, uid, first_rank + r), "init rank");
+  }
+  const Status end = nccl_status(ncclGroupEnd(), "init across processes");
+  ASTRAI_RETURN_IF_ERROR(init);
+  ASTRAI_RETURN_IF_ERROR(end);
+  return wrap_comms(comms, rd);
 }
 
 }  // namespace
 
 void register_nccl_communicator() {
   register_communicator_factory(Device::cuda, make_nccl_communicators);
+  register_world_transport(Device::cuda, {make_nccl_unique_id, make_nccl_world_communicators});
 }
 #else
 void register_nccl_communicator() {}

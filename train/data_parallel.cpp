@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <optional>
 
 #include "src/core/threads.h"
 #include "src/dist/communicator.h"
@@ -43,11 +44,14 @@ Result<std::unique_ptr<DataParallelGroup>> DataParallelGroup::create(const Model
                                                                      const WeightStore& weights,
                                                                      const DataParallelOptions& o) {
   if (o.dp < 1) return invalid_argument("dp: must be at least 1 (got " + std::to_string(o.dp) + ")");
+  ASTRAI_RETURN_IF_ERROR(validate_node_options(o.nodes));
   if (o.device != "cpu" && o.device != "cuda" && o.device != "auto")
     return invalid_argument("device: '" + o.device + "' must be one of cpu | cuda | auto");
   if (o.bucket_bytes < 0) return invalid_argument("bucket_bytes: must not be negative");
   std::unique_ptr<DataParallelGroup> g(new DataParallelGroup());
   g->ranks_.resize(size_t(o.dp));
+  g->world_ = o.dp * o.nodes.nnodes;
+  g->first_rank_ = o.dp * o.nodes.node_rank;
   // The layout's size decides the slices; every rank's model has the same.
   g->numel_ = 0;
   for (const auto& [name, shape] : weight_shapes(config)) {
@@ -55,8 +59,10 @@ Result<std::unique_ptr<DataParallelGroup>> DataParallelGroup::create(const Model
     for (int64_t d : shape) n *= d;
     g->numel_ += n;
   }
-  g->slice_ = o.dp == 1 ? g->numel_ : g->numel_ / (o.dp * kShardAlign) * kShardAlign;
-  g->zero_ = o.dp > 1 && o.zero;
+  // Slices of the world (every node's ranks): the gradient norm adds their squares in global rank
+  // order, so it has the same bits however the world is laid out over processes.
+  g->slice_ = g->world_ == 1 ? g->numel_ : g->numel_ / (g->world_ * kShardAlign) * kShardAlign;
+  g->zero_ = o.dp > 1 && o.zero && o.nodes.nnodes == 1;  // slices are this process's ranks'
   if (o.dp > 1 && o.bucket_bytes > 0) g->buckets_ = g->make_buckets(o.bucket_bytes / int64_t(sizeof(float)));
   g->threads_ = std::make_unique<RankThreads>(o.dp);
   // The CPU backend sets its OpenMP thread count on the thread that creates it, which is why each
@@ -93,15 +99,37 @@ Result<std::unique_ptr<DataParallelGroup>> DataParallelGroup::create(const Model
     if (!s.ok()) device = Device::cpu;
   }
   if (device == Device::cpu) ASTRAI_RETURN_IF_ERROR(load(0, device));
-  if (o.dp == 1) return g;
+  std::optional<WorldTransport> transport;
+  if (o.nodes.nnodes > 1) {
+    // Node 0 makes the id before listening; every node has it once the bootstrap returns.
+    ASTRAI_ASSIGN_OR_RETURN(transport, world_transport(device));
+    std::vector<uint8_t> id;
+    if (o.nodes.node_rank == 0) {
+      ASTRAI_ASSIGN_OR_RETURN(id, transport->make_id());
+    }
+    ASTRAI_ASSIGN_OR_RETURN(g->link_, NodeLink::connect(o.nodes, g->world_, o.fingerprint, id));
+  }
+  if (g->world_ == 1) return g;
   ASTRAI_RETURN_IF_ERROR(run_on_ranks(*g->threads_, {}, "data-parallel", nullptr, nullptr,
                                       [&](int r) { return r == 0 ? Status() : load(r, device); }));
   std::vector<Backend*> backends;
   for (const Rank& r : g->ranks_) backends.push_back(r.backend.get());
-  auto comms = make_communicators(backends);
+  auto comms = transport ? transport->make_communicators(backends, g->link_->id(), g->world_, g->first_rank_)
+                         : make_communicators(backends);
   if (!comms.ok())
     return Status(comms.status().code(), "dp " + std::to_string(o.dp) + ": " + comms.status().message());
   g->comms_ = std::move(comms).value();
+  if (g->link_) {
+    // A rank may be waiting on its device for a lost node's part of an all-reduce: stop NCCL, and
+    // wake the local ranks waiting in a host barrier.
+    DataParallelGroup* raw = g.get();
+    g->link_->on_lost([raw](const Status&) {
+      for (auto& c : raw->comms_) {
+        c->abort_device();
+        c->abort();
+      }
+    });
+  }
   return g;
 }
 
@@ -110,7 +138,7 @@ ElementRange DataParallelGroup::slice(int rank) const {
 }
 
 ElementRange DataParallelGroup::tail() const {
-  return {size() * slice_, numel_};
+  return {world_ * slice_, numel_};
 }
 
 // From the end of the layout (the backward's order) down to 0: cut every `elems` elements and at
@@ -150,16 +178,19 @@ Status DataParallelGroup::synchronize() {
 }
 
 Status DataParallelGroup::split(std::span<const TrainBatch> in) {
-  const int n = size();
+  const int n = size(), world = world_;
   parts_.resize(size_t(n));
   for (auto& p : parts_) p.resize(in.size());
   for (size_t i = 0; i < in.size(); ++i) {
     const TrainBatch& b = in[i];
-    if (b.batch <= 0 || b.batch % n != 0)
+    if (b.batch <= 0 || b.batch % world != 0)
       return invalid_argument("train batch: " + std::to_string(b.batch) + " rows do not split evenly over " +
-                              std::to_string(n) + " data-parallel ranks");
-    const int rows = b.batch / n;
-    for (int r = 0; r < n; ++r) parts_[size_t(r)][i] = n == 1 ? b : batch_rows(b, r * rows, (r + 1) * rows);
+                              std::to_string(world) + " data-parallel ranks");
+    const int rows = b.batch / world;
+    for (int r = 0; r < n; ++r) {
+      const int g = first_rank_ + r;  // this rank's rows are its global rank's
+      parts_[size_t(r)][i] = world == 1 ? b : batch_rows(b, g * rows, (g + 1) * rows);
+    }
   }
   return {};
 }
@@ -171,13 +202,16 @@ Result<StepResult> DataParallelGroup::step(std::span<const TrainBatch> micro, do
   for (const TrainBatch& b : micro) out.targets += b.num_targets();
   if (out.targets == 0) return out;
   std::vector<double> loss_sums(ranks_.size(), 0.0);
-  ASTRAI_RETURN_IF_ERROR(on_all_ranks([&](int r) -> Status {
+  const Status s = on_all_ranks([&](int r) -> Status {
     ASTRAI_ASSIGN_OR_RETURN(const double norm,
                             rank_step(r, double(out.targets), lr, max_grad_norm, loss, loss_sums[size_t(r)]));
     if (r == 0) out.grad_norm = norm;
     return {};
-  }));
-  for (double s : loss_sums) out.loss_sum += s;
+  });
+  // A lost node is why a step fails, whatever the ranks saw of it (an aborted all-reduce).
+  if (!s.ok() && link_ && !link_->status().ok()) return link_->status();
+  ASTRAI_RETURN_IF_ERROR(s);
+  ASTRAI_ASSIGN_OR_RETURN(out.loss_sum, sum_over_nodes(loss_sums));
   return out;
 }
 
@@ -238,7 +272,8 @@ Result<double> DataParallelGroup::rank_step(int r, double total, double lr, doub
   };
   auto agree = [&](const Status& mine) {
     agreed = true;
-    return c.agree(mine);
+    const Status all = c.agree(mine);
+    return link_ ? agree_across_nodes(r, all) : all;
   };
   Status mine;
   try {
@@ -275,8 +310,13 @@ Result<double> DataParallelGroup::rank_step(int r, double total, double lr, doub
     c.all_reduce_sum(grads);
   }
 
+  // Zero: each rank holds its slice's sums, met in rank order; otherwise every rank holds the whole
+  // sum and adds the world's slices itself, in the same order (the same bits either way).
   double squares = 0;
-  for (double s : c.gather_values(sum_squares(be, grads, own))) squares += s;
+  if (zero_)
+    for (double s : c.gather_values(sum_squares(be, grads, own))) squares += s;
+  else
+    for (int g = 0; g < world_; ++g) squares += sum_squares(be, grads, slice(g));
   squares += sum_squares(be, grads, rest);
   const double norm = std::sqrt(squares);
   optimizer(r).update(m.params(), lr, clip_scale(norm, max_grad_norm));
@@ -324,6 +364,24 @@ Status DataParallelGroup::write_moments(std::span<const float> exp_avg, std::spa
   });
 }
 
+Status DataParallelGroup::agree_across_nodes(int r, const Status& mine) {
+  if (r == 0) node_status_ = link_->agree(mine);
+  // Publishes node_status_ to the other local ranks; rank 0 writes it again only after every rank
+  // has passed the next step's local agree, so after they read it.
+  comms_[size_t(r)]->barrier();
+  return node_status_;
+}
+
+Result<double> DataParallelGroup::sum_over_nodes(std::span<const double> mine) {
+  std::vector<double> all(mine.begin(), mine.end());
+  if (link_) {
+    ASTRAI_ASSIGN_OR_RETURN(all, link_->gather_doubles(mine));
+  }
+  double sum = 0;
+  for (double x : all) sum += x;
+  return sum;
+}
+
 Result<std::pair<double, int64_t>> DataParallelGroup::loss_sum(const TrainBatch& batch,
                                                                const LossOptions& loss) {
   ASTRAI_RETURN_IF_ERROR(split(std::span(&batch, 1)));
@@ -338,12 +396,10 @@ Result<std::pair<double, int64_t>> DataParallelGroup::loss_sum(const TrainBatch&
     targets[size_t(r)] = n;
     return {};
   }));
-  std::pair<double, int64_t> out{0.0, 0};
-  for (size_t r = 0; r < ranks_.size(); ++r) {
-    out.first += sums[r];
-    out.second += targets[r];
-  }
-  return out;
+  std::vector<double> counts(targets.begin(), targets.end());  // exact below 2^53
+  ASTRAI_ASSIGN_OR_RETURN(const double sum, sum_over_nodes(sums));
+  ASTRAI_ASSIGN_OR_RETURN(const double count, sum_over_nodes(counts));
+  return std::pair<double, int64_t>{sum, int64_t(count)};
 }
 
 }  // namespace astrai::train

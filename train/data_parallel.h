@@ -11,11 +11,12 @@
 // buffer over the ranks. dp 1 has no communicator and no collective, and computes exactly what a
 // lone TrainModel + AdamW does.
 //
-// Shards (dp > 1). The flat layout of N elements is cut into dp slices of S elements (S a multiple
-// of kShardAlign, as large as fits) and a tail of the last N - dp S (< dp kShardAlign) elements.
-// The global gradient norm is sqrt(sum over the ranks in rank order of the squares of slice r,
-// plus the squares of the tail): every rank computes its own slice's and the tail's, and they
-// exchange the first in rank order (the same f64 sum on every rank, whichever of the modes below).
+// Shards (dp > 1). The flat layout of N elements is cut into W slices of S elements (W the world's
+// ranks over every node; S a multiple of kShardAlign, as large as fits) and a tail of the last
+// N - W S (< W kShardAlign) elements. The global gradient norm is sqrt(sum over the ranks in rank
+// order of the squares of slice r, plus the squares of the tail): with zero every rank computes its
+// own slice's and the tail's and they exchange the first in rank order, without it every rank adds
+// every slice's in the same order (the same f64 sum on every rank, whichever the mode or layout).
 //   zero 0 (replicated): the gradients are all-reduced; every rank keeps AdamW's moments of every
 //     element and runs the same update on the same bits.
 //   zero 1 (ZeRO-1): rank r keeps the moments of slice r and the tail only (8 bytes per parameter
@@ -40,6 +41,15 @@
 // A rank that throws (a device failure in the middle of a step) aborts the host group, so that no
 // rank waits in a host-side collective for it, and stops the device collectives (ncclCommAbort);
 // a group whose device collectives were aborted fails every later call.
+//
+// Several processes (nodes, src/dist/bootstrap.h): with options.nodes.nnodes > 1 this process holds
+// global ranks [node_rank * dp, (node_rank + 1) * dp) of a world of nnodes * dp. Every node reads
+// the same data, and split() gives each local rank its global rank's rows, so the run equals one
+// process with dp = the world size. The bootstrap hands every node NCCL's unique id; the ranks'
+// all-reduce spans the world (NCCL); the host-side collectives between the nodes (the step's agree,
+// the loss sums) go over the bootstrap's link, on rank 0's thread, after the local ranks agreed. A
+// lost node aborts this node's NCCL communicators (from the link's thread) and fails the step with
+// the link's error. The CPU backend has no transport between processes: nnodes > 1 is an error there.
 #pragma once
 
 #include <functional>
@@ -50,6 +60,7 @@
 
 #include "src/backend/backend.h"
 #include "src/core/status.h"
+#include "src/dist/bootstrap.h"
 #include "src/model/config.h"
 #include "src/model/safetensors.h"
 #include "train/optimizer.h"
@@ -68,8 +79,11 @@ struct DataParallelOptions {
   // CPU: the threads of the whole group (0: num_threads()); each rank gets max(1, threads / dp).
   int cpu_threads = 0;
   AdamWOptions adamw;
-  bool zero = true;                          // dp > 1: shard AdamW's moments (ZeRO-1), see above
+  bool zero = true;  // dp > 1 in one process: shard AdamW's moments (ZeRO-1), see above; off with nnodes > 1
   int64_t bucket_bytes = int64_t(32) << 20;  // dp > 1: gradient bucket size; 0: reduce after the backward
+  // nnodes > 1: this process is node node_rank of a run over several (dp ranks each).
+  NodeOptions nodes;
+  std::string fingerprint;  // the run's config and data: the bootstrap checks every node has the same
 };
 
 // What one optimizer step did, over the whole group.
@@ -91,6 +105,11 @@ class DataParallelGroup {
 
   int size() const { return int(ranks_.size()); }
   Device device() const;
+  // The ranks of every node, and this node's first global rank.
+  int world_size() const { return world_; }
+  int first_rank() const { return first_rank_; }
+  // The link to the other nodes; null with nnodes 1.
+  NodeLink* nodes() const { return link_.get(); }
   static constexpr int64_t kShardAlign = 64;  // elements: slices start on 256-byte boundaries
 
   // Rank r's replica, backend and optimizer (rank 0's weights are what checkpoints save; with zero,
@@ -148,6 +167,10 @@ class DataParallelGroup {
                            double& loss_sum);
   void reduce(Communicator& c, const Tensor& grads, const Bucket& b);
   std::vector<Bucket> make_buckets(int64_t elems) const;
+  // On every local rank after their agree: every node's agreement (rank 0 asks the link).
+  Status agree_across_nodes(int r, const Status& mine);
+  // The sum of every global rank's value, in global rank order.
+  Result<double> sum_over_nodes(std::span<const double> mine);
 
   // Destroyed in reverse: the threads first, then the communicators, then the ranks' models and
   // optimizers before their backends.
@@ -159,6 +182,10 @@ class DataParallelGroup {
   bool zero_ = false;
   int64_t numel_ = 0, slice_ = 0;  // elements of the flat layout, of each rank's slice
   std::vector<Bucket> buckets_;
+  int world_ = 1, first_rank_ = 0;
+  Status node_status_;  // agree_across_nodes: written by rank 0 before a local barrier
+  // Last: destroyed first, so that its on_lost (which aborts comms_) cannot outlive them.
+  std::unique_ptr<NodeLink> link_;
 };
 
 }  // namespace astrai::train

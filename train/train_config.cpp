@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <optional>
 
 #include "src/core/json_writer.h"
 
@@ -155,7 +156,8 @@ const std::vector<KeyDef>& key_defs() {
     typed("INT");
     add("zero",
         "dp > 1: 1 keeps each rank's share of AdamW's moments only (ZeRO-1: gradients reduce-scattered, "
-        "weights all-gathered), 0 every rank all of them; the same weights either way",
+        "weights all-gathered; within one process: over several nodes every rank keeps all of them), 0 every "
+        "rank all of them; the same weights either way",
         [](TrainConfig& c, const std::string& v) -> Status {
           if (v != "0" && v != "1") return bad("zero", v, "must be 0 or 1");
           c.zero = v == "1";
@@ -167,6 +169,23 @@ const std::vector<KeyDef>& key_defs() {
         "the rest of the backward on GPUs); 0: all of them after the backward",
         int_key(&TrainConfig::bucket_mb, "bucket_mb", 0));
     typed("INT");
+    add("gpus", "The contract's name for dp: the data-parallel ranks (GPUs) of this process",
+        int_key(&TrainConfig::dp, "gpus", 1));
+    typed("INT");
+    add("nnodes", "Processes (hosts) of the run, each with `gpus` ranks: a world of nnodes x gpus",
+        int_key(&TrainConfig::nnodes, "nnodes", 1));
+    typed("INT");
+    add("node_rank", "This process's node, 0..nnodes-1 (node 0 serves the bootstrap and writes the run)",
+        int_key(&TrainConfig::node_rank, "node_rank", 0));
+    typed("INT");
+    add("master_addr", "Node 0's address, as every node reaches it", string_key(&TrainConfig::master_addr));
+    typed("HOST");
+    add("master_port", "The TCP port node 0 listens on for the bootstrap",
+        int_key(&TrainConfig::master_port, "master_port", 1));
+    typed("INT");
+    add("node_timeout", "Seconds the bootstrap waits for every node (node 0) or for node 0 (the others)",
+        float_key(&TrainConfig::node_timeout, "node_timeout", 1e-3, 1e9));
+    typed("FLOAT");
     add("out", "Run directory: checkpoints out/step_NNNNNN/, out/metrics.jsonl",
         string_key(&TrainConfig::out));
     typed("PATH");
@@ -257,6 +276,12 @@ Result<TrainConfig> parse_train_config(std::string_view yaml_text, std::string_v
     }
   }
   TrainConfig c;
+  // dp and gpus are one setting under two names: both given must mean the same.
+  std::optional<int64_t> dp_given, gpus_given;
+  auto note = [&](const std::string& key) {
+    if (key == "dp") dp_given = c.dp;
+    if (key == "gpus") gpus_given = c.dp;
+  };
   for (const auto& [key, value] : entries) {
     const KeyDef* d = find_key(key);
     if (!d)
@@ -264,25 +289,47 @@ Result<TrainConfig> parse_train_config(std::string_view yaml_text, std::string_v
                               ")");
     const Status s = d->set(c, value);
     if (!s.ok()) return invalid_argument(std::string(source) + ": " + s.message());
+    note(key);
   }
   for (const auto& [key, value] : overrides) {
     const KeyDef* d = find_key(key);
     if (!d) return invalid_argument("unknown key '--" + key + "'");
     const Status s = d->set(c, value);
     if (!s.ok()) return invalid_argument("--" + s.message());
+    note(key);
   }
+  if (dp_given && gpus_given && *dp_given != *gpus_given)
+    return invalid_argument(
+        "dp / gpus: dp " + std::to_string(*dp_given) + " and gpus " + std::to_string(*gpus_given) +
+        " name the same setting (the data-parallel ranks of this process); give one of them");
+  if (c.master_port > 65535)
+    return invalid_argument("master_port: " + std::to_string(c.master_port) + " must be in [1, 65535]");
+  if (c.node_rank >= c.nnodes)
+    return invalid_argument("node_rank: " + std::to_string(c.node_rank) + " must be less than nnodes (" +
+                            std::to_string(c.nnodes) + ")");
+  if (c.nnodes > 1 && c.master_addr.empty())
+    return invalid_argument("master_addr: node 0's address is required with nnodes " +
+                            std::to_string(c.nnodes));
+  if (c.nnodes > 1 && c.device == "cpu")
+    return invalid_argument("nnodes / device: the CPU backend has no transport between processes; nnodes " +
+                            std::to_string(c.nnodes) + " needs device cuda (NCCL)");
   if (c.model.empty() == c.preset.empty())
     return invalid_argument("model / preset: give exactly one (a model directory or a preset name)");
   if (c.data_train.empty()) return invalid_argument("data.train: a training JSONL file is required");
   if (c.out.empty()) return invalid_argument("out: a run directory is required");
   // dp splits each micro-batch, so that dp 1 and dp N train on the same windows in the same order.
-  if (c.batch_size % c.dp != 0)
+  if (c.nnodes == 1 && c.batch_size % c.dp != 0)
     return invalid_argument("batch_size / dp: batch_size " + std::to_string(c.batch_size) +
                             " does not split evenly over dp " + std::to_string(c.dp) +
                             " ranks (batch_size is the whole group's sequences per micro-batch; make it a "
                             "multiple of dp)");
   if (c.bucket_mb > 65536)
     return invalid_argument("bucket_mb: " + std::to_string(c.bucket_mb) + " is above 65536 (64 GB)");
+  if (c.nnodes > 1 && c.batch_size % (c.dp * c.nnodes) != 0)
+    return invalid_argument("batch_size / nnodes x gpus: batch_size " + std::to_string(c.batch_size) +
+                            " does not split evenly over the world's " + std::to_string(c.dp * c.nnodes) +
+                            " ranks (batch_size is the whole run's sequences per micro-batch; make it a "
+                            "multiple of nnodes x gpus)");
   if (c.min_lr > c.lr && c.schedule != Schedule::constant)
     return invalid_argument("min_lr: " + std::to_string(c.min_lr) + " is above lr " + std::to_string(c.lr));
   return c;
@@ -302,6 +349,10 @@ std::string TrainConfig::to_json() const {
   w.key("decay_fraction").value(decay_fraction).key("weight_decay").value(weight_decay);
   w.key("grad_clip").value(grad_clip).key("seed").value(seed).key("device").value(device);
   w.key("dp").value(dp).key("zero").value(zero).key("bucket_mb").value(bucket_mb);
+  if (nnodes > 1) {
+    w.key("nnodes").value(nnodes).key("node_rank").value(node_rank).key("master_addr").value(master_addr);
+    w.key("master_port").value(master_port).key("node_timeout").value(node_timeout);
+  }
   w.key("out").value(out).key("save_every").value(save_every).key("eval_every").value(eval_every);
   w.key("eval_batches").value(eval_batches).key("label_smoothing").value(label_smoothing);
   w.end_object();

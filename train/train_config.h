@@ -31,9 +31,15 @@ struct TrainConfig {
   double grad_clip = 1.0;  // global L2 norm; 0: no clipping
   uint64_t seed = 1234;
   std::string device = "auto";  // cpu | cuda | auto
-  int64_t dp = 1;               // data-parallel ranks: GPUs 0..dp-1, or the CPU threads split dp ways
-  int64_t zero = 1;             // dp > 1: 1 shards AdamW's moments over the ranks (ZeRO-1), 0 replicates
-  int64_t bucket_mb = 32;       // dp > 1: gradient buckets reduced during the backward; 0: after it
+  int64_t dp = 1;    // data-parallel ranks of this process (key dp or gpus): GPUs 0..dp-1, or the CPU threads
+                     // split dp ways
+  int64_t zero = 1;  // dp > 1: 1 shards AdamW's moments over the ranks (ZeRO-1), 0 replicates
+  int64_t bucket_mb = 32;  // dp > 1: gradient buckets reduced during the backward; 0: after it
+  // Several processes (one per host; src/dist/bootstrap.h): a world of nnodes * dp ranks.
+  int64_t nnodes = 1, node_rank = 0;
+  std::string master_addr = "127.0.0.1";  // node 0's address, as the other nodes reach it
+  int64_t master_port = 29500;            // node 0 listens there for the bootstrap
+  double node_timeout = 60;               // seconds the bootstrap waits for every node
   std::string out = "runs/demo";
   int64_t save_every = 100;  // 0: only the final checkpoint
   int64_t eval_every = 100;  // 0: never (without data.valid: never)

@@ -10,6 +10,7 @@
 
 #include "src/backend/backend.h"
 #include "src/core/json_writer.h"
+#include "src/dist/bootstrap.h"
 #include "src/model/model_source.h"
 #include "src/model/safetensors.h"
 #include "src/tokenizer/tokenizer.h"
@@ -131,6 +132,34 @@ Result<double> evaluate(DataParallelGroup& group, const WindowLoader& valid, int
   return targets ? sum / double(targets) : 0.0;
 }
 
+// What every node of a run must share (the bootstrap compares it): the keys that shape the run (not
+// those naming this node or its paths), the model's shape and tokenizer, the tokenized data, and the
+// step a resume starts from. FNV-1a 64 in hex.
+std::string run_fingerprint(const TrainConfig& c, const ModelConfig& m, const std::string& tokenizer_key,
+                            const TokenizedData& train, const TokenizedData& valid, int64_t resume_step) {
+  TrainConfig shared = c;
+  shared.node_rank = 0;
+  shared.out = shared.data_train = shared.data_valid = shared.model = shared.device = shared.master_addr = "";
+  shared.node_timeout = 0;
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto bytes = [&](const void* p, size_t n) {
+    for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const uint8_t*>(p)[i]) * 0x100000001b3ull;
+  };
+  auto text = [&](const std::string& t) { bytes(t.data(), t.size() + 1); };
+  text(shared.to_json());
+  text(m.architecture);
+  for (int64_t x : {m.vocab_size, m.num_parameters(), resume_step}) bytes(&x, sizeof x);
+  text(tokenizer_key);
+  for (const TokenizedData* d : {&train, &valid}) {
+    bytes(d->tokens.data(), d->tokens.size() * sizeof(uint32_t));
+    bytes(d->loss_mask.data(), d->loss_mask.size());
+    bytes(d->doc_starts.data(), d->doc_starts.size() * sizeof(uint64_t));
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
 }  // namespace
 
 Result<TrainSummary> run_training(const TrainRunOptions& o) {
@@ -166,19 +195,6 @@ Result<TrainSummary> run_training(const TrainRunOptions& o) {
                             std::to_string(mconfig.max_position_embeddings) + " (max_position_embeddings)");
   ASTRAI_ASSIGN_OR_RETURN(const std::unique_ptr<Tokenizer> tok, Tokenizer::load(model_dir));
   ASTRAI_ASSIGN_OR_RETURN(const WeightStore weights, WeightStore::open(model_dir));
-  DataParallelOptions dpo;
-  dpo.dp = int(c.dp);
-  dpo.device = c.device;
-  dpo.adamw = AdamWOptions{0.9, 0.95, 1e-8, c.weight_decay};
-  dpo.zero = c.zero != 0;
-  dpo.bucket_bytes = c.bucket_mb << 20;
-  ASTRAI_ASSIGN_OR_RETURN(const std::unique_ptr<DataParallelGroup> group,
-                          DataParallelGroup::create(mconfig, weights, dpo));
-  // Rank 0's replica is the one checkpoints save (every rank holds the same bits).
-  std::vector<Param>& params = group->model(0).params();
-  Backend& be = group->backend(0);
-  AdamW& opt = group->optimizer(0);
-
   // Data.
   const fs::path cache = o.data_cache.empty() ? data_cache_dir() : o.data_cache;
   const std::string tok_key = tokenizer_fingerprint(model_dir);
@@ -203,20 +219,71 @@ Result<TrainSummary> run_training(const TrainRunOptions& o) {
         valid, WindowLoader::create(&valid_data, c.seq_len, c.batch_size, c.seed, false, "data.valid"));
   }
 
-  const std::string ranks = c.dp > 1 ? "dp " + std::to_string(c.dp) + " x " : "";
-  std::fprintf(
-      stderr,
-      "train: %s, %.2fM parameters, on %s%s; data.train %zu tokens (%lld with a loss), %lld windows of %lld",
-      mconfig.architecture.c_str(), double(mconfig.num_parameters()) / 1e6, ranks.c_str(), be.name().c_str(),
-      train_data.tokens.size(), static_cast<long long>(train_data.num_loss_tokens()),
-      static_cast<long long>(train.num_windows()), static_cast<long long>(c.seq_len));
-  if (valid) std::fprintf(stderr, "; data.valid %lld windows", static_cast<long long>(valid->num_windows()));
-  std::fprintf(stderr, "\n");
+  // The state a checkpoint restores (read before the group exists: the nodes check they agree on it).
+  std::optional<TrainerState> resumed;
+  if (resume_from) {
+    ASTRAI_ASSIGN_OR_RETURN(resumed, read_trainer_state(*resume_from));
+  }
+
+  DataParallelOptions dpo;
+  dpo.dp = int(c.dp);
+  dpo.device = c.device;
+  dpo.adamw = AdamWOptions{0.9, 0.95, 1e-8, c.weight_decay};
+  dpo.zero = c.zero != 0;
+  dpo.bucket_bytes = c.bucket_mb << 20;
+  dpo.nodes.nnodes = int(c.nnodes);
+  dpo.nodes.node_rank = int(c.node_rank);
+  dpo.nodes.master_addr = c.master_addr;
+  dpo.nodes.master_port = int(c.master_port);
+  dpo.nodes.timeout_s = c.node_timeout;
+  // A node stuck on its device after another node died still ends, with the error.
+  dpo.nodes.exit_after_loss_s = 30;
+  if (c.nnodes > 1 && c.node_rank == 0)
+    std::fprintf(stderr,
+                 "train: node 0 of %lld: waiting on master_port %lld for the other nodes (up to %g s)\n",
+                 static_cast<long long>(c.nnodes), static_cast<long long>(c.master_port), c.node_timeout);
+  if (c.nnodes > 1 && c.node_rank > 0)
+    std::fprintf(stderr, "train: node %lld of %lld: joining node 0 at %s:%lld (up to %g s)\n",
+                 static_cast<long long>(c.node_rank), static_cast<long long>(c.nnodes), c.master_addr.c_str(),
+                 static_cast<long long>(c.master_port), c.node_timeout);
+  if (c.nnodes > 1)
+    dpo.fingerprint =
+        run_fingerprint(c, mconfig, tok_key, train_data, valid_data, resumed ? resumed->step : 0);
+  ASTRAI_ASSIGN_OR_RETURN(const std::unique_ptr<DataParallelGroup> group,
+                          DataParallelGroup::create(mconfig, weights, dpo));
+  // Rank 0's replica is the one checkpoints save (every rank holds the same bits). Only node 0
+  // writes anything under out: checkpoints, metrics.jsonl, the progress bar.
+  std::vector<Param>& params = group->model(0).params();
+  Backend& be = group->backend(0);
+  AdamW& opt = group->optimizer(0);
+  NodeLink* const nodes = group->nodes();
+  const bool writer = c.node_rank == 0;
+  if (!writer)
+    std::fprintf(stderr,
+                 "train: node %lld of %lld joined (global ranks %d..%d of %d); node 0 writes the run\n",
+                 static_cast<long long>(c.node_rank), static_cast<long long>(c.nnodes), group->first_rank(),
+                 group->first_rank() + group->size() - 1, group->world_size());
+
+  std::string ranks = group->world_size() > 1 ? "dp " + std::to_string(group->world_size()) + " x " : "";
+  if (c.nnodes > 1)
+    ranks = "dp " + std::to_string(group->world_size()) + " (" + std::to_string(c.nnodes) + " nodes x " +
+            std::to_string(c.dp) + ") x ";
+  if (writer)
+    std::fprintf(stderr,
+                 "train: %s, %.2fM parameters, on %s%s; data.train %zu tokens (%lld with a loss), %lld "
+                 "windows of %lld",
+                 mconfig.architecture.c_str(), double(mconfig.num_parameters()) / 1e6, ranks.c_str(),
+                 be.name().c_str(), train_data.tokens.size(),
+                 static_cast<long long>(train_data.num_loss_tokens()),
+                 static_cast<long long>(train.num_windows()), static_cast<long long>(c.seq_len));
+  if (writer && valid)
+    std::fprintf(stderr, "; data.valid %lld windows", static_cast<long long>(valid->num_windows()));
+  if (writer) std::fprintf(stderr, "\n");
 
   // The state a checkpoint restores.
   int64_t step = 0;
   if (resume_from) {
-    ASTRAI_ASSIGN_OR_RETURN(const TrainerState st, read_trainer_state(*resume_from));
+    const TrainerState& st = *resumed;
     if (st.cursor.index > train.num_windows())
       return invalid_argument(
           "--resume: " + resume_from->string() + " was made with other training data (data cursor " +
@@ -236,20 +303,23 @@ Result<TrainSummary> run_training(const TrainRunOptions& o) {
                  static_cast<long long>(step));
   }
 
-  fs::create_directories(out, ec);
-  if (ec) return io_error("out: cannot create " + c.out + ": " + ec.message());
-  // Temp directories of checkpoints whose writing was killed: never complete, never read.
-  for (fs::directory_iterator it(out, ec), end; !ec && it != end; it.increment(ec))
-    if (std::error_code ignored; it->path().filename().string().rfind(".step_", 0) == 0)
-      fs::remove_all(it->path(), ignored);
   const fs::path metrics_path = out / "metrics.jsonl";
-  if (resume_from) {
-    ASTRAI_RETURN_IF_ERROR(truncate_metrics(metrics_path, step));
-  } else {
-    fs::remove(metrics_path, ec);
+  std::ofstream metrics;
+  if (writer) {
+    fs::create_directories(out, ec);
+    if (ec) return io_error("out: cannot create " + c.out + ": " + ec.message());
+    // Temp directories of checkpoints whose writing was killed: never complete, never read.
+    for (fs::directory_iterator it(out, ec), end; !ec && it != end; it.increment(ec))
+      if (std::error_code ignored; it->path().filename().string().rfind(".step_", 0) == 0)
+        fs::remove_all(it->path(), ignored);
+    if (resume_from) {
+      ASTRAI_RETURN_IF_ERROR(truncate_metrics(metrics_path, step));
+    } else {
+      fs::remove(metrics_path, ec);
+    }
+    metrics.open(metrics_path, std::ios::binary | std::ios::app);
+    if (!metrics) return io_error("cannot write " + metrics_path.string());
   }
-  std::ofstream metrics(metrics_path, std::ios::binary | std::ios::app);
-  if (!metrics) return io_error("cannot write " + metrics_path.string());
 
   const fs::path tokenizer_dir = model_dir;
   auto save = [&]() -> Result<fs::path> {
@@ -281,18 +351,19 @@ Result<TrainSummary> run_training(const TrainRunOptions& o) {
 
   // MFU on a GPU: model FLOPs per second over the bf16 GEMM peak measured here once (train/flops.h),
   // times the ranks' GPUs.
-  const double peak_tflops =
-      be.device() == Device::cpu ? 0.0 : measure_bf16_peak_tflops(be) * double(group->size());
+  const double peak_tflops = be.device() == Device::cpu || !writer
+                                 ? 0.0
+                                 : measure_bf16_peak_tflops(be) * double(group->world_size());
   if (peak_tflops > 0)
     std::fprintf(stderr, "train: bf16 GEMM peak %.0f TFLOP/s%s (for mfu)\n", peak_tflops,
-                 group->size() > 1 ? " over the group's GPUs" : "");
+                 group->world_size() > 1 ? " over the group's GPUs" : "");
   const double flops_per_tok = flops_per_token(mconfig, c.seq_len);
 
   TrainSummary sum;
   sum.first_step = step;
   LossOptions lo;
   lo.label_smoothing = float(c.label_smoothing);
-  Progress progress(o.progress, step, c.steps);
+  Progress progress(o.progress && writer, step, c.steps);
   std::vector<TrainBatch> micro(size_t(c.grad_accum), train.make_batch());
   const double tokens_per_step = double(c.batch_size * c.seq_len * c.grad_accum);
   int64_t run_steps = 0;
@@ -324,13 +395,19 @@ Result<TrainSummary> run_training(const TrainRunOptions& o) {
       sum.last_val_loss = vl;
     }
     w.end_object();
-    metrics << w.str() << '\n';
-    metrics.flush();
+    if (writer) {
+      metrics << w.str() << '\n';
+      metrics.flush();
+    }
     progress.update(step, loss, lr, tps, step == c.steps);
 
-    const bool stop =
+    bool stop =
         (o.stop_requested && o.stop_requested->load()) || (o.stop_after > 0 && run_steps >= o.stop_after);
-    if (step == c.steps || stop || (c.save_every > 0 && step % c.save_every == 0)) {
+    // A stop request on any node stops every node after the same step (node 0 checkpoints it).
+    if (nodes) {
+      ASTRAI_ASSIGN_OR_RETURN(stop, nodes->any(stop));
+    }
+    if (writer && (step == c.steps || stop || (c.save_every > 0 && step % c.save_every == 0))) {
       ASTRAI_ASSIGN_OR_RETURN(sum.checkpoint, save());
     }
     if (stop && step < c.steps) {
@@ -338,7 +415,9 @@ Result<TrainSummary> run_training(const TrainRunOptions& o) {
       break;
     }
   }
-  if (!metrics) return io_error("cannot write " + metrics_path.string());
+  if (writer && !metrics) return io_error("cannot write " + metrics_path.string());
+  // The other nodes leave once node 0 has written its last checkpoint.
+  if (nodes) ASTRAI_RETURN_IF_ERROR(nodes->close());
   sum.last_step = step;
   sum.seconds = seconds_since(t_start);
   return sum;

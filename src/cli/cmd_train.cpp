@@ -4,6 +4,10 @@
 // train.yaml key is also a flag (--steps 20, --data.train f.jsonl), and a flag wins over the file.
 // SIGTERM / SIGINT: the current step finishes, a checkpoint is written, exit 0 (a second signal
 // kills at once).
+// Several hosts: astrai train ... --gpus G --nnodes M --node-rank R --master-addr HOST [--master-port P]
+// on every host (torchrun's names; src/dist/bootstrap.h); a stop request on any node stops them all
+// after the same step, and node 0 writes the checkpoint.
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -117,7 +121,14 @@ void register_train(CLI::App& app) {
       ->check(CLI::ExistingFile);
   for (const auto& k : train::config_keys()) {
     const std::string name(k.name);
-    sub->add_option("--" + name, a->values[name], std::string(k.help))->type_name(std::string(k.type));
+    std::string flags = "--" + name;
+    // The keys torchrun also has take its dashed spelling too (--node-rank as well as --node_rank).
+    if (name == "node_rank" || name == "master_addr" || name == "master_port" || name == "node_timeout") {
+      std::string dashed = name;
+      std::replace(dashed.begin(), dashed.end(), '_', '-');
+      flags += ",--" + dashed;
+    }
+    sub->add_option(flags, a->values[name], std::string(k.help))->type_name(std::string(k.type));
   }
   sub->add_flag("--resume", a->resume, "Continue from the newest complete checkpoint under out");
   sub->add_option("--stop-after", a->stop_after,

@@ -99,6 +99,34 @@ TEST_CASE("train config: zero defaults to 1 and bucket_mb to 32; both take flags
   CHECK_THAT(d->to_json(), Catch::Contains("\"zero\":0,\"bucket_mb\":0"));
 }
 
+TEST_CASE("train config: gpus is dp's other name; the node keys default to one node like torchrun",
+          "[train][config]") {
+  auto c = parse_train_config(kContractYaml + std::string("gpus: 2\n"), "train.yaml", {});
+  REQUIRE(c.ok());
+  CHECK(c->dp == 2);
+  CHECK(c->nnodes == 1);
+  CHECK(c->node_rank == 0);
+  CHECK(c->master_addr == "127.0.0.1");
+  CHECK(c->master_port == 29500);
+  CHECK(c->node_timeout == 60);
+  // Both names given with the same value is no conflict.
+  auto same =
+      parse_train_config(kContractYaml + std::string("dp: 4\n"), "train.yaml", Overrides{{"gpus", "4"}});
+  REQUIRE(same.ok());
+  CHECK(same->dp == 4);
+  auto nodes = parse_train_config(kContractYaml, "train.yaml",
+                                  Overrides{{"gpus", "2"},
+                                            {"nnodes", "2"},
+                                            {"node_rank", "1"},
+                                            {"master_addr", "10.0.0.1"},
+                                            {"master_port", "29501"}});
+  REQUIRE(nodes.ok());
+  CHECK(nodes->nnodes == 2);
+  CHECK(nodes->node_rank == 1);
+  CHECK_THAT(nodes->to_json(),
+             Catch::Contains(R"("nnodes":2,"node_rank":1,"master_addr":"10.0.0.1","master_port":29501)"));
+}
+
 TEST_CASE("train config: flags alone make a config", "[train][config]") {
   auto c = parse_train_config("", "", Overrides{{"preset", "tiny"}, {"data.train", "t.jsonl"}, {"out", "o"}});
   REQUIRE(c.ok());
@@ -137,6 +165,19 @@ TEST_CASE("train config: errors name the key", "[train][config]") {
       {base + "batch_size: 6\n",
        {{"dp", "4"}},
        "batch_size / dp: batch_size 6 does not split evenly over dp 4"},
+      {base + "dp: 2\n", {{"gpus", "4"}}, "dp / gpus: dp 2 and gpus 4 name the same setting"},
+      {base + "gpus: 0\n", {}, "gpus: '0' must be at least 1"},
+      {base + "nnodes: 0\n", {}, "nnodes: '0' must be at least 1"},
+      {base + "nnodes: 2\n", {{"node_rank", "2"}}, "node_rank: 2 must be less than nnodes (2)"},
+      {base + "node_rank: -1\n", {}, "node_rank: '-1' must be at least 0"},
+      {base + "master_port: 70000\n", {}, "master_port: 70000 must be in [1, 65535]"},
+      {base + "master_port: 0\n", {}, "master_port: '0' must be at least 1"},
+      {base + "node_timeout: 0\n", {}, "node_timeout: '0' must be in"},
+      {base + "nnodes: 2\nmaster_addr: ''\n", {}, "master_addr: node 0's address is required"},
+      {base + "nnodes: 2\ndevice: cpu\n", {}, "the CPU backend has no transport between processes"},
+      {base + "batch_size: 6\nnnodes: 2\n",
+       {{"gpus", "2"}},
+       "batch_size / nnodes x gpus: batch_size 6 does not split evenly over the world's 4 ranks"},
   };
   for (const Case& k : cases) {
     INFO(k.yaml);
@@ -152,7 +193,12 @@ TEST_CASE("train config: to_json names every key", "[train][config]") {
   const std::string j = c->to_json();
   for (const auto& k : astrai::train::config_keys()) {
     std::string name(k.name);
-    if (name == "preset" || name.rfind("data.", 0) == 0) continue;
+    // gpus is saved as dp; the node keys only for a run over several nodes (below).
+    if (name == "preset" || name.rfind("data.", 0) == 0 || name == "gpus") continue;
+    if (name == "nnodes" || name == "node_rank" || name.rfind("master_", 0) == 0 || name == "node_timeout") {
+      CHECK_THAT(j, !Catch::Contains("\"" + name + "\":"));
+      continue;
+    }
     CHECK_THAT(j, Catch::Contains("\"" + name + "\":"));
   }
   CHECK_THAT(j, Catch::Contains(R"("data":{"train":"train.jsonl","valid":"valid.jsonl"})"));

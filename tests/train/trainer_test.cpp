@@ -382,6 +382,10 @@ TEST_CASE("train: bad configs fail with a message naming the key", "[train][trai
       {base + "--seq_len 4000", "data.train:"},  // too few tokens for one window
       {"--preset tiny --data.train '" + (dir / "none.jsonl").string() + "'", "none.jsonl"},
       {base + "--batch_size 3 --dp 2", "batch_size / dp: batch_size 3 does not split evenly over dp 2"},
+      {base + "--gpus 2 --dp 3", "dp / gpus: dp 3 and gpus 2 name the same setting"},
+      {base + "--nnodes 2 --node-rank 2", "node_rank: 2 must be less than nnodes (2)"},
+      {base + "--nnodes 2 --device cpu --master-addr 10.0.0.1",
+       "the CPU backend has no transport between processes"},
   };
   const Run run{dir, ""};
   for (const Case& c : cases) {
