@@ -82,37 +82,46 @@ struct Variants {
   Kernels base() const { return {fwd[0], dq[0], dkdv[0], delta}; }
 };
 
-std::string wb(int w, int b) {
-  return "w" + std::to_string(w) + "b" + std::to_string(b);
+template <int kW, int kMb, int kT, int kB>
+std::string tag(const char* kind, const char* tile) {
+  return std::string(kind) + ":w" + std::to_string(kW) + "m" + std::to_string(kMb) + tile +
+         std::to_string(kT) + "b" + std::to_string(kB);
 }
-template <int kD, int kW, int kB>
+template <int kD, int kW, int kMb, int kT, int kB>
 Variant<FwdFn> fwd_v() {
-  return {"fwd:" + wb(kW, kB), am::launch_forward<kD, kW, kB>};
+  return {tag<kW, kMb, kT, kB>("fwd", "k"), am::launch_forward<kD, kW, kMb, kT, kB>};
 }
-template <int kD, int kW, int kB>
+template <int kD, int kW, int kMb, int kT, int kB>
 Variant<DqFn> dq_v() {
-  return {"dq:" + wb(kW, kB), am::launch_dq<kD, kW, kB>};
+  return {tag<kW, kMb, kT, kB>("dq", "k"), am::launch_dq<kD, kW, kMb, kT, kB>};
 }
-template <int kD, int kW, int kQ, int kB>
+template <int kD, int kW, int kMb, int kQ, int kB>
 Variant<DkdvFn> dkdv_v() {
-  return {"dkdv:" + wb(kW, kB) + "q" + std::to_string(kQ), am::launch_dkdv<kD, kW, kQ, kB>};
+  return {tag<kW, kMb, kQ, kB>("dkdv", "q"), am::launch_dkdv<kD, kW, kMb, kQ, kB>};
 }
 
+// Name: warps, 16-row blocks per warp (m), keys per tile (k) or query rows per step (q), blocks per SM (b).
 template <int kD>
 Variants variants() {
   using C = am::Config<kD>;
   Variants v;
-  v.fwd = {fwd_v<kD, C::kForwardWarps, C::kForwardBlocks>(), fwd_v<kD, 4, 1>(), fwd_v<kD, 8, 2>()};
-  v.dq = {dq_v<kD, C::kDqWarps, C::kDqBlocks>(), dq_v<kD, 4, 1>(), dq_v<kD, 8, 2>()};
-  v.dkdv = {dkdv_v<kD, C::kDkdvWarps, C::kDkdvQueries, C::kDkdvBlocks>(), dkdv_v<kD, 4, 32, 1>(),
-            dkdv_v<kD, 4, 64, 1>(), dkdv_v<kD, 8, 32, 1>()};
+  v.fwd = {fwd_v<kD, C::kFwdWarps, C::kFwdMb, C::kFwdT, C::kFwdBlocks>(), fwd_v<kD, 8, 1, 64, 1>(),
+           fwd_v<kD, 4, 1, 64, 1>()};
+  v.dq = {dq_v<kD, C::kDqWarps, C::kDqMb, C::kDqT, C::kDqBlocks>(), dq_v<kD, 4, 2, 32, 1>(),
+          dq_v<kD, 4, 1, 64, 1>()};
+  v.dkdv = {dkdv_v<kD, C::kKvWarps, C::kKvMb, C::kKvQ, C::kKvBlocks>(), dkdv_v<kD, 4, 1, 32, 1>()};
   if constexpr (kD == 64) {
-    v.fwd.push_back(fwd_v<kD, 4, 4>());
-    v.dq.push_back(dq_v<kD, 4, 3>());
-    v.dkdv.push_back(dkdv_v<kD, 8, 32, 2>());
-    v.dkdv.push_back(dkdv_v<kD, 4, 32, 3>());
+    v.fwd.push_back(fwd_v<kD, 8, 2, 64, 1>());
+    v.fwd.push_back(fwd_v<kD, 4, 2, 32, 1>());
+    v.dq.push_back(dq_v<kD, 8, 1, 64, 2>());
+    v.dkdv.push_back(dkdv_v<kD, 8, 1, 32, 1>());
+    v.dkdv.push_back(dkdv_v<kD, 4, 1, 64, 1>());
+    v.dkdv.push_back(dkdv_v<kD, 4, 2, 32, 1>());
+    v.dkdv.push_back(dkdv_v<kD, 4, 2, 16, 1>());
   } else {
-    v.dkdv.push_back(dkdv_v<kD, 8, 64, 1>());
+    v.fwd.push_back(fwd_v<kD, 4, 2, 64, 1>());
+    v.dq.push_back(dq_v<kD, 8, 1, 32, 1>());
+    v.dkdv.push_back(dkdv_v<kD, 8, 1, 64, 1>());
   }
   v.delta = am::launch_delta<kD>;
   return v;

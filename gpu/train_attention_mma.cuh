@@ -137,36 +137,45 @@ __device__ __forceinline__ void acc_to_a(const float (*c)[4], int kk, uint32_t* 
   a[3] = pack_bf16(c[2 * kk + 1][2], c[2 * kk + 1][3]);
 }
 
-// c[16][kN] (+)= A[16][kK] B, A from rows [r0, r0 + 16) of tile a, B[k][n] = b[n][k].
-template <int kK, int kN, int kP>
-__device__ __forceinline__ void gemm_abt(const bf16* a, int r0, const bf16* b, float (*c)[4]) {
+// c[kMb][16][kN] (+)= A[16 kMb][kK] B, A from rows [r0, r0 + 16 kMb) of tile a, B[k][n] = b[n][k].
+// Each B fragment loaded serves the kMb row blocks (the reason a warp may own more than 16 rows).
+template <int kMb, int kK, int kN, int kP>
+__device__ __forceinline__ void gemm_abt(const bf16* a, int r0, const bf16* b, float (*c)[kN / 8][4]) {
 #pragma unroll
   for (int kk = 0; kk < kK / 16; ++kk) {
-    uint32_t fa[4];
-    load_a<kP>(a, r0, kk * 16, fa);
+    uint32_t fa[kMb][4];
+#pragma unroll
+    for (int mb = 0; mb < kMb; ++mb) load_a<kP>(a, r0 + 16 * mb, kk * 16, fa[mb]);
 #pragma unroll
     for (int np = 0; np < kN / 16; ++np) {
       uint32_t fb[4];
       load_b<kP>(b, np * 16, kk * 16, fb);
-      mma(c[2 * np], fa, fb[0], fb[1]);
-      mma(c[2 * np + 1], fa, fb[2], fb[3]);
+#pragma unroll
+      for (int mb = 0; mb < kMb; ++mb) {
+        mma(c[mb][2 * np], fa[mb], fb[0], fb[1]);
+        mma(c[mb][2 * np + 1], fa[mb], fb[2], fb[3]);
+      }
     }
   }
 }
 
-// c[16][kN] += P[16][kK] B, P held as accumulators p[kK / 8][4], B[k][n] = b[k][n].
-template <int kK, int kN, int kP>
-__device__ __forceinline__ void gemm_pb(const float (*p)[4], const bf16* b, float (*c)[4]) {
+// c[kMb][16][kN] += P[16 kMb][kK] B, P held as accumulators p[kMb][kK / 8][4], B[k][n] = b[k][n].
+template <int kMb, int kK, int kN, int kP>
+__device__ __forceinline__ void gemm_pb(const float (*p)[kK / 8][4], const bf16* b, float (*c)[kN / 8][4]) {
 #pragma unroll
   for (int kk = 0; kk < kK / 16; ++kk) {
-    uint32_t fa[4];
-    acc_to_a(p, kk, fa);
+    uint32_t fa[kMb][4];
+#pragma unroll
+    for (int mb = 0; mb < kMb; ++mb) acc_to_a(p[mb], kk, fa[mb]);
 #pragma unroll
     for (int np = 0; np < kN / 16; ++np) {
       uint32_t fb[4];
       load_b_trans<kP>(b, kk * 16, np * 16, fb);
-      mma(c[2 * np], fa, fb[0], fb[1]);
-      mma(c[2 * np + 1], fa, fb[2], fb[3]);
+#pragma unroll
+      for (int mb = 0; mb < kMb; ++mb) {
+        mma(c[mb][2 * np], fa[mb], fb[0], fb[1]);
+        mma(c[mb][2 * np + 1], fa[mb], fb[2], fb[3]);
+      }
     }
   }
 }
@@ -229,16 +238,17 @@ __device__ __forceinline__ float quad_sum(float v) {
 
 // ---- forward -------------------------------------------------------------------------------------
 
-template <int kD, int kWarps>
+template <int kD, int kWarps, int kMb, int kT>
 constexpr size_t forward_smem() {
-  return size_t(16 * kWarps + 4 * kKeyTile) * kPitch<kD> * sizeof(bf16);
+  return size_t(16 * kMb * kWarps + 4 * kT) * kPitch<kD> * sizeof(bf16);
 }
 
-template <int kD, int kWarps, int kMinBlocks>
+// Block: kWarps warps of 16 kMb query rows of head blockIdx.y; key tiles of kT.
+template <int kD, int kWarps, int kMb, int kT, int kMinBlocks>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     forward_kernel(Rows q, Rows k, Rows v, const int32_t* __restrict__ kv_begin, Geo g, Rows out,
                    float* __restrict__ lse) {
-  constexpr int kRows = 16 * kWarps, kThreads = 32 * kWarps, kP = kPitch<kD>, kT = kKeyTile;
+  constexpr int kWr = 16 * kMb, kRows = kWr * kWarps, kThreads = 32 * kWarps, kP = kPitch<kD>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* qs = reinterpret_cast<bf16*>(smem);
   bf16* ks = qs + kRows * kP;  // two buffers
@@ -256,13 +266,20 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   cp_async_commit();
 
   const int gr = lane / 4, qc = lane % 4;
-  const int64_t w0 = q0 + warp * 16;  // the warp's first row
-  const int64_t t_row[2] = {w0 + gr, w0 + gr + 8};
-  int kvb_row[2];
+  const int64_t w0 = q0 + warp * kWr;  // the warp's first row
+  int t_row[kMb][2];                   // positions fit int: kv_begin is int32
+  int kvb_row[kMb][2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) kvb_row[r] = t_row[r] < g.n ? kv_begin[t_row[r]] : 0;
-  float o[kD / 8][4] = {};
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  for (int mb = 0; mb < kMb; ++mb)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      t_row[mb][r] = int(w0) + 16 * mb + gr + 8 * r;
+      kvb_row[mb][r] = t_row[mb][r] < g.n ? kv_begin[t_row[mb][r]] : 0;
+    }
+  float o[kMb][kD / 8][4] = {};
+  float m[kMb][2], l[kMb][2];
+#pragma unroll
+  for (int mb = 0; mb < kMb; ++mb) m[mb][0] = m[mb][1] = -INFINITY, l[mb][0] = l[mb][1] = 0.0f;
 
   for (int it = 0; it < tiles; ++it) {
     const int64_t j0 = j_first + int64_t(it) * kT;
@@ -276,68 +293,73 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       cp_async_wait<0>();
     }
     __syncthreads();
-    if (j0 <= w0 + 15 && w0 < g.n) {  // otherwise every key of the tile is in the warp's future
+    if (j0 < w0 + kWr && w0 < g.n) {  // otherwise every key of the tile is in the warp's future
       const bf16* kt = ks + buf * kT * kP;
       const bf16* vt = vs + buf * kT * kP;
-      float s[kT / 8][4] = {};
-      gemm_abt<kD, kT, kP>(qs, warp * 16, kt, s);
+      float s[kMb][kT / 8][4] = {};
+      gemm_abt<kMb, kD, kT, kP>(qs, warp * kWr, kt, s);
       const bool edge = j0 + kT - 1 > w0 || j0 < kv_hi || j0 + kT > g.n;
-      float mx[2] = {-INFINITY, -INFINITY};  // of the raw scores (scale > 0 keeps the order)
 #pragma unroll
-      for (int nt = 0; nt < kT / 8; ++nt)
+      for (int mb = 0; mb < kMb; ++mb) {
+        float mx[2] = {-INFINITY, -INFINITY};  // of the raw scores (scale > 0 keeps the order)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e / 2;
-          if (edge) {
-            const int64_t j = j0 + nt * 8 + qc * 2 + (e & 1);
-            if (j > t_row[r] || j < kvb_row[r] || j >= g.n) s[nt][e] = -INFINITY;
+        for (int nt = 0; nt < kT / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int r = e / 2;
+            if (edge) {
+              const int j = int(j0) + nt * 8 + qc * 2 + (e & 1);
+              if (j > t_row[mb][r] || j < kvb_row[mb][r] || j >= g.n) s[mb][nt][e] = -INFINITY;
+            }
+            mx[r] = fmaxf(mx[r], s[mb][nt][e]);
           }
-          mx[r] = fmaxf(mx[r], s[nt][e]);
+        float m_use[2], alpha[2];  // m in log2 units
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float m_new = fmaxf(m[mb][r], quad_max(mx[r]) * g.scale_log2);
+          m_use[r] = m_new == -INFINITY ? 0.0f : m_new;  // a row that has seen no key yet: p = 0, not NaN
+          alpha[r] = fast_exp2(m[mb][r] - m_use[r]);
+          m[mb][r] = m_new;
         }
-      float m_use[2], alpha[2];  // m in log2 units
+        float sum[2] = {0.0f, 0.0f};
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const float m_new = fmaxf(m[r], quad_max(mx[r]) * g.scale_log2);
-        m_use[r] = m_new == -INFINITY ? 0.0f : m_new;  // a row that has seen no key yet: p = 0, not NaN
-        alpha[r] = fast_exp2(m[r] - m_use[r]);
-        m[r] = m_new;
-      }
-      float sum[2] = {0.0f, 0.0f};
+        for (int nt = 0; nt < kT / 8; ++nt)
 #pragma unroll
-      for (int nt = 0; nt < kT / 8; ++nt)
+          for (int e = 0; e < 4; ++e) {
+            const float p = fast_exp2(fmaf(s[mb][nt][e], g.scale_log2, -m_use[e / 2]));
+            s[mb][nt][e] = p;
+            sum[e / 2] += p;
+          }
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float p = fast_exp2(fmaf(s[nt][e], g.scale_log2, -m_use[e / 2]));
-          s[nt][e] = p;
-          sum[e / 2] += p;
+        for (int r = 0; r < 2; ++r) l[mb][r] = l[mb][r] * alpha[r] + sum[r];
+#pragma unroll
+        for (int nt = 0; nt < kD / 8; ++nt) {
+          o[mb][nt][0] *= alpha[0];
+          o[mb][nt][1] *= alpha[0];
+          o[mb][nt][2] *= alpha[1];
+          o[mb][nt][3] *= alpha[1];
         }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + sum[r];
-#pragma unroll
-      for (int nt = 0; nt < kD / 8; ++nt) {
-        o[nt][0] *= alpha[0];
-        o[nt][1] *= alpha[0];
-        o[nt][2] *= alpha[1];
-        o[nt][3] *= alpha[1];
       }
-      gemm_pb<kT, kD, kP>(s, vt, o);
+      gemm_pb<kMb, kT, kD, kP>(s, vt, o);
     }
     __syncthreads();  // the next iteration's loads overwrite this buffer
   }
 
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float lr = quad_sum(l[r]);
-    const int64_t t = t_row[r];
-    if (t >= g.n) continue;
-    const float inv = lr > 0.0f ? 1.0f / lr : 0.0f;
-    bf16* orow = head_row_mut(out, t, h);
+  for (int mb = 0; mb < kMb; ++mb)
 #pragma unroll
-    for (int nt = 0; nt < kD / 8; ++nt)
-      *reinterpret_cast<__nv_bfloat162*>(orow + nt * 8 + qc * 2) =
-          __floats2bfloat162_rn(o[nt][2 * r] * inv, o[nt][2 * r + 1] * inv);
-    if (qc == 0) lse[t * g.heads + h] = lr > 0.0f ? (m[r] + log2f(lr)) * kLn2 : -INFINITY;
-  }
+    for (int r = 0; r < 2; ++r) {
+      const float lr = quad_sum(l[mb][r]);
+      const int64_t t = t_row[mb][r];
+      if (t >= g.n) continue;
+      const float inv = lr > 0.0f ? 1.0f / lr : 0.0f;
+      bf16* orow = head_row_mut(out, t, h);
+#pragma unroll
+      for (int nt = 0; nt < kD / 8; ++nt)
+        *reinterpret_cast<__nv_bfloat162*>(orow + nt * 8 + qc * 2) =
+            __floats2bfloat162_rn(o[mb][nt][2 * r] * inv, o[mb][nt][2 * r + 1] * inv);
+      if (qc == 0) lse[t * g.heads + h] = lr > 0.0f ? (m[mb][r] + log2f(lr)) * kLn2 : -INFINITY;
+    }
 }
 
 // ---- backward ------------------------------------------------------------------------------------
@@ -364,16 +386,17 @@ __global__ void __launch_bounds__(256) delta_kernel(Rows dout, Rows out, Geo g, 
   if (row < rows && c == 0) delta[row] = acc;
 }
 
-template <int kD, int kWarps>
+template <int kD, int kWarps, int kMb, int kT>
 constexpr size_t dq_smem() {
-  return size_t(2 * 16 * kWarps + 4 * kKeyTile) * kPitch<kD> * sizeof(bf16);
+  return size_t(2 * 16 * kMb * kWarps + 4 * kT) * kPitch<kD> * sizeof(bf16);
 }
 
-template <int kD, int kWarps, int kMinBlocks>
+// Block: kWarps warps of 16 kMb query rows of head blockIdx.y; key tiles of kT.
+template <int kD, int kWarps, int kMb, int kT, int kMinBlocks>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     dq_kernel(Rows dout, Rows q, Rows k, Rows v, const int32_t* __restrict__ kv_begin,
               const float* __restrict__ lse, const float* __restrict__ delta, Geo g, Rows dq) {
-  constexpr int kRows = 16 * kWarps, kThreads = 32 * kWarps, kP = kPitch<kD>, kT = kKeyTile;
+  constexpr int kWr = 16 * kMb, kRows = kWr * kWarps, kThreads = 32 * kWarps, kP = kPitch<kD>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* qs = reinterpret_cast<bf16*>(smem);
   bf16* dos = qs + kRows * kP;
@@ -393,18 +416,22 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   cp_async_commit();
 
   const int gr = lane / 4, qc = lane % 4;
-  const int64_t w0 = q0 + warp * 16;
-  const int64_t t_row[2] = {w0 + gr, w0 + gr + 8};
-  int kvb_row[2];
-  float lse2[2], dl[2];
+  const int64_t w0 = q0 + warp * kWr;
+  int t_row[kMb][2];  // positions fit int: kv_begin is int32
+  int kvb_row[kMb][2];
+  float lse2[kMb][2], dl[kMb][2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const bool ok = t_row[r] < g.n;
-    kvb_row[r] = ok ? kv_begin[t_row[r]] : 0;
-    lse2[r] = ok ? lse[t_row[r] * g.heads + h] * kLog2e : 0.0f;
-    dl[r] = ok ? delta[t_row[r] * g.heads + h] : 0.0f;
-  }
-  float acc[kD / 8][4] = {};
+  for (int mb = 0; mb < kMb; ++mb)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int t = int(w0) + 16 * mb + gr + 8 * r;
+      const bool ok = t < g.n;
+      t_row[mb][r] = t;
+      kvb_row[mb][r] = ok ? kv_begin[t] : 0;
+      lse2[mb][r] = ok ? lse[t * g.heads + h] * kLog2e : 0.0f;
+      dl[mb][r] = ok ? delta[t * g.heads + h] : 0.0f;
+    }
+  float acc[kMb][kD / 8][4] = {};
 
   for (int it = 0; it < tiles; ++it) {
     const int64_t j0 = j_first + int64_t(it) * kT;
@@ -418,45 +445,49 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       cp_async_wait<0>();
     }
     __syncthreads();
-    if (j0 <= w0 + 15 && w0 < g.n) {
+    if (j0 < w0 + kWr && w0 < g.n) {
       const bf16* kt = ks + buf * kT * kP;
       const bf16* vt = vs + buf * kT * kP;
-      float s[kT / 8][4] = {}, dp[kT / 8][4] = {};
-      gemm_abt<kD, kT, kP>(qs, warp * 16, kt, s);
-      gemm_abt<kD, kT, kP>(dos, warp * 16, vt, dp);
+      float s[kMb][kT / 8][4] = {}, dp[kMb][kT / 8][4] = {};
+      gemm_abt<kMb, kD, kT, kP>(qs, warp * kWr, kt, s);
+      gemm_abt<kMb, kD, kT, kP>(dos, warp * kWr, vt, dp);
       const bool edge = j0 + kT - 1 > w0 || j0 < kv_hi || j0 + kT > g.n;
 #pragma unroll
-      for (int nt = 0; nt < kT / 8; ++nt)
+      for (int mb = 0; mb < kMb; ++mb)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e / 2;
-          float p = fast_exp2(s[nt][e] * g.scale_log2 - lse2[r]);
-          if (edge) {
-            const int64_t j = j0 + nt * 8 + qc * 2 + (e & 1);
-            if (j > t_row[r] || j < kvb_row[r] || j >= g.n) p = 0.0f;
+        for (int nt = 0; nt < kT / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int r = e / 2;
+            float p = fast_exp2(fmaf(s[mb][nt][e], g.scale_log2, -lse2[mb][r]));
+            if (edge) {
+              const int j = int(j0) + nt * 8 + qc * 2 + (e & 1);
+              if (j > t_row[mb][r] || j < kvb_row[mb][r] || j >= g.n) p = 0.0f;
+            }
+            s[mb][nt][e] = p * (dp[mb][nt][e] - dl[mb][r]);  // ds
           }
-          s[nt][e] = p * (dp[nt][e] - dl[r]);  // ds
-        }
-      gemm_pb<kT, kD, kP>(s, kt, acc);
+      gemm_pb<kMb, kT, kD, kP>(s, kt, acc);
     }
     __syncthreads();
   }
 
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t t = t_row[r];
-    if (t >= g.n) continue;
-    bf16* drow = head_row_mut(dq, t, h);
+  for (int mb = 0; mb < kMb; ++mb)
 #pragma unroll
-    for (int nt = 0; nt < kD / 8; ++nt)
-      *reinterpret_cast<__nv_bfloat162*>(drow + nt * 8 + qc * 2) =
-          __floats2bfloat162_rn(acc[nt][2 * r] * g.scale, acc[nt][2 * r + 1] * g.scale);
-  }
+    for (int r = 0; r < 2; ++r) {
+      const int64_t t = t_row[mb][r];
+      if (t >= g.n) continue;
+      bf16* drow = head_row_mut(dq, t, h);
+#pragma unroll
+      for (int nt = 0; nt < kD / 8; ++nt)
+        *reinterpret_cast<__nv_bfloat162*>(drow + nt * 8 + qc * 2) =
+            __floats2bfloat162_rn(acc[mb][nt][2 * r] * g.scale, acc[mb][nt][2 * r + 1] * g.scale);
+    }
 }
 
-template <int kD, int kWarps, int kQ>
+template <int kD, int kWarps, int kMb, int kQ>
 constexpr size_t dkdv_smem() {
-  return size_t(2 * 16 * kWarps + 4 * kQ) * kPitch<kD> * sizeof(bf16) + size_t(2 * 3 * kQ) * 4;
+  return size_t(2 * 16 * kMb * kWarps + 4 * kQ) * kPitch<kD> * sizeof(bf16) + size_t(2 * 3 * kQ) * 4;
 }
 
 // How many queries from j0 on reach a key of [j0, j_end) at the latest (*reach: the last such query
@@ -481,11 +512,12 @@ __device__ __forceinline__ void query_range(const int32_t* kv_begin, int64_t j0,
   __syncthreads();
 }
 
-template <int kD, int kWarps, int kQ, int kMinBlocks>
+// Block: kWarps warps of 16 kMb keys of KV head blockIdx.y; steps of kQ query rows of one head.
+template <int kD, int kWarps, int kMb, int kQ, int kMinBlocks>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     dkdv_kernel(Rows dout, Rows q, Rows k, Rows v, const int32_t* __restrict__ kv_begin,
                 const float* __restrict__ lse, const float* __restrict__ delta, Geo g, Rows dk, Rows dv) {
-  constexpr int kKeys = 16 * kWarps, kThreads = 32 * kWarps, kP = kPitch<kD>;
+  constexpr int kWr = 16 * kMb, kKeys = kWr * kWarps, kThreads = 32 * kWarps, kP = kPitch<kD>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* ks = reinterpret_cast<bf16*>(smem);
   bf16* vs = ks + kKeys * kP;
@@ -524,9 +556,12 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   cp_async_commit();
 
   const int gr = lane / 4, qc = lane % 4;
-  const int64_t w0 = j0 + warp * 16;  // the warp's first key
-  const int64_t j_row[2] = {w0 + gr, w0 + gr + 8};
-  float dk_acc[kD / 8][4] = {}, dv_acc[kD / 8][4] = {};
+  const int64_t w0 = j0 + warp * kWr;  // the warp's first key
+  int j_row[kMb][2];                   // positions fit int: kv_begin is int32
+#pragma unroll
+  for (int mb = 0; mb < kMb; ++mb)
+    j_row[mb][0] = int(w0) + 16 * mb + gr, j_row[mb][1] = int(w0) + 16 * mb + gr + 8;
+  float dk_acc[kMb][kD / 8][4] = {}, dv_acc[kMb][kD / 8][4] = {};
 
   for (int i = 0; i < steps; ++i) {
     const int buf = i & 1;
@@ -539,49 +574,58 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     }
     __syncthreads();
     const int64_t t0 = j0 + int64_t(i % q_tiles) * kQ;
-    if (t0 + kQ - 1 >= w0 && w0 < g.n) {  // otherwise every query of the tile precedes the warp's keys
+    if (t0 + kQ > w0 && w0 < g.n) {  // otherwise every query of the step precedes the warp's keys
       const bf16* qt = qs + buf * kQ * kP;
       const bf16* dot = dos + buf * kQ * kP;
       const float* lse_t = lse_s + buf * kQ;
       const float* dl_t = dl_s + buf * kQ;
       const int* kvb_t = kvb_s + buf * kQ;
-      float st[kQ / 8][4] = {}, dpt[kQ / 8][4] = {};
-      gemm_abt<kD, kQ, kP>(ks, warp * 16, qt, st);
-      gemm_abt<kD, kQ, kP>(vs, warp * 16, dot, dpt);
-      const bool edge = t0 < w0 + 15 || mask_kv || t0 + kQ > g.n;
+      float st[kMb][kQ / 8][4] = {}, dpt[kMb][kQ / 8][4] = {};
+      gemm_abt<kMb, kD, kQ, kP>(ks, warp * kWr, qt, st);
+      gemm_abt<kMb, kD, kQ, kP>(vs, warp * kWr, dot, dpt);
+      const bool edge = t0 < w0 + kWr - 1 || mask_kv || t0 + kQ > g.n;
 #pragma unroll
       for (int nt = 0; nt < kQ / 8; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int c = nt * 8 + qc * 2 + (e & 1);
-          float p = fast_exp2(st[nt][e] * g.scale_log2 - lse_t[c] * kLog2e);
-          if (edge) {
-            const int64_t t = t0 + c, j = j_row[e / 2];
-            if (j > t || j < kvb_t[c] || t >= g.n) p = 0.0f;
-          }
-          st[nt][e] = p;
-          dpt[nt][e] = p * (dpt[nt][e] - dl_t[c]);  // ds^T
+        for (int cc = 0; cc < 2; ++cc) {
+          const int c = nt * 8 + qc * 2 + cc;
+          const float lse2 = lse_t[c] * kLog2e, dl = dl_t[c];
+#pragma unroll
+          for (int mb = 0; mb < kMb; ++mb)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              const int e = 2 * r + cc;
+              float p = fast_exp2(fmaf(st[mb][nt][e], g.scale_log2, -lse2));
+              if (edge) {
+                const int t = int(t0) + c, j = j_row[mb][r];
+                if (j > t || j < kvb_t[c] || t >= g.n) p = 0.0f;
+              }
+              st[mb][nt][e] = p;
+              dpt[mb][nt][e] = p * (dpt[mb][nt][e] - dl);  // ds^T
+            }
         }
-      gemm_pb<kQ, kD, kP>(st, dot, dv_acc);
-      gemm_pb<kQ, kD, kP>(dpt, qt, dk_acc);
+      gemm_pb<kMb, kQ, kD, kP>(st, dot, dv_acc);
+      gemm_pb<kMb, kQ, kD, kP>(dpt, qt, dk_acc);
     }
     __syncthreads();
   }
 
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t j = j_row[r];
-    if (j >= g.n) continue;
-    bf16* krow = head_row_mut(dk, j, kvh);
-    bf16* vrow = head_row_mut(dv, j, kvh);
+  for (int mb = 0; mb < kMb; ++mb)
 #pragma unroll
-    for (int nt = 0; nt < kD / 8; ++nt) {
-      *reinterpret_cast<__nv_bfloat162*>(krow + nt * 8 + qc * 2) =
-          __floats2bfloat162_rn(dk_acc[nt][2 * r] * g.scale, dk_acc[nt][2 * r + 1] * g.scale);
-      *reinterpret_cast<__nv_bfloat162*>(vrow + nt * 8 + qc * 2) =
-          __floats2bfloat162_rn(dv_acc[nt][2 * r], dv_acc[nt][2 * r + 1]);
+    for (int r = 0; r < 2; ++r) {
+      const int64_t j = j_row[mb][r];
+      if (j >= g.n) continue;
+      bf16* krow = head_row_mut(dk, j, kvh);
+      bf16* vrow = head_row_mut(dv, j, kvh);
+#pragma unroll
+      for (int nt = 0; nt < kD / 8; ++nt) {
+        *reinterpret_cast<__nv_bfloat162*>(krow + nt * 8 + qc * 2) =
+            __floats2bfloat162_rn(dk_acc[mb][nt][2 * r] * g.scale, dk_acc[mb][nt][2 * r + 1] * g.scale);
+        *reinterpret_cast<__nv_bfloat162*>(vrow + nt * 8 + qc * 2) =
+            __floats2bfloat162_rn(dv_acc[mb][nt][2 * r], dv_acc[mb][nt][2 * r + 1]);
+      }
     }
-  }
 }
 
 // ---- launches ------------------------------------------------------------------------------------
@@ -592,14 +636,15 @@ cudaError_t allow_smem(K kernel, size_t bytes) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
 }
 
-template <int kD, int kWarps, int kMinBlocks>
+template <int kD, int kWarps, int kMb, int kT, int kMinBlocks>
 cudaError_t launch_forward(cudaStream_t stream, const Rows& q, const Rows& k, const Rows& v,
                            const int32_t* kv_begin, const Geo& g, const Rows& out, float* lse) {
-  constexpr size_t smem = forward_smem<kD, kWarps>();
-  if (const cudaError_t e = allow_smem(forward_kernel<kD, kWarps, kMinBlocks>, smem); e != cudaSuccess)
-    return e;
-  const dim3 grid(unsigned((g.n + 16 * kWarps - 1) / (16 * kWarps)), unsigned(g.heads));
-  forward_kernel<kD, kWarps, kMinBlocks><<<grid, kWarps * 32, smem, stream>>>(q, k, v, kv_begin, g, out, lse);
+  constexpr size_t smem = forward_smem<kD, kWarps, kMb, kT>();
+  constexpr int kRows = 16 * kMb * kWarps;
+  auto* kernel = forward_kernel<kD, kWarps, kMb, kT, kMinBlocks>;
+  if (const cudaError_t e = allow_smem(kernel, smem); e != cudaSuccess) return e;
+  const dim3 grid(unsigned((g.n + kRows - 1) / kRows), unsigned(g.heads));
+  kernel<<<grid, kWarps * 32, smem, stream>>>(q, k, v, kv_begin, g, out, lse);
   return cudaGetLastError();
 }
 
@@ -610,46 +655,48 @@ cudaError_t launch_delta(cudaStream_t stream, const Rows& dout, const Rows& out,
   return cudaGetLastError();
 }
 
-template <int kD, int kWarps, int kMinBlocks>
+template <int kD, int kWarps, int kMb, int kT, int kMinBlocks>
 cudaError_t launch_dq(cudaStream_t stream, const Rows& dout, const Rows& q, const Rows& k, const Rows& v,
                       const int32_t* kv_begin, const float* lse, const float* delta, const Geo& g,
                       const Rows& dq) {
-  constexpr size_t smem = dq_smem<kD, kWarps>();
-  if (const cudaError_t e = allow_smem(dq_kernel<kD, kWarps, kMinBlocks>, smem); e != cudaSuccess) return e;
-  const dim3 grid(unsigned((g.n + 16 * kWarps - 1) / (16 * kWarps)), unsigned(g.heads));
-  dq_kernel<kD, kWarps, kMinBlocks>
-      <<<grid, kWarps * 32, smem, stream>>>(dout, q, k, v, kv_begin, lse, delta, g, dq);
+  constexpr size_t smem = dq_smem<kD, kWarps, kMb, kT>();
+  constexpr int kRows = 16 * kMb * kWarps;
+  auto* kernel = dq_kernel<kD, kWarps, kMb, kT, kMinBlocks>;
+  if (const cudaError_t e = allow_smem(kernel, smem); e != cudaSuccess) return e;
+  const dim3 grid(unsigned((g.n + kRows - 1) / kRows), unsigned(g.heads));
+  kernel<<<grid, kWarps * 32, smem, stream>>>(dout, q, k, v, kv_begin, lse, delta, g, dq);
   return cudaGetLastError();
 }
 
-template <int kD, int kWarps, int kQ, int kMinBlocks>
+template <int kD, int kWarps, int kMb, int kQ, int kMinBlocks>
 cudaError_t launch_dkdv(cudaStream_t stream, const Rows& dout, const Rows& q, const Rows& k, const Rows& v,
                         const int32_t* kv_begin, const float* lse, const float* delta, const Geo& g,
                         const Rows& dk, const Rows& dv) {
-  constexpr size_t smem = dkdv_smem<kD, kWarps, kQ>();
-  if (const cudaError_t e = allow_smem(dkdv_kernel<kD, kWarps, kQ, kMinBlocks>, smem); e != cudaSuccess)
-    return e;
-  const dim3 grid(unsigned((g.n + 16 * kWarps - 1) / (16 * kWarps)), unsigned(g.kv_heads));
-  dkdv_kernel<kD, kWarps, kQ, kMinBlocks>
-      <<<grid, kWarps * 32, smem, stream>>>(dout, q, k, v, kv_begin, lse, delta, g, dk, dv);
+  constexpr size_t smem = dkdv_smem<kD, kWarps, kMb, kQ>();
+  constexpr int kKeys = 16 * kMb * kWarps;
+  auto* kernel = dkdv_kernel<kD, kWarps, kMb, kQ, kMinBlocks>;
+  if (const cudaError_t e = allow_smem(kernel, smem); e != cudaSuccess) return e;
+  const dim3 grid(unsigned((g.n + kKeys - 1) / kKeys), unsigned(g.kv_heads));
+  kernel<<<grid, kWarps * 32, smem, stream>>>(dout, q, k, v, kv_begin, lse, delta, g, dk, dv);
   return cudaGetLastError();
 }
 
 // The configurations the backend uses (chosen by bench/train_attention_bench.cu on an H200):
-// warps per block (16 rows each), blocks per SM asked of the register allocator, and the query
-// rows per step of the dk/dv kernel.
+// warps per block, 16-row blocks per warp, keys per tile (forward, dq) or query rows per step
+// (dk/dv), and blocks per SM asked of the register allocator.
 template <int kD>
 struct Config {
-  static constexpr int kForwardWarps = 8, kForwardBlocks = 1;
-  static constexpr int kDqWarps = 8, kDqBlocks = 1;
-  static constexpr int kDkdvWarps = 8, kDkdvQueries = kD == 64 ? 64 : 32, kDkdvBlocks = 1;
+  static constexpr int kFwdWarps = 4, kFwdMb = 2, kFwdT = kD == 64 ? 64 : 32, kFwdBlocks = 1;
+  static constexpr int kDqWarps = 8, kDqMb = 1, kDqT = 64, kDqBlocks = 1;
+  static constexpr int kKvWarps = 8, kKvMb = 1, kKvQ = kD == 64 ? 64 : 32, kKvBlocks = 1;
 };
 
 template <int kD>
 cudaError_t forward(cudaStream_t stream, const Rows& q, const Rows& k, const Rows& v, const int32_t* kv_begin,
                     const Geo& g, const Rows& out, float* lse) {
-  return launch_forward<kD, Config<kD>::kForwardWarps, Config<kD>::kForwardBlocks>(stream, q, k, v, kv_begin,
-                                                                                   g, out, lse);
+  using C = Config<kD>;
+  return launch_forward<kD, C::kFwdWarps, C::kFwdMb, C::kFwdT, C::kFwdBlocks>(stream, q, k, v, kv_begin, g,
+                                                                              out, lse);
 }
 
 // `delta` holds n * heads floats.
@@ -659,12 +706,12 @@ cudaError_t backward(cudaStream_t stream, const Rows& dout, const Rows& q, const
                      const Rows& dk, const Rows& dv, float* delta) {
   using C = Config<kD>;
   if (const cudaError_t e = launch_delta<kD>(stream, dout, out, g, delta); e != cudaSuccess) return e;
-  if (const cudaError_t e =
-          launch_dq<kD, C::kDqWarps, C::kDqBlocks>(stream, dout, q, k, v, kv_begin, lse, delta, g, dq);
+  if (const cudaError_t e = launch_dq<kD, C::kDqWarps, C::kDqMb, C::kDqT, C::kDqBlocks>(
+          stream, dout, q, k, v, kv_begin, lse, delta, g, dq);
       e != cudaSuccess)
     return e;
-  return launch_dkdv<kD, C::kDkdvWarps, C::kDkdvQueries, C::kDkdvBlocks>(stream, dout, q, k, v, kv_begin, lse,
-                                                                         delta, g, dk, dv);
+  return launch_dkdv<kD, C::kKvWarps, C::kKvMb, C::kKvQ, C::kKvBlocks>(stream, dout, q, k, v, kv_begin, lse,
+                                                                       delta, g, dk, dv);
 }
 
 }  // namespace astrai::gpu::attention_mma
