@@ -492,7 +492,8 @@ constexpr size_t dkdv_smem() {
 
 // How many queries from j0 on reach a key of [j0, j_end) at the latest (*reach: the last such query
 // is j0 + *reach - 1; causal, so none before j0), and the first query from j0 on whose keys start
-// after j0 (*late; kv_begin must be masked when it falls inside the reach). Block-wide.
+// after j0 (*late, as an offset from j0; kv_begin must be masked when it falls among the queries the
+// steps visit). Block-wide.
 __device__ __forceinline__ void query_range(const int32_t* kv_begin, int64_t j0, int64_t j_end, int64_t n,
                                             unsigned long long* reach, unsigned long long* late) {
   if (threadIdx.x == 0) {
@@ -531,8 +532,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   const int64_t j0 = int64_t(blockIdx.x) * kKeys;
   const int64_t j_end = min(j0 + kKeys, g.n);
   query_range(kv_begin, j0, j_end, g.n, &reach, &late);
-  const bool mask_kv = late < reach;
   const int q_tiles = int((reach + kQ - 1) / kQ);
+  const bool mask_kv = late < (unsigned long long)q_tiles * kQ;  // over every query the steps visit
   const int steps = q_tiles * g.group;
   load_rows<kKeys, kD, kThreads>(k, j0, kvh, g.n, ks);
   load_rows<kKeys, kD, kThreads>(v, j0, kvh, g.n, vs);
