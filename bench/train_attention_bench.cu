@@ -82,46 +82,50 @@ struct Variants {
   Kernels base() const { return {fwd[0], dq[0], dkdv[0], delta}; }
 };
 
-template <int kW, int kMb, int kT, int kB>
+template <int kW, int kMb, int kT, int kS, int kB>
 std::string tag(const char* kind, const char* tile) {
   return std::string(kind) + ":w" + std::to_string(kW) + "m" + std::to_string(kMb) + tile +
-         std::to_string(kT) + "b" + std::to_string(kB);
+         std::to_string(kT) + "s" + std::to_string(kS) + "b" + std::to_string(kB);
 }
-template <int kD, int kW, int kMb, int kT, int kB>
+template <int kD, int kW, int kMb, int kT, int kS, int kB>
 Variant<FwdFn> fwd_v() {
-  return {tag<kW, kMb, kT, kB>("fwd", "k"), am::launch_forward<kD, kW, kMb, kT, kB>};
+  return {tag<kW, kMb, kT, kS, kB>("fwd", "k"), am::launch_forward<kD, kW, kMb, kT, kS, kB>};
 }
-template <int kD, int kW, int kMb, int kT, int kB>
+template <int kD, int kW, int kMb, int kT, int kS, int kB>
 Variant<DqFn> dq_v() {
-  return {tag<kW, kMb, kT, kB>("dq", "k"), am::launch_dq<kD, kW, kMb, kT, kB>};
+  return {tag<kW, kMb, kT, kS, kB>("dq", "k"), am::launch_dq<kD, kW, kMb, kT, kS, kB>};
 }
-template <int kD, int kW, int kMb, int kQ, int kB>
+template <int kD, int kW, int kMb, int kQ, int kS, int kB>
 Variant<DkdvFn> dkdv_v() {
-  return {tag<kW, kMb, kQ, kB>("dkdv", "q"), am::launch_dkdv<kD, kW, kMb, kQ, kB>};
+  return {tag<kW, kMb, kQ, kS, kB>("dkdv", "q"), am::launch_dkdv<kD, kW, kMb, kQ, kS, kB>};
 }
 
-// Name: warps, 16-row blocks per warp (m), keys per tile (k) or query rows per step (q), blocks per SM (b).
+// Name: warps (w), 16-row blocks per warp (m), keys per tile (k) or query rows per step (q),
+// pipeline stages (s), blocks per SM asked of the register allocator (b).
 template <int kD>
 Variants variants() {
   using C = am::Config<kD>;
   Variants v;
-  v.fwd = {fwd_v<kD, C::kFwdWarps, C::kFwdMb, C::kFwdT, C::kFwdBlocks>(), fwd_v<kD, 8, 1, 64, 1>(),
-           fwd_v<kD, 4, 1, 64, 1>()};
-  v.dq = {dq_v<kD, C::kDqWarps, C::kDqMb, C::kDqT, C::kDqBlocks>(), dq_v<kD, 4, 2, 32, 1>(),
-          dq_v<kD, 4, 1, 64, 1>()};
-  v.dkdv = {dkdv_v<kD, C::kKvWarps, C::kKvMb, C::kKvQ, C::kKvBlocks>(), dkdv_v<kD, 4, 1, 32, 1>()};
+  v.fwd = {fwd_v<kD, C::kFwdWarps, C::kFwdMb, C::kFwdT, C::kFwdStages, C::kFwdBlocks>()};
+  v.dq = {dq_v<kD, C::kDqWarps, C::kDqMb, C::kDqT, C::kDqStages, C::kDqBlocks>()};
+  v.dkdv = {dkdv_v<kD, C::kKvWarps, C::kKvMb, C::kKvQ, C::kKvStages, C::kKvBlocks>()};
   if constexpr (kD == 64) {
-    v.fwd.push_back(fwd_v<kD, 8, 2, 64, 1>());
-    v.fwd.push_back(fwd_v<kD, 4, 2, 32, 1>());
-    v.dq.push_back(dq_v<kD, 8, 1, 64, 2>());
-    v.dkdv.push_back(dkdv_v<kD, 8, 1, 32, 1>());
-    v.dkdv.push_back(dkdv_v<kD, 4, 1, 64, 1>());
-    v.dkdv.push_back(dkdv_v<kD, 4, 2, 32, 1>());
-    v.dkdv.push_back(dkdv_v<kD, 4, 2, 16, 1>());
+    v.fwd.push_back(fwd_v<kD, 4, 2, 64, 3, 1>());
+    v.fwd.push_back(fwd_v<kD, 4, 2, 128, 2, 1>());
+    v.dq.push_back(dq_v<kD, 8, 1, 64, 3, 2>());
+    v.dq.push_back(dq_v<kD, 4, 2, 32, 2, 1>());
+    v.dq.push_back(dq_v<kD, 4, 2, 32, 3, 1>());
+    v.dkdv.push_back(dkdv_v<kD, 4, 2, 32, 3, 1>());
+    v.dkdv.push_back(dkdv_v<kD, 4, 1, 64, 2, 1>());
+    v.dkdv.push_back(dkdv_v<kD, 8, 1, 64, 2, 1>());
   } else {
-    v.fwd.push_back(fwd_v<kD, 4, 2, 64, 1>());
-    v.dq.push_back(dq_v<kD, 8, 1, 32, 1>());
-    v.dkdv.push_back(dkdv_v<kD, 8, 1, 64, 1>());
+    v.fwd.push_back(fwd_v<kD, 4, 2, 32, 3, 1>());
+    v.fwd.push_back(fwd_v<kD, 4, 2, 64, 2, 1>());
+    v.dq.push_back(dq_v<kD, 4, 2, 32, 3, 1>());
+    v.dq.push_back(dq_v<kD, 8, 1, 64, 2, 1>());
+    v.dkdv.push_back(dkdv_v<kD, 8, 1, 64, 3, 1>());
+    v.dkdv.push_back(dkdv_v<kD, 4, 1, 32, 2, 1>());
+    v.dkdv.push_back(dkdv_v<kD, 4, 1, 32, 3, 1>());
   }
   v.delta = am::launch_delta<kD>;
   return v;

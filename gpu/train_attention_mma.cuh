@@ -236,23 +236,50 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-// ---- forward -------------------------------------------------------------------------------------
+// ---- pipeline ------------------------------------------------------------------------------------
+// Tiles stream through a ring of kStages shared-memory buffers: tile i goes into buffer i % kStages,
+// kStages - 1 tiles ahead of the one in use. One cp.async group is committed per tile (empty past
+// the end), so "all but the newest kStages - 2 groups are complete" means "tile i is in".
 
-template <int kD, int kWarps, int kMb, int kT>
-constexpr size_t forward_smem() {
-  return size_t(16 * kMb * kWarps + 4 * kT) * kPitch<kD> * sizeof(bf16);
+// Issues the first kStages - 1 tiles (whatever the caller loaded before is in the first group).
+template <int kStages, typename Load>
+__device__ __forceinline__ void prologue(int tiles, Load load) {
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (i < tiles) load(i);
+    cp_async_commit();
+  }
 }
 
-// Block: kWarps warps of 16 kMb query rows of head blockIdx.y; key tiles of kT.
-template <int kD, int kWarps, int kMb, int kT, int kMinBlocks>
+// Before computing tile it: waits for it, then issues tile it + kStages - 1 into the buffer that
+// tile it - 1 used. The barrier both publishes tile it to every warp and ensures that every warp
+// is done with tile it - 1 before that buffer is overwritten.
+template <int kStages, typename Load>
+__device__ __forceinline__ void next_stage(int it, int tiles, Load load) {
+  cp_async_wait<kStages - 2>();
+  __syncthreads();
+  if (it + kStages - 1 < tiles) load(it + kStages - 1);
+  cp_async_commit();
+}
+
+// ---- forward -------------------------------------------------------------------------------------
+
+template <int kD, int kWarps, int kMb, int kT, int kStages>
+constexpr size_t forward_smem() {
+  return size_t(16 * kMb * kWarps + 2 * kStages * kT) * kPitch<kD> * sizeof(bf16);
+}
+
+// Block: kWarps warps of 16 kMb query rows of head blockIdx.y; key tiles of kT in a ring of kStages
+// buffers (see the loop).
+template <int kD, int kWarps, int kMb, int kT, int kStages, int kMinBlocks>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     forward_kernel(Rows q, Rows k, Rows v, const int32_t* __restrict__ kv_begin, Geo g, Rows out,
                    float* __restrict__ lse) {
   constexpr int kWr = 16 * kMb, kRows = kWr * kWarps, kThreads = 32 * kWarps, kP = kPitch<kD>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* qs = reinterpret_cast<bf16*>(smem);
-  bf16* ks = qs + kRows * kP;  // two buffers
-  bf16* vs = ks + 2 * kT * kP;
+  bf16* ks = qs + kRows * kP;  // kStages buffers each
+  bf16* vs = ks + kStages * kT * kP;
   __shared__ int kv_lo, kv_hi;
   const int h = blockIdx.y, kvh = h / g.group, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t q0 = int64_t(gridDim.x - 1 - blockIdx.x) * kRows;  // the longest rows start first
@@ -260,10 +287,13 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   kv_range(kv_begin, q0, q_end, &kv_lo, &kv_hi);
   const int64_t j_first = int64_t(kv_lo / kT) * kT;  // aligned: the diagonal tiles line up with warps
   const int tiles = q_end > j_first ? int((q_end - j_first + kT - 1) / kT) : 0;
+  auto load_tile = [&](int it) {
+    const int64_t j0 = j_first + int64_t(it) * kT;
+    load_rows<kT, kD, kThreads>(k, j0, kvh, g.n, ks + (it % kStages) * kT * kP);
+    load_rows<kT, kD, kThreads>(v, j0, kvh, g.n, vs + (it % kStages) * kT * kP);
+  };
   load_rows<kRows, kD, kThreads>(q, q0, h, g.n, qs);
-  load_rows<kT, kD, kThreads>(k, j_first, kvh, g.n, ks);
-  load_rows<kT, kD, kThreads>(v, j_first, kvh, g.n, vs);
-  cp_async_commit();
+  prologue<kStages>(tiles, load_tile);
 
   const int gr = lane / 4, qc = lane % 4;
   const int64_t w0 = q0 + warp * kWr;  // the warp's first row
@@ -283,16 +313,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 
   for (int it = 0; it < tiles; ++it) {
     const int64_t j0 = j_first + int64_t(it) * kT;
-    const int buf = it & 1;
-    if (it + 1 < tiles) {
-      load_rows<kT, kD, kThreads>(k, j0 + kT, kvh, g.n, ks + (buf ^ 1) * kT * kP);
-      load_rows<kT, kD, kThreads>(v, j0 + kT, kvh, g.n, vs + (buf ^ 1) * kT * kP);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    const int buf = it % kStages;
+    next_stage<kStages>(it, tiles, load_tile);
     if (j0 < w0 + kWr && w0 < g.n) {  // otherwise every key of the tile is in the warp's future
       const bf16* kt = ks + buf * kT * kP;
       const bf16* vt = vs + buf * kT * kP;
@@ -301,18 +323,27 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       const bool edge = j0 + kT - 1 > w0 || j0 < kv_hi || j0 + kT > g.n;
 #pragma unroll
       for (int mb = 0; mb < kMb; ++mb) {
-        float mx[2] = {-INFINITY, -INFINITY};  // of the raw scores (scale > 0 keeps the order)
+        if (edge) {
 #pragma unroll
-        for (int nt = 0; nt < kT / 8; ++nt)
+          for (int nt = 0; nt < kT / 8; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int r = e / 2;
-            if (edge) {
-              const int j = int(j0) + nt * 8 + qc * 2 + (e & 1);
+            for (int e = 0; e < 4; ++e) {
+              const int r = e / 2, j = int(j0) + nt * 8 + qc * 2 + (e & 1);
               if (j > t_row[mb][r] || j < kvb_row[mb][r] || j >= g.n) s[mb][nt][e] = -INFINITY;
             }
-            mx[r] = fmaxf(mx[r], s[mb][nt][e]);
+        }
+        // Row maxima of the raw scores (scale > 0 keeps the order), in four independent chains.
+        float mx[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float part[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+#pragma unroll
+          for (int nt = 0; nt < kT / 8; ++nt) {
+            part[(2 * nt) % 4] = fmaxf(part[(2 * nt) % 4], s[mb][nt][2 * r]);
+            part[(2 * nt + 1) % 4] = fmaxf(part[(2 * nt + 1) % 4], s[mb][nt][2 * r + 1]);
           }
+          mx[r] = fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3]));
+        }
         float m_use[2], alpha[2];  // m in log2 units
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -321,17 +352,18 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
           alpha[r] = fast_exp2(m[mb][r] - m_use[r]);
           m[mb][r] = m_new;
         }
-        float sum[2] = {0.0f, 0.0f};
+        float part[2][4] = {};  // row sums in four independent chains, added in a fixed order
 #pragma unroll
         for (int nt = 0; nt < kT / 8; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const float p = fast_exp2(fmaf(s[mb][nt][e], g.scale_log2, -m_use[e / 2]));
             s[mb][nt][e] = p;
-            sum[e / 2] += p;
+            part[e / 2][(2 * nt + (e & 1)) % 4] += p;
           }
 #pragma unroll
-        for (int r = 0; r < 2; ++r) l[mb][r] = l[mb][r] * alpha[r] + sum[r];
+        for (int r = 0; r < 2; ++r)
+          l[mb][r] = l[mb][r] * alpha[r] + ((part[r][0] + part[r][1]) + (part[r][2] + part[r][3]));
 #pragma unroll
         for (int nt = 0; nt < kD / 8; ++nt) {
           o[mb][nt][0] *= alpha[0];
@@ -342,7 +374,6 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       }
       gemm_pb<kMb, kT, kD, kP>(s, vt, o);
     }
-    __syncthreads();  // the next iteration's loads overwrite this buffer
   }
 
 #pragma unroll
@@ -386,13 +417,13 @@ __global__ void __launch_bounds__(256) delta_kernel(Rows dout, Rows out, Geo g, 
   if (row < rows && c == 0) delta[row] = acc;
 }
 
-template <int kD, int kWarps, int kMb, int kT>
+template <int kD, int kWarps, int kMb, int kT, int kStages>
 constexpr size_t dq_smem() {
-  return size_t(2 * 16 * kMb * kWarps + 4 * kT) * kPitch<kD> * sizeof(bf16);
+  return size_t(2 * 16 * kMb * kWarps + 2 * kStages * kT) * kPitch<kD> * sizeof(bf16);
 }
 
-// Block: kWarps warps of 16 kMb query rows of head blockIdx.y; key tiles of kT.
-template <int kD, int kWarps, int kMb, int kT, int kMinBlocks>
+// Block: kWarps warps of 16 kMb query rows of head blockIdx.y; key tiles of kT in a ring of kStages.
+template <int kD, int kWarps, int kMb, int kT, int kStages, int kMinBlocks>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     dq_kernel(Rows dout, Rows q, Rows k, Rows v, const int32_t* __restrict__ kv_begin,
               const float* __restrict__ lse, const float* __restrict__ delta, Geo g, Rows dq) {
@@ -400,8 +431,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* qs = reinterpret_cast<bf16*>(smem);
   bf16* dos = qs + kRows * kP;
-  bf16* ks = dos + kRows * kP;  // two buffers
-  bf16* vs = ks + 2 * kT * kP;
+  bf16* ks = dos + kRows * kP;  // kStages buffers each
+  bf16* vs = ks + kStages * kT * kP;
   __shared__ int kv_lo, kv_hi;
   const int h = blockIdx.y, kvh = h / g.group, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t q0 = int64_t(gridDim.x - 1 - blockIdx.x) * kRows;
@@ -409,11 +440,14 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   kv_range(kv_begin, q0, q_end, &kv_lo, &kv_hi);
   const int64_t j_first = int64_t(kv_lo / kT) * kT;
   const int tiles = q_end > j_first ? int((q_end - j_first + kT - 1) / kT) : 0;
+  auto load_tile = [&](int it) {
+    const int64_t j0 = j_first + int64_t(it) * kT;
+    load_rows<kT, kD, kThreads>(k, j0, kvh, g.n, ks + (it % kStages) * kT * kP);
+    load_rows<kT, kD, kThreads>(v, j0, kvh, g.n, vs + (it % kStages) * kT * kP);
+  };
   load_rows<kRows, kD, kThreads>(q, q0, h, g.n, qs);
   load_rows<kRows, kD, kThreads>(dout, q0, h, g.n, dos);
-  load_rows<kT, kD, kThreads>(k, j_first, kvh, g.n, ks);
-  load_rows<kT, kD, kThreads>(v, j_first, kvh, g.n, vs);
-  cp_async_commit();
+  prologue<kStages>(tiles, load_tile);
 
   const int gr = lane / 4, qc = lane % 4;
   const int64_t w0 = q0 + warp * kWr;
@@ -435,16 +469,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 
   for (int it = 0; it < tiles; ++it) {
     const int64_t j0 = j_first + int64_t(it) * kT;
-    const int buf = it & 1;
-    if (it + 1 < tiles) {
-      load_rows<kT, kD, kThreads>(k, j0 + kT, kvh, g.n, ks + (buf ^ 1) * kT * kP);
-      load_rows<kT, kD, kThreads>(v, j0 + kT, kvh, g.n, vs + (buf ^ 1) * kT * kP);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    const int buf = it % kStages;
+    next_stage<kStages>(it, tiles, load_tile);
     if (j0 < w0 + kWr && w0 < g.n) {
       const bf16* kt = ks + buf * kT * kP;
       const bf16* vt = vs + buf * kT * kP;
@@ -468,7 +494,6 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
           }
       gemm_pb<kMb, kT, kD, kP>(s, kt, acc);
     }
-    __syncthreads();
   }
 
 #pragma unroll
@@ -485,9 +510,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     }
 }
 
-template <int kD, int kWarps, int kMb, int kQ>
+template <int kD, int kWarps, int kMb, int kQ, int kStages>
 constexpr size_t dkdv_smem() {
-  return size_t(2 * 16 * kMb * kWarps + 4 * kQ) * kPitch<kD> * sizeof(bf16) + size_t(2 * 3 * kQ) * 4;
+  return size_t(2 * 16 * kMb * kWarps + 2 * kStages * kQ) * kPitch<kD> * sizeof(bf16) +
+         size_t(kStages * 3 * kQ) * 4;
 }
 
 // How many queries from j0 on reach a key of [j0, j_end) at the latest (*reach: the last such query
@@ -513,8 +539,9 @@ __device__ __forceinline__ void query_range(const int32_t* kv_begin, int64_t j0,
   __syncthreads();
 }
 
-// Block: kWarps warps of 16 kMb keys of KV head blockIdx.y; steps of kQ query rows of one head.
-template <int kD, int kWarps, int kMb, int kQ, int kMinBlocks>
+// Block: kWarps warps of 16 kMb keys of KV head blockIdx.y; steps of kQ query rows of one head in a
+// ring of kStages buffers.
+template <int kD, int kWarps, int kMb, int kQ, int kStages, int kMinBlocks>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     dkdv_kernel(Rows dout, Rows q, Rows k, Rows v, const int32_t* __restrict__ kv_begin,
                 const float* __restrict__ lse, const float* __restrict__ delta, Geo g, Rows dk, Rows dv) {
@@ -522,11 +549,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* ks = reinterpret_cast<bf16*>(smem);
   bf16* vs = ks + kKeys * kP;
-  bf16* qs = vs + kKeys * kP;  // two buffers
-  bf16* dos = qs + 2 * kQ * kP;
-  float* lse_s = reinterpret_cast<float*>(dos + 2 * kQ * kP);  // two buffers each
-  float* dl_s = lse_s + 2 * kQ;
-  int* kvb_s = reinterpret_cast<int*>(dl_s + 2 * kQ);
+  bf16* qs = vs + kKeys * kP;  // kStages buffers each, from here on
+  bf16* dos = qs + kStages * kQ * kP;
+  float* lse_s = reinterpret_cast<float*>(dos + kStages * kQ * kP);
+  float* dl_s = lse_s + kStages * kQ;
+  int* kvb_s = reinterpret_cast<int*>(dl_s + kStages * kQ);
   __shared__ unsigned long long reach, late;
   const int kvh = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t j0 = int64_t(blockIdx.x) * kKeys;
@@ -539,7 +566,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   load_rows<kKeys, kD, kThreads>(v, j0, kvh, g.n, vs);
 
   // Step i: head kvh * group + i / q_tiles, queries [j0 + (i % q_tiles) * kQ, + kQ).
-  auto load_step = [&](int i, int buf) {
+  auto load_step = [&](int i) {
+    const int buf = i % kStages;
     const int h = kvh * g.group + i / q_tiles;
     const int64_t t0 = j0 + int64_t(i % q_tiles) * kQ;
     load_rows<kQ, kD, kThreads>(q, t0, h, g.n, qs + buf * kQ * kP);
@@ -553,8 +581,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       cp_async4(kvb_s + buf * kQ + c, kv_begin + (ok ? t : 0), ok);
     }
   };
-  if (steps > 0) load_step(0, 0);
-  cp_async_commit();
+  prologue<kStages>(steps, load_step);
 
   const int gr = lane / 4, qc = lane % 4;
   const int64_t w0 = j0 + warp * kWr;  // the warp's first key
@@ -565,15 +592,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   float dk_acc[kMb][kD / 8][4] = {}, dv_acc[kMb][kD / 8][4] = {};
 
   for (int i = 0; i < steps; ++i) {
-    const int buf = i & 1;
-    if (i + 1 < steps) {
-      load_step(i + 1, buf ^ 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    const int buf = i % kStages;
+    next_stage<kStages>(i, steps, load_step);
     const int64_t t0 = j0 + int64_t(i % q_tiles) * kQ;
     if (t0 + kQ > w0 && w0 < g.n) {  // otherwise every query of the step precedes the warp's keys
       const bf16* qt = qs + buf * kQ * kP;
@@ -608,7 +628,6 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       gemm_pb<kMb, kQ, kD, kP>(st, dot, dv_acc);
       gemm_pb<kMb, kQ, kD, kP>(dpt, qt, dk_acc);
     }
-    __syncthreads();
   }
 
 #pragma unroll
@@ -637,12 +656,12 @@ cudaError_t allow_smem(K kernel, size_t bytes) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
 }
 
-template <int kD, int kWarps, int kMb, int kT, int kMinBlocks>
+template <int kD, int kWarps, int kMb, int kT, int kStages, int kMinBlocks>
 cudaError_t launch_forward(cudaStream_t stream, const Rows& q, const Rows& k, const Rows& v,
                            const int32_t* kv_begin, const Geo& g, const Rows& out, float* lse) {
-  constexpr size_t smem = forward_smem<kD, kWarps, kMb, kT>();
+  constexpr size_t smem = forward_smem<kD, kWarps, kMb, kT, kStages>();
   constexpr int kRows = 16 * kMb * kWarps;
-  auto* kernel = forward_kernel<kD, kWarps, kMb, kT, kMinBlocks>;
+  auto* kernel = forward_kernel<kD, kWarps, kMb, kT, kStages, kMinBlocks>;
   if (const cudaError_t e = allow_smem(kernel, smem); e != cudaSuccess) return e;
   const dim3 grid(unsigned((g.n + kRows - 1) / kRows), unsigned(g.heads));
   kernel<<<grid, kWarps * 32, smem, stream>>>(q, k, v, kv_begin, g, out, lse);
@@ -656,48 +675,57 @@ cudaError_t launch_delta(cudaStream_t stream, const Rows& dout, const Rows& out,
   return cudaGetLastError();
 }
 
-template <int kD, int kWarps, int kMb, int kT, int kMinBlocks>
+template <int kD, int kWarps, int kMb, int kT, int kStages, int kMinBlocks>
 cudaError_t launch_dq(cudaStream_t stream, const Rows& dout, const Rows& q, const Rows& k, const Rows& v,
                       const int32_t* kv_begin, const float* lse, const float* delta, const Geo& g,
                       const Rows& dq) {
-  constexpr size_t smem = dq_smem<kD, kWarps, kMb, kT>();
+  constexpr size_t smem = dq_smem<kD, kWarps, kMb, kT, kStages>();
   constexpr int kRows = 16 * kMb * kWarps;
-  auto* kernel = dq_kernel<kD, kWarps, kMb, kT, kMinBlocks>;
+  auto* kernel = dq_kernel<kD, kWarps, kMb, kT, kStages, kMinBlocks>;
   if (const cudaError_t e = allow_smem(kernel, smem); e != cudaSuccess) return e;
   const dim3 grid(unsigned((g.n + kRows - 1) / kRows), unsigned(g.heads));
   kernel<<<grid, kWarps * 32, smem, stream>>>(dout, q, k, v, kv_begin, lse, delta, g, dq);
   return cudaGetLastError();
 }
 
-template <int kD, int kWarps, int kMb, int kQ, int kMinBlocks>
+template <int kD, int kWarps, int kMb, int kQ, int kStages, int kMinBlocks>
 cudaError_t launch_dkdv(cudaStream_t stream, const Rows& dout, const Rows& q, const Rows& k, const Rows& v,
                         const int32_t* kv_begin, const float* lse, const float* delta, const Geo& g,
                         const Rows& dk, const Rows& dv) {
-  constexpr size_t smem = dkdv_smem<kD, kWarps, kMb, kQ>();
+  constexpr size_t smem = dkdv_smem<kD, kWarps, kMb, kQ, kStages>();
   constexpr int kKeys = 16 * kMb * kWarps;
-  auto* kernel = dkdv_kernel<kD, kWarps, kMb, kQ, kMinBlocks>;
+  auto* kernel = dkdv_kernel<kD, kWarps, kMb, kQ, kStages, kMinBlocks>;
   if (const cudaError_t e = allow_smem(kernel, smem); e != cudaSuccess) return e;
   const dim3 grid(unsigned((g.n + kKeys - 1) / kKeys), unsigned(g.kv_heads));
   kernel<<<grid, kWarps * 32, smem, stream>>>(dout, q, k, v, kv_begin, lse, delta, g, dk, dv);
   return cudaGetLastError();
 }
 
-// The configurations the backend uses (chosen by bench/train_attention_bench.cu on an H200):
-// warps per block, 16-row blocks per warp, keys per tile (forward, dq) or query rows per step
-// (dk/dv), and blocks per SM asked of the register allocator.
+// The configurations the backend uses, the fastest of bench/train_attention_bench.cu's variants on
+// an H200 (docs/performance.md): warps per block, 16-row blocks per warp, keys per tile (forward,
+// dq) or query rows per step (dk/dv), pipeline stages, and blocks per SM asked of the register
+// allocator.
 template <int kD>
-struct Config {
-  static constexpr int kFwdWarps = 4, kFwdMb = 2, kFwdT = kD == 64 ? 64 : 32, kFwdBlocks = 1;
-  static constexpr int kDqWarps = 8, kDqMb = 1, kDqT = 64, kDqBlocks = 1;
-  static constexpr int kKvWarps = 8, kKvMb = 1, kKvQ = kD == 64 ? 64 : 32, kKvBlocks = 1;
+struct Config;
+template <>
+struct Config<64> {
+  static constexpr int kFwdWarps = 4, kFwdMb = 2, kFwdT = 64, kFwdStages = 2, kFwdBlocks = 1;
+  static constexpr int kDqWarps = 8, kDqMb = 1, kDqT = 64, kDqStages = 2, kDqBlocks = 2;
+  static constexpr int kKvWarps = 4, kKvMb = 2, kKvQ = 32, kKvStages = 2, kKvBlocks = 1;
+};
+template <>
+struct Config<128> {
+  static constexpr int kFwdWarps = 4, kFwdMb = 2, kFwdT = 32, kFwdStages = 2, kFwdBlocks = 1;
+  static constexpr int kDqWarps = 4, kDqMb = 2, kDqT = 32, kDqStages = 2, kDqBlocks = 1;
+  static constexpr int kKvWarps = 8, kKvMb = 1, kKvQ = 64, kKvStages = 2, kKvBlocks = 1;
 };
 
 template <int kD>
 cudaError_t forward(cudaStream_t stream, const Rows& q, const Rows& k, const Rows& v, const int32_t* kv_begin,
                     const Geo& g, const Rows& out, float* lse) {
   using C = Config<kD>;
-  return launch_forward<kD, C::kFwdWarps, C::kFwdMb, C::kFwdT, C::kFwdBlocks>(stream, q, k, v, kv_begin, g,
-                                                                              out, lse);
+  return launch_forward<kD, C::kFwdWarps, C::kFwdMb, C::kFwdT, C::kFwdStages, C::kFwdBlocks>(
+      stream, q, k, v, kv_begin, g, out, lse);
 }
 
 // `delta` holds n * heads floats.
@@ -707,12 +735,12 @@ cudaError_t backward(cudaStream_t stream, const Rows& dout, const Rows& q, const
                      const Rows& dk, const Rows& dv, float* delta) {
   using C = Config<kD>;
   if (const cudaError_t e = launch_delta<kD>(stream, dout, out, g, delta); e != cudaSuccess) return e;
-  if (const cudaError_t e = launch_dq<kD, C::kDqWarps, C::kDqMb, C::kDqT, C::kDqBlocks>(
+  if (const cudaError_t e = launch_dq<kD, C::kDqWarps, C::kDqMb, C::kDqT, C::kDqStages, C::kDqBlocks>(
           stream, dout, q, k, v, kv_begin, lse, delta, g, dq);
       e != cudaSuccess)
     return e;
-  return launch_dkdv<kD, C::kKvWarps, C::kKvMb, C::kKvQ, C::kKvBlocks>(stream, dout, q, k, v, kv_begin, lse,
-                                                                       delta, g, dk, dv);
+  return launch_dkdv<kD, C::kKvWarps, C::kKvMb, C::kKvQ, C::kKvStages, C::kKvBlocks>(
+      stream, dout, q, k, v, kv_begin, lse, delta, g, dk, dv);
 }
 
 }  // namespace astrai::gpu::attention_mma
