@@ -25,6 +25,21 @@ def median_ms(fn, reps):
     return times[len(times) // 2]
 
 
+def kernel_names(fn, top=3):
+    """The CUDA kernels that take the most device time in one call of fn (which backend SDPA picked)."""
+    try:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+
+        def device_us(e):
+            return getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0))
+
+        return [e.key for e in sorted(prof.key_averages(), key=device_us, reverse=True)[:top]]
+    except Exception as e:  # the profiler is a nicety here
+        return [f"(profiler: {e})"]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=10)
@@ -59,9 +74,11 @@ def main():
                 print(f"d {d} {label}: {e}")
                 continue
             b = fb - f
+            names = kernel_names(fwd_bwd)
             print(f"torch sdpa d {d} {label:17s} fwd {f:7.3f} ms {fwd_flop / f * 1e-9:6.1f} TFLOP/s | "
                   f"bwd {b:7.3f} ms {bwd_flop / b * 1e-9:6.1f} TFLOP/s | fwd+bwd {fb:7.3f} ms "
                   f"{(fwd_flop + bwd_flop) / fb * 1e-9:6.1f} TFLOP/s")
+            print(f"  kernels: {' | '.join(n[:90] for n in names)}")
 
 
 if __name__ == "__main__":
