@@ -4,23 +4,25 @@
 //
 // Every GEMM is mma.sync m16n8k16 (bf16 in, f32 accumulate) on fragments loaded with ldmatrix
 // (.trans where the operand is needed column-wise: V in the forward, K in dq, Q and dO in dk/dv).
-// Each warp owns 16 rows of the output tile; scores, probabilities and accumulators stay in
-// registers (an accumulator fragment of S is, element for element, the A fragment of P for the
-// next GEMM). Tiles come in with cp.async, double-buffered, into shared memory rows padded by 16
-// bytes (ldmatrix's eight row addresses then fall in eight different bank groups).
+// Each warp owns 16 kMb rows of the output tile (each B fragment it loads serves kMb row blocks);
+// scores, probabilities and accumulators stay in registers (an accumulator fragment of S is,
+// element for element, the A fragment of P for the next GEMM). Tiles come in with cp.async through
+// a ring of kStages shared-memory buffers, one barrier per tile, rows padded by 16 bytes (ldmatrix's
+// eight row addresses then fall in eight different bank groups).
 //
-//   forward  (block: 16 * kWarps queries of one head): over the key tiles [min kv_begin, last query],
-//            s2 = (q . k) * scale * log2(e), online softmax with exp2, o += p v; lse = (m + log2 l) ln 2.
+//   forward  (block: kWarps warps of 16 kMb queries of one head): over the key tiles
+//            [min kv_begin, last query], s2 = (q . k) * scale * log2(e), online softmax with exp2,
+//            o += p v; lse = (m + log2 l) ln 2.
 //   delta    (one 16-byte chunk per thread): delta_t = dO_t . out_t.
-//   dq       (block: 16 * kWarps queries of one head): over the same key tiles,
+//   dq       (block: kWarps warps of 16 kMb queries of one head): over the same key tiles,
 //            p = exp2(s2 - lse log2 e), ds = p (dO . v - delta), dq += ds k; dq *= scale.
-//   dk/dv    (block: 16 * kWarps keys of one KV head): over the group's heads and the query tiles
-//            that can see the keys, with the transposed products s^T = k q^T, dp^T = v dO^T,
-//            dv += p^T dO, dk += ds^T q; dk *= scale.
+//   dk/dv    (block: kWarps warps of 16 kMb keys of one KV head): over the group's heads and the
+//            query tiles that can see the keys, with the transposed products s^T = k q^T,
+//            dp^T = v dO^T, dv += p^T dO, dk += ds^T q; dk *= scale.
 // P and dS are rounded to bf16 for their GEMMs (as FlashAttention does). Every output element is
 // summed by one thread in an order fixed by the shapes (no atomics): the same inputs give the same
 // bits. Causality and kv_begin are masked only on the tiles that need it; a warp whose rows see none
-// of a tile's keys skips it.
+// of a tile's keys skips it. Config (at the end) holds the tile shapes the backend launches.
 #pragma once
 
 #include <cuda_bf16.h>
