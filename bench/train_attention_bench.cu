@@ -114,7 +114,10 @@ Variants variants() {
     v.fwd.push_back(fwd_v<kD, 4, 2, 128, 2, 1>());
     v.fwd.push_back(fwd_v<kD, 8, 1, 64, 2, 2>());
     v.fwd.push_back(fwd_v<kD, 4, 1, 64, 2, 3>());
+    v.fwd.push_back(fwd_v<kD, 8, 1, 32, 2, 2>());
     v.dq.push_back(dq_v<kD, 8, 1, 64, 3, 2>());
+    v.dq.push_back(dq_v<kD, 8, 1, 32, 2, 2>());
+    v.dq.push_back(dq_v<kD, 8, 1, 32, 3, 2>());
     v.dq.push_back(dq_v<kD, 4, 2, 32, 2, 1>());
     v.dq.push_back(dq_v<kD, 4, 2, 32, 3, 1>());
     v.dq.push_back(dq_v<kD, 4, 1, 64, 2, 3>());
@@ -123,6 +126,7 @@ Variants variants() {
     v.dkdv.push_back(dkdv_v<kD, 8, 1, 64, 2, 1>());
     v.dkdv.push_back(dkdv_v<kD, 8, 1, 32, 2, 2>());
     v.dkdv.push_back(dkdv_v<kD, 4, 1, 32, 2, 3>());
+    v.dkdv.push_back(dkdv_v<kD, 8, 1, 16, 2, 2>());
   } else {
     v.fwd.push_back(fwd_v<kD, 4, 2, 32, 3, 1>());
     v.fwd.push_back(fwd_v<kD, 8, 1, 32, 2, 2>());
