@@ -247,6 +247,7 @@ TEST_CASE("cuda attention_train and its backward match the cpu's (GQA, packed do
   check_attention(*p, rng, 4, 2, 32);
   check_attention(*p, rng, 4, 1, 16);
   check_attention(*p, rng, 8, 8, 64);
+  check_attention(*p, rng, 8, 2, 64);  // llama-1b's 4:1 grouping on the tensor-core path
   check_attention(*p, rng, 4, 2, 128);
   check_attention(*p, rng, 2, 1, 96);
 }
