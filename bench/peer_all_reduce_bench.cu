@@ -26,9 +26,12 @@
 #include <vector>
 
 #include "gpu/peer_all_reduce.h"
+#include "src/core/dtype.h"
 
+using astrai::bf16_to_f32;
 using astrai::Device;
 using astrai::DType;
+using astrai::f32_to_bf16;
 using astrai::Tensor;
 using astrai::gpu::PeerAllReduce;
 
@@ -52,19 +55,6 @@ using astrai::gpu::PeerAllReduce;
   } while (0)
 
 namespace {
-
-float bf16_to_f32(uint16_t b) {
-  uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-uint16_t f32_to_bf16(float f) {  // round to nearest even (finite inputs)
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
-}
 
 // Runs fn(rank) on one thread per rank (each sets its device) and joins them.
 void on_ranks(int W, const std::function<void(int)>& fn) {

@@ -18,14 +18,8 @@
 namespace astrai::gpu {
 namespace {
 
-// x rows per MMA column group (the MMA's N); a warp multiplies each weight fragment by up to 4 such
-// groups (kG), so one pass over the weights serves up to 32 rows. Rows past M repeat row M - 1,
-// their outputs dropped.
-constexpr int kGemvGroupRows = 8;
-constexpr int kGemvMaxRows = 32;
-// The fused prologues (kSwiglu, kAddNorm) run at one column group.
-constexpr int kGemvFusedMaxRows = 8;
-constexpr int kGemvTile = 16;  // weight rows per warp (the MMA's M)
+constexpr int kGemvMaxRows = 8;  // the MMA's N: x rows past M repeat row M - 1, their outputs dropped
+constexpr int kGemvTile = 16;    // weight rows per warp (the MMA's M)
 // 16-byte loads per lane per operand issued before the first MMA: with ~32 resident warps per
 // multiprocessor that keeps enough bytes in flight to cover device-memory latency (on the H200,
 // unrolling 8 was a median 3% slower than 4).
@@ -97,21 +91,20 @@ __device__ __forceinline__ uint4 swiglu8(uint4 gate, uint4 up) {
 // The first round of weight loads is issued before pdl_wait (device_util.cuh): under programmatic
 // dependent launch they overlap the kernel before (for llama-1b's small projections a warp's whole
 // range of K is one or two rounds), and only x waits for it.
-template <typename TO, int W, int kX, int kG>
+template <typename TO, int W, int kX>
 __global__ void __launch_bounds__(W * 32)
     gemv_kernel(const bf16* __restrict__ x, int64_t ldx, int M, const bf16* __restrict__ w, int64_t K,
                 int64_t N, const TO* __restrict__ bias, TO* __restrict__ out, int64_t ldo, int ksplit,
                 AddNorm an) {
-  static_assert(kX == kPlain || kG == 1, "the fused prologues run at one column group");
-  __shared__ float partial[W][kGemvTile][kGemvGroupRows * kG];
+  __shared__ float partial[W][kGemvTile][kGemvMaxRows];
   extern __shared__ uint4 x_shared[];  // kSwiglu, kAddNorm: x as [M][K / 8] chunks
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int tiles_per_block = W / ksplit, part = warp % ksplit;
   const int64_t n0 = (int64_t(blockIdx.x) * tiles_per_block + warp / ksplit) * kGemvTile;
   const int64_t chunks = K / 8, per_part = (chunks + ksplit - 1) / ksplit;  // chunk: 8 values, 16 bytes
   const int64_t begin = part * per_part, end = min(chunks, begin + per_part);
-  const bool active = n0 < N && begin < end;  // warp-uniform: mma.sync
-  float d0[kG][4] = {}, d1[kG][4] = {};       // two chains of MMAs per column group
+  const bool active = n0 < N && begin < end;                                 // warp-uniform: mma.sync
+  float d0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d1[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // two chains of MMAs
   // Rows past N repeat row N - 1 (outputs dropped), so every load is in bounds.
   const int64_t last = max(N - 1, int64_t(0));
   const uint4* wa = reinterpret_cast<const uint4*>(w + min(n0 + g, last) * K);
@@ -175,44 +168,31 @@ __global__ void __launch_bounds__(W * 32)
   // skipping their x loads behind a branch, was 6% (llama-1b) and 14% (qwen3-8b) slower per step
   // on the H200 (docs/performance.md).
   if (active) {
-    const uint4* xr[kG];
-#pragma unroll
-    for (int q = 0; q < kG; ++q)
-      xr[q] = kX != kPlain ? x_shared + min(g, M - 1) * (K / 8)
-                           : reinterpret_cast<const uint4*>(x + min(g + kGemvGroupRows * q, M - 1) * ldx);
+    const uint4* xr = kX != kPlain ? x_shared + min(g, M - 1) * (K / 8)
+                                   : reinterpret_cast<const uint4*>(x + min(g, M - 1) * ldx);
     for (int64_t base = begin;;) {
-      uint4 vx[kG][kGemvUnroll];
+      uint4 vx[kGemvUnroll];
 #pragma unroll
       for (int u = 0; u < kGemvUnroll; ++u) {
         const int64_t c = base + 4 * u + t;
-#pragma unroll
-        for (int q = 0; q < kG; ++q) {
-          vx[q][u] = kX != kPlain ? xr[q][min(c, end - 1)] : __ldg(xr[q] + min(c, end - 1));
-          if (c >= end) vx[q][u] = make_uint4(0, 0, 0, 0);
-        }
+        vx[u] = kX != kPlain ? xr[min(c, end - 1)] : __ldg(xr + min(c, end - 1));
+        if (c >= end) vx[u] = make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
-      for (int u = 0; u < kGemvUnroll; ++u)
-#pragma unroll
-        for (int q = 0; q < kG; ++q) {
-          mma_16x8x16(d0[q], va[u].x, vb[u].x, va[u].y, vb[u].y, vx[q][u].x, vx[q][u].y);
-          mma_16x8x16(d1[q], va[u].z, vb[u].z, va[u].w, vb[u].w, vx[q][u].z, vx[q][u].w);
-        }
+      for (int u = 0; u < kGemvUnroll; ++u) {
+        mma_16x8x16(d0, va[u].x, vb[u].x, va[u].y, vb[u].y, vx[u].x, vx[u].y);
+        mma_16x8x16(d1, va[u].z, vb[u].z, va[u].w, vb[u].w, vx[u].z, vx[u].w);
+      }
       base += 4 * kGemvUnroll;
       if (base >= end) break;
       load_w(base);
     }
   }
-  // Accumulator layout: d[0], d[1] are row g, x rows 2t and 2t + 1 of the column group; d[2], d[3]
-  // the same for row g + 8.
-#pragma unroll
-  for (int q = 0; q < kG; ++q) {
-    const int c = kGemvGroupRows * q + 2 * t;
-    partial[warp][g][c] = d0[q][0] + d1[q][0];
-    partial[warp][g][c + 1] = d0[q][1] + d1[q][1];
-    partial[warp][g + 8][c] = d0[q][2] + d1[q][2];
-    partial[warp][g + 8][c + 1] = d0[q][3] + d1[q][3];
-  }
+  // Accumulator layout: d[0], d[1] are row g, x rows 2t and 2t + 1; d[2], d[3] the same for row g + 8.
+  partial[warp][g][2 * t] = d0[0] + d1[0];
+  partial[warp][g][2 * t + 1] = d0[1] + d1[1];
+  partial[warp][g + 8][2 * t] = d0[2] + d1[2];
+  partial[warp][g + 8][2 * t + 1] = d0[3] + d1[3];
   __syncthreads();
   const int rows = tiles_per_block * kGemvTile;
   for (int i = threadIdx.x; i < M * rows; i += W * 32) {  // consecutive threads: consecutive n
@@ -240,7 +220,7 @@ bool pdl_enabled() {
   return on;
 }
 
-template <int W, typename TO, int kX, int kG>
+template <int W, typename TO, int kX>
 void launch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, const Tensor& w,
                  const Tensor* bias, Tensor out, int64_t ldo, int ksplit, const AddNorm& an) {
   const int64_t K = w.shape[1], N = w.shape[0];
@@ -255,7 +235,7 @@ void launch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, con
   attr.val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = &attr;
   cfg.numAttrs = pdl_enabled() ? 1 : 0;
-  ASTRAI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<TO, W, kX, kG>, x, ldx, int(M), w.ptr<bf16>(), K, N,
+  ASTRAI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<TO, W, kX>, x, ldx, int(M), w.ptr<bf16>(), K, N,
                                        bias ? bias->ptr<TO>() : static_cast<const TO*>(nullptr),
                                        out.ptr<TO>(), ldo, ksplit, an));
 }
@@ -272,32 +252,36 @@ bool wide_gemv_blocks(int64_t N) {
   return (N + kGemvTile - 1) / kGemvTile * 8 <= 1024;
 }
 
-template <int kX, typename TO>
-void dispatch_gemv_to(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, const Tensor& w,
-                      const Tensor* bias, Tensor out, int64_t ldo, const AddNorm& an) {
+template <int kX>
+void dispatch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, const Tensor& w,
+                   const Tensor* bias, Tensor out, int64_t ldo, const AddNorm& an = {}) {
   const int64_t tiles = (w.shape[0] + kGemvTile - 1) / kGemvTile;
   int ksplit = 8;
   if (tiles * ksplit > kGemvSplitWarps && tiles * ksplit < 8 * kGemvSplitWarps)
     while (ksplit > 1 && tiles * ksplit > kGemvSplitWarps) ksplit /= 2;
-  ASTRAI_GPU_CHECK(kX == kPlain || M <= kGemvGroupRows, "gemv: a fused prologue over more than 8 rows");
-  if (M > 2 * kGemvGroupRows) {  // 4 column groups: 8-warp blocks (the registers of 16 do not fit)
-    if constexpr (kX == kPlain) launch_gemv<8, TO, kX, 4>(stream, x, ldx, M, w, bias, out, ldo, ksplit, an);
-  } else if (M > kGemvGroupRows) {
-    if constexpr (kX == kPlain) launch_gemv<8, TO, kX, 2>(stream, x, ldx, M, w, bias, out, ldo, ksplit, an);
-  } else if (wide_gemv_blocks(w.shape[0])) {
-    launch_gemv<16, TO, kX, 1>(stream, x, ldx, M, w, bias, out, ldo, 16, an);
+  const bool wide_blocks = wide_gemv_blocks(w.shape[0]);
+  if (out.dtype == DType::bf16) {
+    if (wide_blocks)
+      launch_gemv<16, bf16, kX>(stream, x, ldx, M, w, bias, out, ldo, 16, an);
+    else
+      launch_gemv<8, bf16, kX>(stream, x, ldx, M, w, bias, out, ldo, ksplit, an);
   } else {
-    launch_gemv<8, TO, kX, 1>(stream, x, ldx, M, w, bias, out, ldo, ksplit, an);
+    if (wide_blocks)
+      launch_gemv<16, float, kX>(stream, x, ldx, M, w, bias, out, ldo, 16, an);
+    else
+      launch_gemv<8, float, kX>(stream, x, ldx, M, w, bias, out, ldo, ksplit, an);
   }
 }
 
-template <int kX>
-void dispatch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, const Tensor& w,
-                   const Tensor* bias, Tensor out, int64_t ldo, const AddNorm& an = {}) {
-  if (out.dtype == DType::bf16)
-    dispatch_gemv_to<kX, bf16>(stream, x, ldx, M, w, bias, out, ldo, an);
-  else
-    dispatch_gemv_to<kX, float>(stream, x, ldx, M, w, bias, out, ldo, an);
+// Whether a fused prologue (kSwiglu, kAddNorm) runs for M rows of K into an N-row weight: only while
+// each thread of the block computes at most two 16-byte chunks of x before the GEMV can start.
+// Measured on the H200 (docs/performance.md): llama-1b's down projection at M = 1 (K 8,192, 512
+// threads) gained 4% per decode step over swiglu + GEMV, qwen3-8b's (K 12,288, 256 threads) lost 2%,
+// and every M = 8 case lost. `env`=unfused: never (to measure one against the other).
+bool fuse_prologue(const char* env, int64_t M, int64_t K, int64_t N) {
+  const char* e = std::getenv(env);
+  if (e && std::string(e) == "unfused") return false;
+  return M * K <= 16 * (wide_gemv_blocks(N) ? 512 : 256);
 }
 
 bool aligned16(const void* p) {
@@ -332,13 +316,8 @@ void launch(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor*
 bool linear_gemv(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {
   const int64_t M = x.shape[0], K = x.shape[1];
   const int64_t ldx = M > 1 ? x.stride[0] : K, ldo = M > 1 ? out.stride[0] : w.shape[0];
-  // ASTRAI_GEMV_MAX_ROWS: a lower limit (e.g. 8, cuBLASLt above it), to measure one against the other.
-  static const int64_t max_rows = [] {
-    const char* e = std::getenv("ASTRAI_GEMV_MAX_ROWS");
-    return e ? std::clamp<int64_t>(std::atoll(e), 0, kGemvMaxRows) : int64_t(kGemvMaxRows);
-  }();
-  if (x.dtype != DType::bf16 || M < 1 || M > max_rows || K % 8 != 0 || ldx % 8 != 0 || !aligned16(x.data) ||
-      !aligned16(w.data))
+  if (x.dtype != DType::bf16 || M < 1 || M > kGemvMaxRows || K % 8 != 0 || ldx % 8 != 0 ||
+      !aligned16(x.data) || !aligned16(w.data))
     return false;
   dispatch_gemv<kPlain>(stream, x.ptr<bf16>(), ldx, M, w, bias, out, ldo);
   return true;
@@ -349,22 +328,13 @@ bool swiglu_linear_gemv(cudaStream_t stream, const Tensor& gate, const Tensor& u
   const int64_t M = gate.shape[0], K = gate.shape[1];
   const int64_t ldx = M > 1 ? gate.stride[0] : 2 * K, ldo = M > 1 ? out.stride[0] : w.shape[0];
   // gate and up must be the two halves of one [M, 2K] buffer: the kernel finds up K past gate.
-  if (gate.dtype != DType::bf16 || up.dtype != DType::bf16 || M < 1 || M > kGemvFusedMaxRows || K % 8 != 0 ||
+  if (gate.dtype != DType::bf16 || up.dtype != DType::bf16 || M < 1 || M > kGemvMaxRows || K % 8 != 0 ||
       ldx % 8 != 0 || ldx < 2 * K || !aligned16(gate.data) || !aligned16(w.data) ||
       static_cast<const char*>(up.data) !=
           static_cast<const char*>(gate.data) + K * int64_t(sizeof(uint16_t)) ||
       (M > 1 && up.stride[0] != gate.stride[0]))
     return false;
-  // Fused only while each thread of the block computes at most two 16-byte chunks of x before the
-  // GEMV can start: measured on the H200 (docs/performance.md), llama-1b's down projection at M = 1
-  // (K 8,192, 512 threads) gained 4% per decode step over swiglu + GEMV, qwen3-8b's (K 12,288, 256
-  // threads) lost 2%, and every M = 8 case lost. ASTRAI_SWIGLU=unfused: never (to measure).
-  static const bool never = [] {
-    const char* e = std::getenv("ASTRAI_SWIGLU");
-    return e && std::string(e) == "unfused";
-  }();
-  const int64_t threads = wide_gemv_blocks(w.shape[0]) ? 512 : 256;
-  if (never || M * K > 16 * threads) return false;
+  if (!fuse_prologue("ASTRAI_SWIGLU", M, K, w.shape[0])) return false;
   dispatch_gemv<kSwiglu>(stream, gate.ptr<bf16>(), ldx, M, w, nullptr, out, ldo);
   return true;
 }
@@ -380,20 +350,13 @@ bool add_rms_norm_linear_gemv(cudaStream_t stream, const Tensor& residual, const
   const char* r0 = static_cast<const char*>(residual.data);
   const char* o0 = static_cast<const char*>(residual_out.data);
   const int64_t span = ((M - 1) * std::max(ldr, ld_out) + K) * int64_t(sizeof(bf16));
-  if (residual.dtype != DType::bf16 || M < 1 || M > kGemvFusedMaxRows || K % 8 != 0 || ldr % 8 != 0 ||
+  if (residual.dtype != DType::bf16 || M < 1 || M > kGemvMaxRows || K % 8 != 0 || ldr % 8 != 0 ||
       ldy % 8 != 0 || ld_out % 8 != 0 || !aligned16(residual.data) || !aligned16(x.data) ||
       !aligned16(residual_out.data) || !aligned16(norm_w.data) || !aligned16(w.data) ||
       residual.stride[1] != 1 || x.stride[1] != 1 || residual_out.stride[1] != 1 ||
       (o0 < r0 + span && r0 < o0 + span))
     return false;
-  // As for swiglu_linear_gemv: fused while each thread's prologue is at most two 16-byte chunks per
-  // row of x. ASTRAI_ADD_NORM=unfused: never (to measure).
-  static const bool never = [] {
-    const char* e = std::getenv("ASTRAI_ADD_NORM");
-    return e && std::string(e) == "unfused";
-  }();
-  const int64_t threads = wide_gemv_blocks(w.shape[0]) ? 512 : 256;
-  if (never || M * K > 16 * threads) return false;
+  if (!fuse_prologue("ASTRAI_ADD_NORM", M, K, w.shape[0])) return false;
   AddNorm an;
   an.y = x.ptr<bf16>();
   an.ldy = ldy;

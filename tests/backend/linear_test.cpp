@@ -106,13 +106,13 @@ void linear_f32_out(Backend& be) {
   check_linear(be, rng.randint(2, 20), rng.randint(3, 200), rng.randint(3, 200), true, 0, 0, rng, DType::f32);
 }
 
-// Up to 32 rows with K a multiple of 8 (16-byte rows): the GPU's own GEMV path (one, two or four
-// 8-row column groups per weight fragment), with x as a column slice too, and both out dtypes.
+// Up to 8 rows with K a multiple of 8 (16-byte rows): the GPU's own GEMV path, with x as a column
+// slice too, and both out dtypes.
 void linear_few_rows(Backend& be) {
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
   Rng rng(seed);
-  for (int M : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 23, 31, 32, 33}) {
+  for (int M = 1; M <= 8; ++M) {
     // K up to 8800: the GPU splits long rows of narrow outputs across warps.
     const int64_t K = 8 * rng.randint(1, 1100), N = rng.randint(1, 700);
     check_linear(be, M, K, N, M % 2 == 1, M % 3 == 0 ? 8 * rng.randint(1, 4) : 0, rng.randint(0, 3), rng,
@@ -121,8 +121,6 @@ void linear_few_rows(Backend& be) {
   // Wider N, as the model's are: on the GPU, N > 2048 takes 8-warp blocks with K split 8 ways, 1 to 8
   // waves of them fewer ways, N >= 65536 (an LM head) 8 ways again.
   check_linear(be, rng.randint(1, 8), 8 * rng.randint(1, 300), rng.randint(2049, 3000), true, 0,
-               rng.randint(0, 3), rng, be.compute_dtype());
-  check_linear(be, rng.randint(9, 32), 8 * rng.randint(1, 300), rng.randint(2049, 3000), false, 0,
                rng.randint(0, 3), rng, be.compute_dtype());
   check_linear(be, rng.randint(1, 8), 8 * rng.randint(1, 40), rng.randint(16400, 20000), false, 0, 0, rng,
                be.compute_dtype());

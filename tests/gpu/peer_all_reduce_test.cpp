@@ -15,24 +15,11 @@
 
 #include "gpu/cuda_backend.h"
 #include "gpu/device_info.h"
+#include "src/core/dtype.h"
 #include "tools/test_util.h"
 
 namespace astrai::test {
 namespace {
-
-float bf16_value(uint16_t b) {
-  const uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-uint16_t to_bf16(float f) {  // round to nearest even (finite values)
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
-}
 
 void require_ok(cudaError_t e) {
   REQUIRE(e == cudaSuccess);
@@ -71,7 +58,7 @@ TEST_CASE("peer all-reduce equals the rank-ordered sum on every rank", "[gpu]") 
       group->set_chunk_bytes(chunk);
       std::vector<std::vector<float>> in(2, std::vector<float>(static_cast<size_t>(n)));
       for (auto& v : in)
-        for (float& x : v) x = f32 ? nd(rng) : bf16_value(to_bf16(nd(rng)));
+        for (float& x : v) x = f32 ? nd(rng) : bf16_to_f32(f32_to_bf16(nd(rng)));
       std::vector<std::vector<char>> out(2, std::vector<char>(static_cast<size_t>(bytes)));
       std::vector<std::thread> ranks;
       for (int r = 0; r < 2; ++r)
@@ -83,7 +70,7 @@ TEST_CASE("peer all-reduce equals the rank-ordered sum on every rank", "[gpu]") 
             if (f32)
               std::memcpy(host.data() + 4 * i, &x, 4);
             else {
-              const uint16_t b = to_bf16(x);
+              const uint16_t b = f32_to_bf16(x);
               std::memcpy(host.data() + 2 * i, &b, 2);
             }
           }
@@ -106,7 +93,7 @@ TEST_CASE("peer all-reduce equals the rank-ordered sum on every rank", "[gpu]") 
           } else {
             uint16_t got;
             std::memcpy(&got, out[size_t(r)].data() + 2 * i, 2);
-            wrong += got != to_bf16(sum);
+            wrong += got != f32_to_bf16(sum);
           }
         }
       CHECK(wrong == 0);
