@@ -187,7 +187,7 @@ Result<RankDevices> rank_devices(std::span<Backend* const> backends) {
 // One Communicator per comm, sharing this process's host group (and `peer`, when given).
 std::vector<std::unique_ptr<Communicator>> wrap_comms(const std::vector<ncclComm_t>& comms,
                                                       const RankDevices& rd,
-                                                      std::shared_ptr<PeerAllReduce> peer = nullptr) {
+                                                      const std::shared_ptr<PeerAllReduce>& peer = nullptr) {
   const int n = int(comms.size());
   auto group = std::make_shared<HostGroup>(n);
   std::vector<std::unique_ptr<Communicator>> out;
