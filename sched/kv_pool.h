@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,8 @@ class KvPool {
   // Drops one reference; the page returns to the free list when its count reaches 0.
   void release(int32_t page);
   int refcount(int32_t page) const { return refcount_[size_t(page)]; }
+  // The pages with refcount 0, in no particular order.
+  std::span<const int32_t> free_pages() const { return free_; }
 
   // Consistency of the free list and the counts (tests): every page with refcount 0 is on the free
   // list exactly once and no other page is. Returns a description of the first violation.

@@ -1,5 +1,6 @@
 #include "sched/step_loop.h"
 
+#include <malloc.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -131,16 +132,22 @@ int StepLoop::flush_prefix_cache() {
   auto fut = c->flushed.get_future();
   {
     std::lock_guard g(shutdown_mu_);
-    if (joined_) return evict_all_cached();  // the loop is gone: nothing else touches the cache
+    if (joined_) return flush_cache();  // the loop is gone: nothing else touches the cache
     queue_.push(std::move(c));
   }
   return fut.get();
 }
 
-// Unlocked nodes have no locked descendants (radix_cache.h), so evicting leaf-first reaches all of them.
-int StepLoop::evict_all_cached() {
+// Unlocked nodes have no locked descendants (radix_cache.h), so evicting leaf-first reaches all of
+// them. Written KV pages stay resident after the pool takes them back, and so does what malloc keeps
+// on its free lists (every arena: the network threads' too): a flush is the moment to return both.
+int StepLoop::flush_cache() {
   const int freed = cache_ ? cache_->evict(cache_->evictable_pages()) : 0;
   update_gauges();
+  runner_.discard_pages(pool_.free_pages());
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
   return freed;
 }
 
@@ -196,7 +203,7 @@ void StepLoop::drain_commands() {
       case Command::Kind::check: c->checked.set_value(scheduler_.check()); break;
       case Command::Kind::pause: paused_ = true; break;
       case Command::Kind::resume: paused_ = false; break;
-      case Command::Kind::flush_cache: c->flushed.set_value(evict_all_cached()); break;
+      case Command::Kind::flush_cache: c->flushed.set_value(flush_cache()); break;
     }
   }
 }

@@ -52,8 +52,10 @@ class StepLoop {
   // Pool / cache consistency, checked on the loop's thread (tests).
   Status check_invariants();
   // Evicts every prefix-cache page that no running sequence uses, on the loop's thread between
-  // steps, and returns how many pages went back to the pool. Thread-safe; the gauges in stats()
-  // show the result by the time it returns.
+  // steps, and returns how many pages went back to the pool. Every free page's memory then goes
+  // back to the system (CPU backend; StepRunner::discard_pages), and malloc's free lists too, so
+  // an idle server's footprint returns near a cold one's. Thread-safe; the gauges in stats() show
+  // the result, and the memory is released, by the time it returns.
   int flush_prefix_cache();
 
   // Tests: pause() holds the loop before its next step until resume(), so that a scenario can
@@ -72,7 +74,7 @@ class StepLoop {
   void step();
   void note_admitted(const StepPlan& plan, std::chrono::steady_clock::time_point now);
   void update_gauges();
-  int evict_all_cached();
+  int flush_cache();  // flush_prefix_cache() on the loop's thread
   int pages_for(int tokens) const { return (tokens + opts_.page_size - 1) / opts_.page_size; }
 
   const EngineOptions opts_;

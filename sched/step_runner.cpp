@@ -1,9 +1,13 @@
 #include "sched/step_runner.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <exception>
 #include <string>
+#include <utility>
+
+#include "src/backend/cpu/host_pages.h"
 
 namespace astrai {
 
@@ -24,6 +28,41 @@ Status StepRunner::forward(const ForwardBatch& batch) {
   if (!logits.ok()) return logits.status();
   logits_ = logits.value();
   return {};
+}
+
+namespace {
+
+// Page p of a layer's K (or V) buffer is bytes [p * page_bytes, (p + 1) * page_bytes) (KvCache's
+// layout); a tensor-parallel cache holds its pages in each rank's shard. Only host memory is given
+// back: a GPU's cache is one preallocated device block per layer, the process's for its lifetime
+// whatever the pool holds, so there is nothing to return there.
+void discard_runs(const KvCache& kv, std::span<const std::pair<int32_t, int32_t>> runs) {
+  const size_t page_bytes =
+      size_t(kv.page_size) * size_t(kv.num_kv_heads) * size_t(kv.head_dim) * dtype_size(kv.dtype);
+  if (kv.device == Device::cpu)
+    for (const std::vector<Buffer>* buffers : {&kv.k, &kv.v})
+      for (const Buffer& b : *buffers)
+        for (const auto& [first, count] : runs)
+          discard_host_pages(static_cast<std::byte*>(b.data()) + size_t(first) * page_bytes,
+                             size_t(count) * page_bytes);
+  for (const KvCache& shard : kv.shards) discard_runs(shard, runs);
+}
+
+}  // namespace
+
+void StepRunner::discard_pages(std::span<const int32_t> pages) {
+  // Runs of consecutive pages: one call per run and buffer, and the OS pages that straddle two
+  // neighbouring free KV pages go back too.
+  std::vector<int32_t> sorted(pages.begin(), pages.end());
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<std::pair<int32_t, int32_t>> runs;  // first page, count
+  for (int32_t p : sorted) {
+    if (!runs.empty() && runs.back().first + runs.back().second == p)
+      ++runs.back().second;
+    else
+      runs.emplace_back(p, 1);
+  }
+  discard_runs(kv_, runs);
 }
 
 namespace {

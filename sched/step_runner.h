@@ -32,6 +32,11 @@ class StepRunner {
   // matcher draws only from the tokens its grammar allows (SampleBatch::mask).
   void sample(std::span<const SampleRow> rows, std::vector<SampleResult>& draws);
 
+  // Gives the memory of these KV pages (ids the pool holds free) back to the system: every whole
+  // OS page they cover in a host cache (discard_host_pages); a GPU's preallocated pool stays. Their
+  // contents are gone (zeros); a page is written before it is read once the pool hands it out again.
+  void discard_pages(std::span<const int32_t> pages);
+
  private:
   // Fills host_mask_ for the step's rows; false when no row is constrained (no mask at all).
   bool fill_masks(std::span<const SampleRow> rows);

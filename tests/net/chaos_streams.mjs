@@ -4,8 +4,8 @@
 // dropped without a close. Every other stream must be complete and well formed; afterwards the
 // engine must be idle with no KV page held by a request (pages_used == cached_pages), and after
 // POST /flush_cache no page is used or cached at all. Given the server's PID, all of that runs twice
-// and the server's resident memory (VmRSS in /proc/PID/status) after the second flush must be within
-// RSS_MARGIN_MB of what it was after the first (below: why not a cold server's).
+// and the server's resident memory (VmRSS in /proc/PID/status) after each flush must be within
+// RSS_MARGIN_MB of what it was cold, when this script started (the server has served nothing yet).
 //   node tests/net/chaos_streams.mjs http://127.0.0.1:PORT [streams=1000] [early=0.2] [server-pid]
 import { readFileSync } from 'node:fs';
 import { require, assert, base, run, randomWord } from './lib.mjs';
@@ -114,10 +114,12 @@ function wsSocket(ids, drop, cancel) {
   });
 }
 
-// Each round: the chaos load, the idle check, a flush. The first round's memory after its flush is
-// the baseline (a cold server's is not: KV pages once written stay resident, since a flush gives them
-// back to the pool, not to the OS); the second round must end within RSS_MARGIN_MB of it.
-const RSS_MARGIN_MB = 16;
+// Each round: the chaos load, the idle check, a flush. The flush gives the written KV pages and
+// malloc's free lists back to the OS before it answers, so memory read after it is back near the
+// cold server's. What the margin covers: what stays resident and is not cache (measured and
+// explained in docs/reliability.md, "After a flush, memory").
+const RSS_MARGIN_MB = 40;
+const coldRss = serverPid ? rssMb() : undefined;
 const rss = {};
 const rounds = serverPid ? 2 : 1;
 const steps = [];
@@ -153,7 +155,7 @@ for (let round = 1; round <= rounds; round++) steps.push(
     assert.equal(s.server.active_generations, 0, JSON.stringify(s.server));
     console.log(JSON.stringify({ requests: s.requests, kv: s.kv, prefix_cache: s.prefix_cache, server: s.server }));
   }],
-  [`round ${round}: after POST /flush_cache no page is used or cached` + (round === 2 ? ', memory back near round 1' : ''), async () => {
+  [`round ${round}: after POST /flush_cache no page is used or cached` + (serverPid ? ', memory back near cold' : ''), async () => {
     const before = serverPid ? rssMb() : undefined;
     const f = await fetch(base + '/flush_cache', { method: 'POST' });
     assert.equal(f.status, 200);
@@ -162,10 +164,11 @@ for (let round = 1; round <= rounds; round++) steps.push(
     assert.equal(s.kv.pages_used, 0, JSON.stringify(s.kv));
     assert.equal(s.prefix_cache.cached_pages, 0, JSON.stringify(s.prefix_cache));
     rss[round] = serverPid ? rssMb() : undefined;
-    console.log(JSON.stringify({ round, flushed, rss_mb: { before_flush: before, after_flush: rss[round] } }));
-    if (round === 2) {
-      assert.ok(rss[2] <= rss[1] + RSS_MARGIN_MB,
-        `RSS after the second round's flush ${rss[2].toFixed(1)} MB, after the first ${rss[1].toFixed(1)} MB`);
+    console.log(JSON.stringify({ round, flushed, rss_mb: { cold: coldRss, before_flush: before, after_flush: rss[round] } }));
+    if (serverPid) {
+      // The flush has answered, so the release is done: nothing races this read.
+      assert.ok(rss[round] <= coldRss + RSS_MARGIN_MB,
+        `RSS after round ${round}'s flush ${rss[round].toFixed(1)} MB, cold ${coldRss.toFixed(1)} MB`);
     }
   }],
 );

@@ -30,6 +30,9 @@ KvCache FakeModel::allocate_kv(int num_pages, int page_size) const {
   KvCache kv;
   kv.num_pages = num_pages;
   kv.page_size = page_size;
+  kv.num_kv_heads = 1;  // one i32 per slot in each buffer: KvCache's page layout, for discard_pages
+  kv.head_dim = 1;
+  kv.dtype = DType::i32;
   kv.k.push_back(Buffer::host(size_t(num_pages) * size_t(page_size) * 4));  // token ids
   kv.v.push_back(Buffer::host(size_t(num_pages) * size_t(page_size) * 4));  // position + 1
   return kv;

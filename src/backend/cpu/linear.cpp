@@ -45,6 +45,21 @@ constexpr int64_t kParallelMacs = 1 << 20;
 #define ASTRAI_NO_FP_CONTRACT __attribute__((optimize("fp-contract=off")))
 #endif
 
+// An AVX2 clone and a baseline one, picked at load time by an ifunc resolver. Not under
+// ThreadSanitizer: clang 14 instruments that resolver, which the dynamic loader runs before the
+// TSan runtime has started, so the binary crashed at load; a TSan build checks synchronisation, and
+// the baseline code has the same threads and the same bits.
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define ASTRAI_UNDER_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__) || defined(ASTRAI_UNDER_TSAN)
+#define ASTRAI_AVX2_CLONES
+#else
+#define ASTRAI_AVX2_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+
 constexpr int kLanes = 8;
 using Lanes = float __attribute__((vector_size(kLanes * sizeof(float))));
 constexpr int64_t kTileM = 4, kTileN = 3;
@@ -105,9 +120,9 @@ template <int64_t NR>
 
 // Columns [n0, n1) of out for all M rows. Cloned for AVX2 (chosen at load time where the CPU has it);
 // every clone computes the same bits.
-__attribute__((target_clones("avx2", "default"))) ASTRAI_NO_FP_CONTRACT void linear_columns(
-    int64_t M, int64_t K, int64_t n0, int64_t n1, const float* x, int64_t lda, const float* w,
-    const float* bias, float* out, int64_t ldc) {
+ASTRAI_AVX2_CLONES ASTRAI_NO_FP_CONTRACT void linear_columns(int64_t M, int64_t K, int64_t n0, int64_t n1,
+                                                             const float* x, int64_t lda, const float* w,
+                                                             const float* bias, float* out, int64_t ldc) {
   static_assert(kTileN == 3);
   for (int64_t mb = 0; mb < M; mb += kBlockM) {
     const int64_t me = std::min(M, mb + kBlockM);
