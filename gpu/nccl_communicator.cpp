@@ -211,7 +211,7 @@ Result<std::vector<std::unique_ptr<Communicator>>> make_nccl_communicators(
   if (const char* e = std::getenv("ASTRAI_PEER_ALL_REDUCE_MAX")) peer_max = std::atoll(e);
   std::shared_ptr<PeerAllReduce> peer;
   if (peer_max > 0) peer = PeerAllReduce::create(rd.devices, peer_max);
-  return wrap_comms(comms, rd, std::move(peer));
+  return wrap_comms(comms, rd, peer);
 }
 
 // ---- across processes (src/dist/bootstrap.h) ----------------------------------------------------

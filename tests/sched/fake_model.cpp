@@ -78,7 +78,7 @@ Result<Tensor> FakeModel::forward(const ForwardBatch& b, KvCache& kv) {
       if (b.positions[i] != pos) return internal_error("fake forward: position mismatch");
       const int32_t slot = b.slots[i];
       if (slot < 0 || slot >= slots) return internal_error("fake forward: slot out of range");
-      if (b.page_table[size_t(s * b.max_pages + pos / ps)] * ps + pos % ps != slot)
+      if (b.page_table[size_t(s) * size_t(b.max_pages) + size_t(pos / ps)] * ps + pos % ps != slot)
         return internal_error("fake forward: slot does not match the page table");
       ktok[slot] = b.tokens[i];
       vpos[slot] = pos + 1;
@@ -95,7 +95,7 @@ Result<Tensor> FakeModel::forward(const ForwardBatch& b, KvCache& kv) {
     const int pos = b.kv_len[s] - (b.q_start[s + 1] - b.q_start[s]) + (row - b.q_start[s]);
     history.clear();
     for (int j = 0; j <= pos; ++j) {
-      const int32_t page = b.page_table[size_t(s * b.max_pages + j / ps)];
+      const int32_t page = b.page_table[size_t(s) * size_t(b.max_pages) + size_t(j / ps)];
       const int64_t slot = int64_t(page) * ps + j % ps;
       if (slot < 0 || slot >= slots) return internal_error("fake forward: page out of range");
       if (vpos[slot] != j + 1)

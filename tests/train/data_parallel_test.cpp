@@ -279,9 +279,8 @@ TEST_CASE("train model: the grad-ready hook reports offsets past which the gradi
     m.zero_grad();
     REQUIRE(m.forward_backward(b, 0.5f).ok());
     std::vector<std::pair<int64_t, std::vector<float>>> seen;  // offset, gradients [offset, N) then
-    m.set_grad_ready_hook([&](int64_t from) {
-      seen.push_back({from, download(g->backend(), m.flat_grads().rows(from, N))});
-    });
+    m.set_grad_ready_hook(
+        [&](int64_t from) { seen.emplace_back(from, download(g->backend(), m.flat_grads().rows(from, N))); });
     REQUIRE(m.forward_backward(b, 0.5f).ok());
     m.set_grad_ready_hook(nullptr);
     const auto final_grads = download(g->backend(), m.flat_grads());

@@ -14,6 +14,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <utility>
 
 #include "src/core/threads.h"
 #include "src/dist/bootstrap.h"
@@ -140,7 +141,7 @@ std::pair<Result<train::TrainSummary>, Result<train::TrainSummary>> run_two_node
         {{"nnodes", "2"}, {"node_rank", std::to_string(r)}, {"master_port", port}, {"node_timeout", "20"}});
     return options(dir, tag + std::to_string(r), extra);
   };
-  auto o0 = node(0, extra0), o1 = node(1, extra1);
+  auto o0 = node(0, std::move(extra0)), o1 = node(1, std::move(extra1));
   auto f1 = std::async(std::launch::async, [&] { return train::run_training(o1); });
   auto r0 = train::run_training(o0);
   return {std::move(r0), f1.get()};
