@@ -277,11 +277,16 @@ void dispatch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, c
 // each thread of the block computes at most two 16-byte chunks of x before the GEMV can start.
 // Measured on the H200 (docs/performance.md): llama-1b's down projection at M = 1 (K 8,192, 512
 // threads) gained 4% per decode step over swiglu + GEMV, qwen3-8b's (K 12,288, 256 threads) lost 2%,
-// and every M = 8 case lost. `env`=unfused: never (to measure one against the other).
-bool fuse_prologue(const char* env, int64_t M, int64_t K, int64_t N) {
-  const char* e = std::getenv(env);
-  if (e && std::string(e) == "unfused") return false;
-  return M * K <= 16 * (wide_gemv_blocks(N) ? 512 : 256);
+// and every M = 8 case lost. `never`: the switch's environment variable said unfused (to measure).
+bool fuse_prologue(bool never, int64_t M, int64_t K, int64_t N) {
+  return !never && M * K <= 16 * (wide_gemv_blocks(N) ? 512 : 256);
+}
+
+// Whether environment variable `name` is `value` (the measurement switches, read once per process
+// by their callers: the decode step is a hot path).
+bool env_is(const char* name, const char* value) {
+  const char* e = std::getenv(name);
+  return e && std::string(e) == value;
 }
 
 bool aligned16(const void* p) {
@@ -334,7 +339,8 @@ bool swiglu_linear_gemv(cudaStream_t stream, const Tensor& gate, const Tensor& u
           static_cast<const char*>(gate.data) + K * int64_t(sizeof(uint16_t)) ||
       (M > 1 && up.stride[0] != gate.stride[0]))
     return false;
-  if (!fuse_prologue("ASTRAI_SWIGLU", M, K, w.shape[0])) return false;
+  static const bool never = env_is("ASTRAI_SWIGLU", "unfused");
+  if (!fuse_prologue(never, M, K, w.shape[0])) return false;
   dispatch_gemv<kSwiglu>(stream, gate.ptr<bf16>(), ldx, M, w, nullptr, out, ldo);
   return true;
 }
@@ -356,7 +362,8 @@ bool add_rms_norm_linear_gemv(cudaStream_t stream, const Tensor& residual, const
       residual.stride[1] != 1 || x.stride[1] != 1 || residual_out.stride[1] != 1 ||
       (o0 < r0 + span && r0 < o0 + span))
     return false;
-  if (!fuse_prologue("ASTRAI_ADD_NORM", M, K, w.shape[0])) return false;
+  static const bool never = env_is("ASTRAI_ADD_NORM", "unfused");
+  if (!fuse_prologue(never, M, K, w.shape[0])) return false;
   AddNorm an;
   an.y = x.ptr<bf16>();
   an.ldy = ldy;
