@@ -22,19 +22,23 @@ struct CaseShape {
   int max_kv = 90;
   int max_q = 1 << 30;  // longest query run
   int max_d = 160;
+  int d = 0;            // head_dim; 0: random in [1, max_d]
+  int kv_capacity = 0;  // AttentionBatch::max_kv_len when above the longest sequence (a graph's grid)
+  bool decode = false;  // every sequence one query (a decode step)
 };
 
 void run_case(Backend& be, Rng& rng, const CaseShape& shape) {
   const DType dt = be.compute_dtype();
   const int group = shape.group;
-  const int KVH = rng.randint(1, 3), H = KVH * group, D = rng.randint(1, shape.max_d);
+  const int KVH = rng.randint(1, 3), H = KVH * group, D = shape.d > 0 ? shape.d : rng.randint(1, shape.max_d);
   const int ps = std::vector<int>{1, 3, 16}[size_t(rng.randint(0, 2))];
   const int S = rng.randint(1, 6);
   std::vector<Seq> seqs(static_cast<size_t>(S));
   int max_pages = 0, total_pages_needed = 0;
   for (auto& s : seqs) {
     s.kv_len = rng.randint(1, shape.max_kv);
-    const int kind = rng.randint(0, 2);  // 0 decode, 1 chunk after cached tokens, 2 full prefill
+    const int kind =
+        shape.decode ? 0 : rng.randint(0, 2);  // 0 decode, 1 chunk after cached tokens, 2 full prefill
     s.q_len = kind == 0 ? 1 : kind == 1 ? rng.randint(1, s.kv_len) : s.kv_len;
     s.q_len = std::min(s.q_len, shape.max_q);
     const int need = (s.kv_len + ps - 1) / ps;
@@ -111,6 +115,7 @@ void run_case(Backend& be, Rng& rng, const CaseShape& shape) {
   AttentionBatch batch{qs_t.t,    kl_t.t, pt_t.t, S,
                        max_pages, ps,     0,      *std::max_element(kv_len.begin(), kv_len.end())};
   for (int s = 0; s < S; ++s) batch.max_q_len = std::max(batch.max_q_len, seqs[s].q_len);
+  batch.max_kv_len = std::max(batch.max_kv_len, shape.kv_capacity);
   auto out = poisoned(be, {T, H, D});
   const float scale = 1.0f / std::sqrt(float(D));
   be.paged_attention(q, k_cache.t, v_cache.t, batch, scale, out.t);
@@ -141,7 +146,7 @@ void run_case(Backend& be, Rng& rng, const CaseShape& shape) {
       }
     }
   INFO("S " << S << " T " << T << " H " << H << " KVH " << KVH << " D " << D << " group " << group
-            << " page_size " << ps);
+            << " page_size " << ps << " max_kv_len " << batch.max_kv_len);
   // Outputs are convex combinations of V rows in [-1, 1]: an absolute bound.
   require_close(
       be, got, want, [](size_t) { return 1.0; }, Tol{0, 1e-5});
@@ -162,6 +167,23 @@ void attention_long_context(Backend& be) {
   for (int group : {1, 4}) run_case(be, rng, CaseShape{group, 2500, 3, 128});
 }
 
+// Decode steps (one query per sequence) at the head dims and groups the CUDA backend's decode
+// kernel takes (64, 128; 1, 2, 4, 8), short and long contexts, with the grid sized from the step's
+// longest sequence or from a larger capacity (as a CUDA graph's is): many splits past the keys.
+void attention_decode(Backend& be) {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Rng rng(seed);
+  for (int d : {64, 128})
+    for (int group : {1, 2, 4, 8})
+      for (int max_kv : {40, 700, 3000}) {
+        CaseShape shape{group, max_kv, 1, 160, d};
+        shape.decode = true;
+        shape.kv_capacity = rng.randint(0, 1) ? 4096 : 0;
+        run_case(be, rng, shape);
+      }
+}
+
 void attention_rejects_shapes(Backend& be) {
   auto k = zeros(be, {32, 1, 4}), v = zeros(be, {32, 1, 4});
   auto q = zeros(be, {1, 3, 4}), out = zeros(be, {1, 3, 4});  // 3 heads over 2 KV heads: no
@@ -180,6 +202,9 @@ void attention_rejects_shapes(Backend& be) {
 ASTRAI_BACKEND_TEST("paged_attention matches float64 causal attention for GQA ratios 1, 2, 4", attention_gqa)
 ASTRAI_BACKEND_TEST("paged_attention matches float64 attention for short query runs over long contexts",
                     attention_long_context)
+ASTRAI_BACKEND_TEST(
+    "paged_attention matches float64 attention in decode steps at head_dim 64 and 128, groups 1-8",
+    attention_decode)
 ASTRAI_BACKEND_TEST("paged_attention rejects mismatched head counts and head dims", attention_rejects_shapes)
 
 TEST_CASE("paged_attention rejects a page table entry outside the cache", "[unit]") {
