@@ -615,8 +615,10 @@ void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache
   // Short query runs (decode): the heads of a GQA group share a tile and its K/V loads; prefill:
   // kTileRows query rows of one head.
   p.part_acc = p.part_ml = nullptr;
-  const DecodeKernel decode =
-      q.dtype == DType::bf16 && batch.max_q_len == 1 ? decode_kernel_for(D, p.group) : nullptr;
+  const DecodeKernel decode = q.dtype == DType::bf16 && batch.max_q_len == 1 && rows_aligned16(p.q) &&
+                                      rows_aligned16(rows_of(k_cache, "paged_attention"))
+                                  ? decode_kernel_for(D, p.group)
+                                  : nullptr;
   if (decode != nullptr) {
     // Enough blocks for about two per multiprocessor, each split at least kDecodeMinKeys keys.
     const int64_t blocks = S * KVH, want = (2 * int64_t(sm_count()) + blocks - 1) / blocks;
