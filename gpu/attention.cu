@@ -24,7 +24,6 @@
 // kMaxHeadDim (shared memory grows with it).
 #include <algorithm>
 #include <array>
-#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -308,61 +307,10 @@ __global__ void __launch_bounds__(kCombineThreads) combine_splits_kernel(AttnPar
 constexpr int kDecodeWarps = 4, kDecodeUnroll = 2;
 constexpr int64_t kDecodeMinKeys = 64;
 
-// The attention prologue fused into the decode kernel (rope_kv_attention): q and the new k arrive as
-// the qkv projection wrote them; each block norms (Qwen3's q/k norms) and rotates its q heads and
-// the new k in registers, rounding where rope_kv_store (gpu/rope.cu) rounds, and the block whose
-// split holds the new key writes k and v into their cache slot. The new key itself is taken from
-// registers, never read back from the cache in the same kernel.
-struct RopeIn {
-  Rows k, v;                     // [T, KVH, D]: the new tokens' raw k and v
-  const bf16* q_norm = nullptr;  // [D] (with k_norm) or none
-  const bf16* k_norm = nullptr;
-  float eps = 0.0f;
-  const int32_t* positions = nullptr;  // [T]
-  const float* cos_sin = nullptr;      // [max_pos, D]: cos for dims < D/2, sin past them
-  int64_t max_pos = 0;
-  const int32_t* slots = nullptr;  // [T]
-  int64_t n_slots = 0;
-};
-
-// One head's 8 dims [8 part, 8 part + 8) in a lane group of D / 8 lanes (uniform in the warp): the
-// RMSNorm with weight w (when given), then rotate-half RoPE at position pos (the partner dims i +- D/2
-// are in lane part ^ (D / 16)); x is updated to the rounded bf16 values rope_kv_store stores.
-template <int D>
-__device__ __forceinline__ void norm_rope8(float* x, int part, const bf16* w, float eps, const float* cs,
-                                           bool pos_ok) {
-  constexpr int kLanesPerKey = D / 8, half = D / 2;
-  if (w != nullptr) {
-    float ss = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) ss += x[i] * x[i];
-#pragma unroll
-    for (int o = kLanesPerKey / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    const float inv = rsqrtf(ss / float(D) + eps);
-    float wf[8];
-    unpack8(*reinterpret_cast<const uint4*>(w + part * 8), wf);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) x[i] = round_to<bf16>(round_to<bf16>(x[i] * inv) * wf[i]);
-  }
-  const bool first = part * 8 < half;
-  const int i0 = first ? part * 8 : part * 8 - half;  // the pair index of x[0]
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const float other = __shfl_xor_sync(0xffffffffu, x[i], kLanesPerKey / 2);
-    if (!pos_ok) {
-      x[i] = __int_as_float(0x7fc00000);
-      continue;
-    }
-    const float c = round_to<bf16>(cs[i0 + i]), sn = round_to<bf16>(cs[half + i0 + i]);
-    // x1 = the first-half value, x2 = the second-half one (rope.cu's rotate).
-    x[i] = first ? round_to<bf16>(round_to<bf16>(x[i] * c) - round_to<bf16>(other * sn))
-                 : round_to<bf16>(round_to<bf16>(x[i] * c) + round_to<bf16>(other * sn));
-  }
-}
-
-template <int D, int G, bool kRope>
+template <int D, int G>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
-    decode_attention_kernel(AttnParams p, const bf16* k_cache, const bf16* v_cache, RopeIn rp) {
+    decode_attention_kernel(AttnParams p, const bf16* __restrict__ k_cache,
+                            const bf16* __restrict__ v_cache) {
   pdl_launch_dependents();  // the o projection's GEMV may start loading its weights
   constexpr int kLanesPerKey = D / 8, kKeysPerWarp = 32 / kLanesPerKey;
   constexpr int kKeysPerIter = kDecodeWarps * kKeysPerWarp * kDecodeUnroll;
@@ -392,36 +340,11 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   }
   const float qscale = p.scale * 1.4426950408889634f;  // log2 e
   float q[G][8];
-  // kRope: the new key and value (rotated), and the cos/sin row of its position.
-  float knew[8], vnew[8];
-  const int64_t new_key = kv_len - 1;
-  bool pos_ok = true;
-  const float* cs = nullptr;
-  if constexpr (kRope) {
-    const int32_t pos = rp.positions[q0];
-    pos_ok = pos >= 0 && pos < rp.max_pos;  // the model validated positions; never read outside the table
-    cs = rp.cos_sin + int64_t(pos_ok ? pos : 0) * D;
-    unpack8(*reinterpret_cast<const uint4*>(rp.k.row<bf16>(q0 * p.kv_heads + kvh) + part * 8), knew);
-    unpack8(*reinterpret_cast<const uint4*>(rp.v.row<bf16>(q0 * p.kv_heads + kvh) + part * 8), vnew);
-    norm_rope8<D>(knew, part, rp.k_norm, rp.eps, cs, pos_ok);
-  }
 #pragma unroll
   for (int g = 0; g < G; ++g) {
     unpack8(*reinterpret_cast<const uint4*>(p.q.row<bf16>(row0 + g) + part * 8), q[g]);
-    if constexpr (kRope) norm_rope8<D>(q[g], part, rp.q_norm, rp.eps, cs, pos_ok);
 #pragma unroll
     for (int i = 0; i < 8; ++i) q[g][i] *= qscale;
-  }
-  if constexpr (kRope) {
-    // The split that holds the new key stores it (one lane group: D / 8 lanes, 16 bytes each).
-    if (new_key >= j0 && new_key < j1 && warp == 0 && sub == 0) {
-      const int32_t slot = rp.slots[q0];
-      if (slot >= 0 && slot < rp.n_slots) {  // validated by the model; never write outside the cache
-        const int64_t off = (int64_t(slot) * p.kv_heads + kvh) * D + part * 8;
-        *reinterpret_cast<uint4*>(const_cast<bf16*>(k_cache) + off) = pack8(knew);
-        *reinterpret_cast<uint4*>(const_cast<bf16*>(v_cache) + off) = pack8(vnew);
-      }
-    }
   }
   float m[G], l[G], acc[G][8];
 #pragma unroll
@@ -440,7 +363,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     for (int u = 0; u < kDecodeUnroll; ++u) {
       const int64_t key = base + (u * kDecodeWarps + warp) * kKeysPerWarp + sub;
       ok[u] = false;
-      if (key < j1 && (!kRope || key != new_key)) {  // kRope: the new key comes from registers
+      if (key < j1) {
         const int64_t pg = key / p.page_size;
         const int32_t page = pg < p.max_pages ? pages[pg] : -1;
         if (page >= 0 && page < p.n_pages) {  // validated by the model; never read outside the cache
@@ -471,26 +394,6 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
         l[g] = l[g] * corr + pj;
 #pragma unroll
         for (int i = 0; i < 8; ++i) acc[g][i] = acc[g][i] * corr + pj * vf[i];
-        m[g] = m_new;
-      }
-    }
-  }
-  if constexpr (kRope) {
-    if (new_key >= j0 && new_key < j1) {  // block-uniform
-#pragma unroll
-      for (int g = 0; g < G; ++g) {
-        float d = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) d += q[g][i] * knew[i];
-#pragma unroll
-        for (int o = kLanesPerKey / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-        if (warp != 0 || sub != 0) continue;  // one lane group takes it
-        const float m_new = fmaxf(m[g], d);
-        const float corr = exp2f(m[g] - m_new);
-        const float pj = exp2f(d - m_new);
-        l[g] = l[g] * corr + pj;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) acc[g][i] = acc[g][i] * corr + pj * vnew[i];
         m[g] = m_new;
       }
     }
@@ -609,29 +512,26 @@ void launch(cudaStream_t stream, const AttnParams& p, unsigned tiles, int64_t S,
 }
 
 // The decode kernel for this head_dim and group, or nullptr (the general kernel runs).
-using DecodeKernel = void (*)(AttnParams, const bf16*, const bf16*, RopeIn);
-template <int D, bool kRope>
+using DecodeKernel = void (*)(AttnParams, const bf16*, const bf16*);
+template <int D>
 DecodeKernel decode_kernel_for(int64_t group) {
   switch (group) {
-    case 1: return decode_attention_kernel<D, 1, kRope>;
-    case 2: return decode_attention_kernel<D, 2, kRope>;
-    case 4: return decode_attention_kernel<D, 4, kRope>;
-    case 8: return decode_attention_kernel<D, 8, kRope>;
+    case 1: return decode_attention_kernel<D, 1>;
+    case 2: return decode_attention_kernel<D, 2>;
+    case 4: return decode_attention_kernel<D, 4>;
+    case 8: return decode_attention_kernel<D, 8>;
     default: return nullptr;
   }
 }
 
-DecodeKernel decode_kernel_for(int64_t D, int64_t group, bool rope) {
-  // ASTRAI_DECODE_ATTENTION=general: every step through the general kernel (for A/B timing);
-  // =unfused: the decode kernel without the fused RoPE prologue.
-  static const std::string mode = [] {
+DecodeKernel decode_kernel_for(int64_t D, int64_t group) {
+  // ASTRAI_DECODE_ATTENTION=general: every step through the general kernel (for A/B timing).
+  static const bool off = [] {
     const char* e = std::getenv("ASTRAI_DECODE_ATTENTION");
-    return std::string(e ? e : "");
+    return e != nullptr && std::string(e) == "general";
   }();
-  if (mode == "general" || (rope && mode == "unfused")) return nullptr;
-  if (D == 64) return rope ? decode_kernel_for<64, true>(group) : decode_kernel_for<64, false>(group);
-  if (D == 128) return rope ? decode_kernel_for<128, true>(group) : decode_kernel_for<128, false>(group);
-  return nullptr;
+  if (off) return nullptr;
+  return D == 64 ? decode_kernel_for<64>(group) : D == 128 ? decode_kernel_for<128>(group) : nullptr;
 }
 
 void check_cache(const Tensor& c, const char* op, const char* name, DType dt) {
@@ -639,83 +539,6 @@ void check_cache(const Tensor& c, const char* op, const char* name, DType dt) {
   ASTRAI_GPU_CHECK(
       c.ndim == 3 && c.is_contiguous(),
       std::string(op) + ": " + name + " must be a contiguous [slots, KVH, D], got " + c.shape_str());
-}
-
-// Validates a paged_attention call and describes it (T == 0 or H == 0: nothing to do, p.heads = 0).
-AttnParams attention_params(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                            const AttentionBatch& batch, float scale, const Tensor& out) {
-  check_tensor(q, "paged_attention", "q", DType::bf16, DType::f32);
-  check_tensor(out, "paged_attention", "out", q.dtype);
-  check_cache(k_cache, "paged_attention", "k_cache", q.dtype);
-  check_cache(v_cache, "paged_attention", "v_cache", q.dtype);
-  check_index(batch.q_start, "paged_attention", "q_start");
-  check_index(batch.kv_len, "paged_attention", "kv_len");
-  check_index(batch.page_table, "paged_attention", "page_table");
-  ASTRAI_GPU_CHECK(
-      q.ndim == 3 && out.ndim == 3 && q.shape == out.shape,
-      "paged_attention: q " + q.shape_str() + " and out " + out.shape_str() + " must be [T, H, D]");
-  const int64_t T = q.shape[0], H = q.shape[1], D = q.shape[2];
-  const int64_t KVH = k_cache.shape[1], ps = batch.page_size, S = batch.num_seqs;
-  ASTRAI_GPU_CHECK(k_cache.shape == v_cache.shape && k_cache.shape[2] == D && KVH > 0 && H % KVH == 0,
-                   "paged_attention: cache " + k_cache.shape_str() + " for q " + q.shape_str());
-  ASTRAI_GPU_CHECK(ps > 0 && k_cache.shape[0] % ps == 0,
-                   "paged_attention: cache slots not a multiple of page_size");
-  ASTRAI_GPU_CHECK(batch.q_start.numel() == S + 1 && batch.kv_len.numel() == S &&
-                       batch.page_table.numel() >= S * int64_t(batch.max_pages),
-                   "paged_attention: q_start/kv_len/page_table sizes do not match num_seqs");
-  ASTRAI_GPU_CHECK(D >= 1 && D <= kMaxHeadDim, "paged_attention: head_dim " + std::to_string(D) + " above " +
-                                                   std::to_string(kMaxHeadDim));
-  ASTRAI_GPU_CHECK(H <= 65535 && S <= 65535, "paged_attention: more than 65535 heads or sequences");
-  AttnParams p{};
-  if (T == 0 || H == 0) return p;
-  ASTRAI_GPU_CHECK(S >= 1, "paged_attention: tokens but no sequences");
-  p.q = rows_of(q, "paged_attention");
-  p.out = rows_of(out, "paged_attention");
-  p.q_start = batch.q_start.ptr<int32_t>();
-  p.kv_len = batch.kv_len.ptr<int32_t>();
-  p.page_table = batch.page_table.ptr<int32_t>();
-  p.num_seqs = int(S);
-  p.max_pages = batch.max_pages;
-  p.page_size = int(ps);
-  p.heads = H;
-  p.group = H / KVH;
-  p.kv_heads = KVH;
-  p.head_dim = D;
-  p.n_pages = k_cache.shape[0] / ps;
-  p.scale = scale;
-  p.part_acc = p.part_ml = nullptr;
-  return p;
-}
-
-// Runs the decode kernel when the step and shapes allow it (one query per sequence, bf16, head_dim
-// and group it is built for, 16-byte aligned rows); false: nothing launched. rope: the fused prologue.
-bool launch_decode(cudaStream_t stream, AttnParams p, const Tensor& q, const Tensor& k_cache,
-                   const Tensor& v_cache, const AttentionBatch& batch, Scratch& scratch, const RopeIn* rope) {
-  const int64_t T = q.shape[0], H = p.heads, D = p.head_dim, KVH = p.kv_heads, S = p.num_seqs;
-  const DecodeKernel decode = q.dtype == DType::bf16 && batch.max_q_len == 1 && rows_aligned16(p.q) &&
-                                      rows_aligned16(rows_of(k_cache, "paged_attention"))
-                                  ? decode_kernel_for(D, p.group, rope != nullptr)
-                                  : nullptr;
-  if (decode == nullptr) return false;
-  // Enough blocks for about two per multiprocessor, each split at least kDecodeMinKeys keys.
-  const int64_t blocks = S * KVH, want = (2 * int64_t(sm_count()) + blocks - 1) / blocks;
-  const int64_t most = (batch.max_kv_len + kDecodeMinKeys - 1) / kDecodeMinKeys;
-  p.splits = int(std::clamp<int64_t>(std::min(want, most), 1, std::min<int64_t>(kMaxSplits, 65535 / S)));
-  p.heads_per_tile = int(p.group);
-  p.rows_per_tile = 1;
-  if (p.splits > 1) {
-    float* part = static_cast<float*>(scratch.ensure(size_t(T * H * p.splits * (D + 2)) * sizeof(float)));
-    p.part_acc = part;
-    p.part_ml = part + T * H * p.splits * D;
-  }
-  decode<<<dim3(unsigned(KVH), unsigned(S * p.splits)), kDecodeWarps * 32, 0, stream>>>(
-      p, k_cache.ptr<bf16>(), v_cache.ptr<bf16>(), rope ? *rope : RopeIn{});
-  ASTRAI_CUDA_LAUNCH_CHECK(decode_attention_kernel);
-  if (p.splits > 1) {
-    combine_splits_kernel<bf16><<<dim3{unsigned(T), unsigned(H), 1}, kCombineThreads, 0, stream>>>(p);
-    ASTRAI_CUDA_LAUNCH_CHECK(combine_splits_kernel);
-  }
-  return true;
 }
 
 }  // namespace
@@ -749,13 +572,74 @@ void kv_store(cudaStream_t stream, const Tensor& k, const Tensor& v, const Tenso
 
 void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                      const AttentionBatch& batch, float scale, Tensor out, Scratch& scratch) {
-  AttnParams p = attention_params(q, k_cache, v_cache, batch, scale, out);
-  if (p.heads == 0) return;
-  if (launch_decode(stream, p, q, k_cache, v_cache, batch, scratch, nullptr)) return;
-  const int64_t T = q.shape[0], H = p.heads, D = p.head_dim, S = p.num_seqs;
+  check_tensor(q, "paged_attention", "q", DType::bf16, DType::f32);
+  check_tensor(out, "paged_attention", "out", q.dtype);
+  check_cache(k_cache, "paged_attention", "k_cache", q.dtype);
+  check_cache(v_cache, "paged_attention", "v_cache", q.dtype);
+  check_index(batch.q_start, "paged_attention", "q_start");
+  check_index(batch.kv_len, "paged_attention", "kv_len");
+  check_index(batch.page_table, "paged_attention", "page_table");
+  ASTRAI_GPU_CHECK(
+      q.ndim == 3 && out.ndim == 3 && q.shape == out.shape,
+      "paged_attention: q " + q.shape_str() + " and out " + out.shape_str() + " must be [T, H, D]");
+  const int64_t T = q.shape[0], H = q.shape[1], D = q.shape[2];
+  const int64_t KVH = k_cache.shape[1], ps = batch.page_size, S = batch.num_seqs;
+  ASTRAI_GPU_CHECK(k_cache.shape == v_cache.shape && k_cache.shape[2] == D && KVH > 0 && H % KVH == 0,
+                   "paged_attention: cache " + k_cache.shape_str() + " for q " + q.shape_str());
+  ASTRAI_GPU_CHECK(ps > 0 && k_cache.shape[0] % ps == 0,
+                   "paged_attention: cache slots not a multiple of page_size");
+  ASTRAI_GPU_CHECK(batch.q_start.numel() == S + 1 && batch.kv_len.numel() == S &&
+                       batch.page_table.numel() >= S * int64_t(batch.max_pages),
+                   "paged_attention: q_start/kv_len/page_table sizes do not match num_seqs");
+  ASTRAI_GPU_CHECK(D >= 1 && D <= kMaxHeadDim, "paged_attention: head_dim " + std::to_string(D) + " above " +
+                                                   std::to_string(kMaxHeadDim));
+  ASTRAI_GPU_CHECK(H <= 65535 && S <= 65535, "paged_attention: more than 65535 heads or sequences");
+  if (T == 0 || H == 0) return;
+  ASTRAI_GPU_CHECK(S >= 1, "paged_attention: tokens but no sequences");
+  AttnParams p;
+  p.q = rows_of(q, "paged_attention");
+  p.out = rows_of(out, "paged_attention");
+  p.q_start = batch.q_start.ptr<int32_t>();
+  p.kv_len = batch.kv_len.ptr<int32_t>();
+  p.page_table = batch.page_table.ptr<int32_t>();
+  p.num_seqs = int(S);
+  p.max_pages = batch.max_pages;
+  p.page_size = int(ps);
+  p.heads = H;
+  p.group = H / KVH;
+  p.kv_heads = KVH;
+  p.head_dim = D;
+  p.n_pages = k_cache.shape[0] / ps;
+  p.scale = scale;
   const int64_t max_q = std::max(1, batch.max_q_len);
   // Short query runs (decode): the heads of a GQA group share a tile and its K/V loads; prefill:
   // kTileRows query rows of one head.
+  p.part_acc = p.part_ml = nullptr;
+  const DecodeKernel decode = q.dtype == DType::bf16 && batch.max_q_len == 1 && rows_aligned16(p.q) &&
+                                      rows_aligned16(rows_of(k_cache, "paged_attention"))
+                                  ? decode_kernel_for(D, p.group)
+                                  : nullptr;
+  if (decode != nullptr) {
+    // Enough blocks for about two per multiprocessor, each split at least kDecodeMinKeys keys.
+    const int64_t blocks = S * KVH, want = (2 * int64_t(sm_count()) + blocks - 1) / blocks;
+    const int64_t most = (batch.max_kv_len + kDecodeMinKeys - 1) / kDecodeMinKeys;
+    p.splits = int(std::clamp<int64_t>(std::min(want, most), 1, std::min<int64_t>(kMaxSplits, 65535 / S)));
+    p.heads_per_tile = int(p.group);
+    p.rows_per_tile = 1;
+    if (p.splits > 1) {
+      float* part = static_cast<float*>(scratch.ensure(size_t(T * H * p.splits * (D + 2)) * sizeof(float)));
+      p.part_acc = part;
+      p.part_ml = part + T * H * p.splits * D;
+    }
+    decode<<<dim3(unsigned(KVH), unsigned(S * p.splits)), kDecodeWarps * 32, 0, stream>>>(
+        p, k_cache.ptr<bf16>(), v_cache.ptr<bf16>());
+    ASTRAI_CUDA_LAUNCH_CHECK(decode_attention_kernel);
+    if (p.splits > 1) {
+      combine_splits_kernel<bf16><<<dim3{unsigned(T), unsigned(H), 1}, kCombineThreads, 0, stream>>>(p);
+      ASTRAI_CUDA_LAUNCH_CHECK(combine_splits_kernel);
+    }
+    return;
+  }
   p.heads_per_tile = 1;
   if (max_q < kTileRows / 2)
     for (int64_t d = std::min<int64_t>(p.group, kTileRows / max_q); d >= 1; --d)
@@ -776,45 +660,6 @@ void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache
     launch<bf16>(stream, p, tiles, S, k_cache, v_cache);
   else
     launch<float>(stream, p, tiles, S, k_cache, v_cache);
-}
-
-bool rope_kv_decode_attention(cudaStream_t stream, const Tensor& q, const Tensor& k, const Tensor& v,
-                              const Tensor* q_norm, const Tensor* k_norm, float eps, const Tensor& positions,
-                              const Tensor& cos_sin, const Tensor& slots, const Tensor& k_cache,
-                              const Tensor& v_cache, const AttentionBatch& batch, float scale, Tensor out,
-                              Scratch& scratch) {
-  // Only what the fused kernel takes; everything else, shape errors included, goes the unfused way,
-  // whose ops check their arguments and say what is wrong.
-  auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  if (q.dtype != DType::bf16 || batch.max_q_len != 1 || q.ndim != 3 || k.ndim != 3 || v.ndim != 3 ||
-      k.dtype != DType::bf16 || v.dtype != DType::bf16 || k.shape != v.shape || k.shape[0] != q.shape[0] ||
-      k.shape[2] != q.shape[2] || k_cache.ndim != 3 || k_cache.shape[1] != k.shape[1] ||
-      (q_norm == nullptr) != (k_norm == nullptr) || positions.dtype != DType::i32 ||
-      slots.dtype != DType::i32 || positions.numel() != q.shape[0] || slots.numel() != q.shape[0] ||
-      positions.device != Device::cuda || slots.device != Device::cuda || cos_sin.dtype != DType::f32 ||
-      cos_sin.device != Device::cuda || cos_sin.ndim != 2 || cos_sin.shape[1] != q.shape[2] ||
-      !cos_sin.is_contiguous())
-    return false;
-  for (const Tensor* w : {q_norm, k_norm})
-    if (w && (w->dtype != DType::bf16 || w->device != Device::cuda || w->numel() != q.shape[2] ||
-              !w->is_contiguous() || !aligned(w->data)))
-      return false;
-  const Rows kr = rows_of(k, "rope_kv_store"), vr = rows_of(v, "rope_kv_store");
-  if (!rows_aligned16(kr) || !rows_aligned16(vr)) return false;
-  const AttnParams p = attention_params(q, k_cache, v_cache, batch, scale, out);
-  if (p.heads == 0) return false;  // nothing to attend: the unfused ops still store the new K/V
-  RopeIn r;
-  r.k = kr;
-  r.v = vr;
-  r.q_norm = q_norm ? q_norm->ptr<bf16>() : nullptr;
-  r.k_norm = k_norm ? k_norm->ptr<bf16>() : nullptr;
-  r.eps = eps;
-  r.positions = positions.ptr<int32_t>();
-  r.cos_sin = cos_sin.ptr<float>();
-  r.max_pos = cos_sin.shape[0];
-  r.slots = slots.ptr<int32_t>();
-  r.n_slots = k_cache.shape[0];
-  return launch_decode(stream, p, q, k_cache, v_cache, batch, scratch, &r);
 }
 
 }  // namespace astrai::gpu

@@ -133,20 +133,6 @@ class CudaBackend final : public Backend {
                          capture_scratch_ ? *capture_scratch_ : attention_scratch_);
   }
   // Fused forward ops (backend.h): one kernel where the defaults launch several.
-  void rope_kv_attention(Tensor q, Tensor k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
-                         float eps, const Tensor& positions, const Tensor& cos_sin, const Tensor& slots,
-                         Tensor k_cache, Tensor v_cache, const AttentionBatch& batch, float scale,
-                         Tensor out) override {
-    {
-      const Scope scope = enter("rope_kv_attention");
-      if (gpu::rope_kv_decode_attention(stream_, q, k, v, q_norm, k_norm, eps, positions, cos_sin, slots,
-                                        k_cache, v_cache, batch, scale, out,
-                                        capture_scratch_ ? *capture_scratch_ : attention_scratch_))
-        return;
-    }
-    rope_kv_store(q, k, v, q_norm, k_norm, eps, positions, cos_sin, slots, k_cache, v_cache);
-    paged_attention(q, k_cache, v_cache, batch, scale, out);
-  }
   void rope_kv_store(Tensor q, Tensor k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
                      float eps, const Tensor& positions, const Tensor& cos_sin, const Tensor& slots,
                      Tensor k_cache, Tensor v_cache) override {

@@ -46,13 +46,6 @@ void kv_store(cudaStream_t stream, const Tensor& k, const Tensor& v, const Tenso
 // scratch: the split-KV partial results (grown as needed).
 void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                      const AttentionBatch& batch, float scale, Tensor out, Scratch& scratch);
-// Backend::rope_kv_attention's decode case in one kernel (attention.cu): false when the step or the
-// shapes are not what that kernel takes (nothing launched; the caller runs the unfused ops).
-bool rope_kv_decode_attention(cudaStream_t stream, const Tensor& q, const Tensor& k, const Tensor& v,
-                              const Tensor* q_norm, const Tensor* k_norm, float eps, const Tensor& positions,
-                              const Tensor& cos_sin, const Tensor& slots, const Tensor& k_cache,
-                              const Tensor& v_cache, const AttentionBatch& batch, float scale, Tensor out,
-                              Scratch& scratch);
 void gather_rows(cudaStream_t stream, const Tensor& x, const Tensor& rows, Tensor out);
 void convert(cudaStream_t stream, const Tensor& src, Tensor dst);
 // sample.cu: the draws; batch.workspace holds at least sample_workspace_bytes(R, V).

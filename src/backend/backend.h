@@ -146,16 +146,6 @@ class Backend {
                              float eps, const Tensor& positions, const Tensor& cos_sin, const Tensor& slots,
                              Tensor k_cache, Tensor v_cache);
 
-  // The attention block between the qkv and o projections:
-  //   rope_kv_store(q, k, v, q_norm, k_norm, eps, positions, cos_sin, slots, k_cache, v_cache);
-  //   paged_attention(q, k_cache, v_cache, batch, scale, out)
-  // q and k are unspecified after (a fusing backend rotates them in registers and never writes
-  // them back). The CUDA backend fuses decode steps (one query per sequence).
-  virtual void rope_kv_attention(Tensor q, Tensor k, const Tensor& v, const Tensor* q_norm,
-                                 const Tensor* k_norm, float eps, const Tensor& positions,
-                                 const Tensor& cos_sin, const Tensor& slots, Tensor k_cache, Tensor v_cache,
-                                 const AttentionBatch& batch, float scale, Tensor out);
-
   // The MLP's down projection of the SwiGLU activation: swiglu(gate, up, act); linear(act, w, out).
   //   gate, up [T, F] (the two halves of one gate_up buffer), w [N, F], out [T, N]; act [T, F] is
   //   where the activation goes when the backend does not fuse it (its contents are unspecified after).

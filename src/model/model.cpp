@@ -4,8 +4,7 @@
 //   q|k|v = h @ Wqkv^T (+ b)                          q_proj, k_proj, v_proj fused into one GEMM
 //   q, k = rms_norm per head (Qwen3), then RoPE       q_norm / k_norm, rotate-half
 //   kv_store(k, v); a = paged_attention(q)            causal GQA, scale 1/sqrt(head_dim)
-//                                                     (norm, RoPE, kv_store and attention: one
-//                                                     rope_kv_attention, fused for decode on the GPU)
+//                                                     (norm, RoPE and kv_store: one rope_kv_store)
 //   x += a @ Wo^T (+ bo); h = rms_norm(x)             o_proj, post_attention_layernorm (fused add)
 //   x += down(silu(h @ Wg^T) * (h @ Wu^T))            gate_proj, up_proj fused into one GEMM;
 //                                                     silu * up and down: one swiglu_linear
@@ -416,9 +415,9 @@ class DecoderModel final : public Model {
       } else {
         add_norm_linear(w.input_norm, w.qkv, qkv_bias, qkv);  // + the previous layer's MLP output
       }
-      be_.rope_kv_attention(q, k, v, cfg_.qk_norm ? &w.q_norm : nullptr, cfg_.qk_norm ? &w.k_norm : nullptr,
-                            eps, pos, cos_sin_, slots, kv.k_layer(int(l)), kv.v_layer(int(l)), ab, scale,
-                            attn);
+      be_.rope_kv_store(q, k, v, cfg_.qk_norm ? &w.q_norm : nullptr, cfg_.qk_norm ? &w.k_norm : nullptr, eps,
+                        pos, cos_sin_, slots, kv.k_layer(int(l)), kv.v_layer(int(l)));
+      be_.paged_attention(q, kv.k_layer(int(l)), kv.v_layer(int(l)), ab, scale, attn);
       be_.linear(attn2, w.o, w.has_o_bias ? &w.o_bias : nullptr, y);
       if (shard_.comm) shard_.comm->all_reduce_sum(y);  // row-parallel o: sum over the ranks' heads
       add_norm_linear(w.post_norm, w.gate_up, nullptr, gu);
