@@ -190,17 +190,11 @@ BatchResult run_batch(Model& model, int B, int prompt_len, int steps, uint64_t s
 
 void run(const DecodeBenchOptions& o) {
   apply_common_options(o.common);
-  if (o.model.empty() == o.preset.empty())
-    throw Error(invalid_argument("give exactly one of --model or --preset"));
   if (o.prompt_len < 1 || o.tokens < 1)
     throw Error(invalid_argument("--prompt-len and --tokens must be positive"));
   const std::vector<int> batches = parse_int_list(o.batches, "--batch");
-  const std::string device = o.common.device == "cuda" || o.common.device == "cpu" ? o.common.device
-                             : has_backend_factory(Device::cuda)                   ? "cuda"
-                                                                                   : "cpu";
   const std::string name = o.model.empty() ? o.preset : o.model;
-  const std::filesystem::path dir = resolve_model_dir(name, o.seed).value();
-  LoadedModel lm = load_model(dir, device, o.tp, o.common.threads).value();
+  LoadedModel lm = load_bench_model(o.common, o.model, o.preset, o.seed, o.tp);
   const std::unique_ptr<Backend>& backend = lm.backend;
   const std::unique_ptr<Model>& model = lm.model;
   const ModelConfig& cfg = model->config();

@@ -105,16 +105,10 @@ PrefillResult run_prompt(Model& model, int L, int chunk, int reps, uint64_t seed
 
 void run(const PrefillBenchOptions& o) {
   apply_common_options(o.common);
-  if (o.model.empty() == o.preset.empty())
-    throw Error(invalid_argument("give exactly one of --model or --preset"));
   if (o.chunk < 0 || o.reps < 1) throw Error(invalid_argument("--chunk must be >= 0 and --reps >= 1"));
   const std::vector<int> lens = parse_int_list(o.prompt_lens, "--prompt-len");
-  const std::string device = o.common.device == "cuda" || o.common.device == "cpu" ? o.common.device
-                             : has_backend_factory(Device::cuda)                   ? "cuda"
-                                                                                   : "cpu";
   const std::string name = o.model.empty() ? o.preset : o.model;
-  const std::filesystem::path dir = resolve_model_dir(name, o.seed).value();
-  LoadedModel lm = load_model(dir, device, o.tp, o.common.threads).value();
+  LoadedModel lm = load_bench_model(o.common, o.model, o.preset, o.seed, o.tp);
   Backend& be = *lm.backend;
   Model& model = *lm.model;
   const ModelConfig& cfg = model.config();

@@ -1,8 +1,10 @@
 #include "bench/bench_util.h"
 
+#include <filesystem>
 #include <sstream>
 
 #include "src/core/status.h"
+#include "src/model/model_source.h"
 
 namespace astrai::cli {
 
@@ -22,6 +24,17 @@ std::vector<int> parse_int_list(const std::string& s, const std::string& option)
   }
   if (out.empty()) throw Error(invalid_argument(option + " needs at least one value"));
   return out;
+}
+
+LoadedModel load_bench_model(const CommonOptions& common, const std::string& model, const std::string& preset,
+                             uint64_t seed, int tp) {
+  if (model.empty() == preset.empty())
+    throw Error(invalid_argument("give exactly one of --model or --preset"));
+  const std::string device = common.device == "cuda" || common.device == "cpu" ? common.device
+                             : has_backend_factory(Device::cuda)               ? "cuda"
+                                                                               : "cpu";
+  const std::filesystem::path dir = resolve_model_dir(model.empty() ? preset : model, seed).value();
+  return load_model(dir, device, tp, common.threads).value();
 }
 
 }  // namespace astrai::cli
