@@ -1,6 +1,8 @@
 // The tensor-core kernels of attention_train and its backward (FlashAttention-2 layout), kept in a
 // header that needs nothing but CUDA and src/backend/rows.h, so that bench/train_attention_bench.cu
 // builds them on a machine with only nvcc. gpu/train_attention_mma.cu wraps them for the backend.
+// The forward also serves paged_attention's prefill and extend steps (gpu/paged_attention_mma.cu,
+// bench/prefill_attention_bench.cu): it is templated on how it addresses K/V (PackedKv, PagedKv).
 //
 // Every GEMM is mma.sync m16n8k16 (bf16 in, f32 accumulate) on fragments loaded with ldmatrix
 // (.trans where the operand is needed column-wise: V in the forward, K in dq, Q and dO in dk/dv).
