@@ -25,6 +25,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -294,6 +295,8 @@ struct Device {
     kv.page_table = pt;
     kv.max_pages = p.max_pages;
     kv.page_size = p.c.page_size;
+    kv.page_shift =
+        std::has_single_bit(unsigned(p.c.page_size)) ? std::countr_zero(unsigned(p.c.page_size)) : -1;
     kv.kv_heads = p.c.kv_heads;
     kv.n_pages = p.n_pages;
     CK(v.fn(nullptr, q_rows(), kv, p.S, p.max_q, geo(), out_rows()));

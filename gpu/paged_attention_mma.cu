@@ -4,6 +4,7 @@
 // bf16 with head_dim 64 or 128 and 16-byte aligned q/out rows; attention.cu keeps decode, small
 // extends, f32 and the other head dims. Lengths come from device memory; the grid is sized from
 // AttentionBatch::max_q_len (a bound), so a step replays whatever its lengths.
+#include <bit>
 #include <cstdint>
 
 #include "gpu/check.h"
@@ -39,6 +40,8 @@ bool paged_attention_mma(cudaStream_t stream, const Tensor& q, const Tensor& k_c
   kv.page_table = batch.page_table.ptr<int32_t>();
   kv.max_pages = batch.max_pages;
   kv.page_size = batch.page_size;
+  kv.page_shift =
+      std::has_single_bit(unsigned(batch.page_size)) ? std::countr_zero(unsigned(batch.page_size)) : -1;
   kv.kv_heads = int(KVH);
   kv.n_pages = k_cache.shape[0] / batch.page_size;
   const int64_t max_q = batch.max_q_len;

@@ -310,6 +310,7 @@ struct PagedKv {
   const int32_t* kv_len;
   const int32_t* page_table;  // [num_seqs, max_pages]
   int max_pages = 0, page_size = 1, kv_heads = 1;
+  int page_shift = -1;  // log2(page_size) when it is a power of two (a shift, not a division)
   int64_t n_pages = 0;
 
   __device__ __forceinline__ Span span() const {
@@ -318,20 +319,23 @@ struct PagedKv {
     return {r0, n_q, n_kv - n_q, n_kv};
   }
   __device__ __forceinline__ int row_begin(int64_t) const { return 0; }
+  // Each thread looks up the page of each key row it copies (the kVec threads of a row read the same
+  // entry: one broadcast load); slots and positions fit int (the cache has fewer than 2^31 slots).
   template <int kRows, int kD, int kThreads>
   __device__ __forceinline__ void load(const Span& sp, int64_t j0, int kvh, bf16* kdst, bf16* vdst) const {
     constexpr int kVec = kD / 8, kTotal = kRows * kVec;
     const int32_t* pages = page_table + int64_t(blockIdx.z) * max_pages;
+    const int64_t slot_stride = int64_t(kv_heads) * kD;
 #pragma unroll
     for (int i = 0; i < (kTotal + kThreads - 1) / kThreads; ++i) {
       const int e = int(threadIdx.x) + i * kThreads;
       if (kTotal % kThreads != 0 && e >= kTotal) break;
       const int r = e / kVec, c = (e % kVec) * 8;
-      const int j = int(j0) + r, pg = j / page_size;  // positions fit int: kv_len is int32
+      const int j = int(j0) + r, pg = page_shift >= 0 ? j >> page_shift : j / page_size;
       const int32_t page = j < sp.n_kv && pg < max_pages ? pages[pg] : -1;
       const bool ok = page >= 0 && page < n_pages;
       const int64_t off =
-          ok ? ((int64_t(page) * page_size + (j - pg * page_size)) * kv_heads + kvh) * kD + c : 0;
+          ok ? int64_t(page * page_size + (j - pg * page_size)) * slot_stride + kvh * kD + c : 0;
       cp_async16(kdst + r * kPitch<kD> + c, k_cache + off, ok);
       cp_async16(vdst + r * kPitch<kD> + c, v_cache + off, ok);
     }
