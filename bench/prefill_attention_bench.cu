@@ -425,7 +425,7 @@ int main(int argc, char** argv) {
     for (int n : {1024, 8192, 32768}) time_case({"prefill", 32, 8, d, 16, {{n, n}}}, rng, reps, true);
   // Extends (chunks after a cached prefix) to place paged_attention's dispatch threshold.
   for (int q : {8, 16, 32, 64, 128, 512})
-    time_case({"extend", 32, 8, 128, 16, {{4096 + q, q}}}, rng, reps, false);
+    time_case({"extend", 32, 8, 128, 16, {{4096 + q, q}}}, rng, reps, true);
   for (int q : {16, 64})
     time_case({"extend x8", 32, 8, 128, 16, std::vector<Seq>(8, Seq{2048 + q, q})}, rng, reps, false);
   // The engine's chunked prefill (max_prefill_tokens 2048): the last chunk of an 8k and a 32k prompt.
