@@ -401,6 +401,7 @@ int main(int argc, char** argv) {
     quick = quick || std::strcmp(argv[i], "--quick") == 0;
     check_only = check_only || std::strcmp(argv[i], "--check-only") == 0;
   }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a run cut short by a timeout keeps its lines
   const uint64_t seed = std::random_device{}();
   std::printf("seed %llu\n", (unsigned long long)seed);
   Rng rng(seed);
