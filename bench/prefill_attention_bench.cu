@@ -15,7 +15,7 @@
 //    CUDA-core kernel against a float64 host reference over the same paged inputs: random
 //    non-contiguous page tables (page sizes 16 and 3), q a column slice of a wider qkv-like buffer,
 //    ragged batches (lengths 1, 17, 333, 1000), extends after long cached prefixes, a decode row in
-//    a prefill batch, GQA 4:1 and 1:1, head_dim 64 and 128, an 8k and a 32k prefill (rows sampled);
+//    a prefill batch, GQA 4:1 and 1:1, head_dim 64, 96 and 128, an 8k and a 32k prefill (rows sampled);
 //    outputs poisoned with NaN beforehand; relative error ||gpu - ref|| / ||ref|| < 1e-2.
 // 2. Times one causal prefill of 1k, 8k and 32k tokens at the qwen3-8b shape (32 heads, 8 KV
 //    heads, d128) and the llama-1b shape (32/8, d64), and extends (queries after a cached prefix,
@@ -89,6 +89,13 @@ std::vector<Variant> variants<64>() {
           variant<64, 4, 2, 32, 2, 2>()};
 }
 template <>
+std::vector<Variant> variants<96>() {
+  using C = am::Config<96>;
+  return {{"config", am::paged_forward<96>},
+          variant<96, C::kPagedWarps, C::kPagedMb, C::kPagedT, C::kPagedStages, C::kPagedBlocks>(),
+          variant<96, 4, 2, 64, 2, 1>()};
+}
+template <>
 std::vector<Variant> variants<128>() {
   using C = am::Config<128>;
   return {{"config", am::paged_forward<128>},
@@ -97,6 +104,10 @@ std::vector<Variant> variants<128>() {
           variant<128, 8, 1, 64, 2, 1>(),
           variant<128, 4, 1, 64, 2, 2>(),
           variant<128, 4, 2, 32, 3, 1>()};
+}
+
+std::vector<Variant> variants_of(int d) {
+  return d == 64 ? variants<64>() : d == 96 ? variants<96>() : variants<128>();
 }
 
 // ---- data ----------------------------------------------------------------------------------------
@@ -358,7 +369,7 @@ bool check_case(const Case& c, Rng& rng, bool all_variants) {
   const auto pk = picks(p, rng);
   const std::vector<double> ref = reference(p, pk);
   Device dev(p);
-  const std::vector<Variant> vs = c.d == 64 ? variants<64>() : variants<128>();
+  const std::vector<Variant> vs = variants_of(c.d);
   bool ok = true;
   for (size_t i = 0; i < (all_variants ? vs.size() : 1); ++i)
     ok = check_one(dev, pk, ref, "tensor-core " + vs[i].name, [&] { dev.tensor_core(vs[i]); }) && ok;
@@ -379,7 +390,7 @@ void time_case(const Case& c, Rng& rng, int reps, bool variants_too) {
   const Problem p = make_problem(c, rng);
   Device dev(p);
   const double flop = causal_flop(p);
-  const std::vector<Variant> vs = c.d == 64 ? variants<64>() : variants<128>();
+  const std::vector<Variant> vs = variants_of(c.d);
   const int old_reps = p.max_kv >= 16384 ? 1 : reps;
   const double old_ms = median_ms([&] { dev.cuda_core(); }, old_reps);
   const double new_ms = median_ms([&] { dev.tensor_core(vs[0]); }, reps);
@@ -414,11 +425,12 @@ int main(int argc, char** argv) {
       {"extend", 8, 2, 128, 16, {{3100, 100}, {1017, 17}, {500, 1}, {64, 64}}, 4096},
       {"extend", 8, 2, 64, 3, {{3100, 100}, {1017, 17}, {500, 1}, {200, 199}}, 4096},
       {"extend 1:1", 4, 4, 64, 16, {{2000, 333}, {48, 47}}, 4096},
+      {"ragged prefill", 8, 2, 96, 16, {{1, 1}, {17, 17}, {333, 333}, {1100, 1000}}, 4096},
       {"8k prefill", 8, 2, 128, 16, {{8192, 8192}}, 1024},
       {"32k prefill", 4, 1, 64, 16, {{32768, 32768}}, 192},
   };
   bool ok = true;
-  for (size_t i = 0; i < checks.size(); ++i) ok = check_case(checks[i], rng, i < 7) && ok;
+  for (size_t i = 0; i < checks.size(); ++i) ok = check_case(checks[i], rng, i < 8) && ok;
   std::printf("correctness: %s\n", ok ? "all ok" : "FAILURES");
   if (check_only) return ok ? 0 : 1;
   const int reps = quick ? 3 : 10;

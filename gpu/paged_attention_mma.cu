@@ -1,7 +1,7 @@
 // paged_attention on tensor cores for prefill and extend steps: the backend's entry to the paged
 // instance of train_attention_mma.cuh's forward kernel (PagedKv: ragged sequences, K/V read from the
 // paged cache through the page table, each sequence's queries causal at the end of its keys). For
-// bf16 with head_dim 64 or 128 and 16-byte aligned q/out rows; attention.cu keeps decode, small
+// bf16 with head_dim 64, 96 or 128 and 16-byte aligned q/out rows; attention.cu keeps decode, small
 // extends, f32 and the other head dims. Lengths come from device memory; the grid is sized from
 // AttentionBatch::max_q_len (a bound), so a step replays whatever its lengths.
 #include <bit>
@@ -18,7 +18,7 @@ bool paged_attention_mma(cudaStream_t stream, const Tensor& q, const Tensor& k_c
                          const AttentionBatch& batch, float scale, Tensor out) {
   namespace am = attention_mma;
   const int64_t D = q.shape[2];
-  if (q.dtype != DType::bf16 || (D != 64 && D != 128)) return false;
+  if (q.dtype != DType::bf16 || (D != 64 && D != 96 && D != 128)) return false;
   const Rows qv = rows_of(q, "paged_attention"), ov = rows_of(out, "paged_attention");
   const int64_t H = q.shape[1], KVH = k_cache.shape[1];
   // The kernel addresses row (t, head) as t * s_outer + head * s_inner with 16-byte loads.
@@ -45,8 +45,9 @@ bool paged_attention_mma(cudaStream_t stream, const Tensor& q, const Tensor& k_c
   kv.kv_heads = int(KVH);
   kv.n_pages = k_cache.shape[0] / batch.page_size;
   const int64_t max_q = batch.max_q_len;
-  const cudaError_t err = D == 64 ? am::paged_forward<64>(stream, qv, kv, batch.num_seqs, max_q, g, ov)
-                                  : am::paged_forward<128>(stream, qv, kv, batch.num_seqs, max_q, g, ov);
+  const cudaError_t err = D == 64   ? am::paged_forward<64>(stream, qv, kv, batch.num_seqs, max_q, g, ov)
+                          : D == 96 ? am::paged_forward<96>(stream, qv, kv, batch.num_seqs, max_q, g, ov)
+                                    : am::paged_forward<128>(stream, qv, kv, batch.num_seqs, max_q, g, ov);
   ASTRAI_CUDA_CHECK(err);
   return true;
 }

@@ -814,6 +814,11 @@ struct Config<64> {
   static constexpr int kDqWarps = 8, kDqMb = 1, kDqT = 64, kDqStages = 2, kDqBlocks = 2;
   static constexpr int kKvWarps = 4, kKvMb = 2, kKvQ = 32, kKvStages = 2, kKvBlocks = 1;
 };
+// head_dim 96 (no model we train has it) only serves paged_attention.
+template <>
+struct Config<96> {
+  static constexpr int kPagedWarps = 4, kPagedMb = 2, kPagedT = 32, kPagedStages = 2, kPagedBlocks = 1;
+};
 template <>
 struct Config<128> {
   static constexpr int kFwdWarps = 4, kFwdMb = 2, kFwdT = 32, kFwdStages = 2, kFwdBlocks = 1;

@@ -198,14 +198,14 @@ void attention_long_context(Backend& be) {
   for (int group : {1, 4}) run_case(be, rng, CaseShape{group, 2500, 3, 128});
 }
 
-// Steps of the shapes that take the CUDA backend's tensor-core path (bf16, head_dim 64 and 128,
+// Steps of the shapes that take the CUDA backend's tensor-core path (bf16, head_dim 64, 96, 128,
 // 16 or more queries in a sequence): ragged prefills, extends after long cached prefixes with a
 // decode row among them, GQA 4:1 and 1:1, page sizes that do and do not divide the key tiles.
 void attention_prefill_ragged(Backend& be) {
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
   Rng rng(seed);
-  for (int d : {64, 128})
+  for (int d : {64, 96, 128})
     for (int group : {4, 1})
       run_batch(be, rng, BatchShape{2, group, d, 16, {{1, 1}, {17, 17}, {333, 333}, {1000, 1000}}, 64});
 }
