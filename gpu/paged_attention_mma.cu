@@ -45,6 +45,7 @@ bool paged_attention_mma(cudaStream_t stream, const Tensor& q, const Tensor& k_c
   kv.kv_heads = int(KVH);
   kv.n_pages = k_cache.shape[0] / batch.page_size;
   const int64_t max_q = batch.max_q_len;
+  if (max_q > 65535 * 64) return false;  // query tiles (of 64 rows or more) on the grid's y
   const cudaError_t err = D == 64   ? am::paged_forward<64>(stream, qv, kv, batch.num_seqs, max_q, g, ov)
                           : D == 96 ? am::paged_forward<96>(stream, qv, kv, batch.num_seqs, max_q, g, ov)
                                     : am::paged_forward<128>(stream, qv, kv, batch.num_seqs, max_q, g, ov);

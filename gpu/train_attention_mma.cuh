@@ -289,6 +289,9 @@ struct PackedKv {
   int64_t n;
 
   __device__ __forceinline__ Span span() const { return {0, n, 0, n}; }
+  // Grid (query tiles, heads): the longest rows of a head start first.
+  __device__ __forceinline__ int64_t query_tile() const { return gridDim.x - 1 - blockIdx.x; }
+  __device__ __forceinline__ int head() const { return blockIdx.y; }
   __device__ __forceinline__ int row_begin(int64_t t) const { return kv_begin[t]; }
   // Key rows [j0, j0 + kRows) of KV head kvh into kdst/vdst[kRows][kD + 8] (cp.async; zeros past n).
   template <int kRows, int kD, int kThreads>
@@ -318,6 +321,10 @@ struct PagedKv {
     const int64_t r0 = q_start[s], n_q = q_start[s + 1] - r0, n_kv = kv_len[s];
     return {r0, n_q, n_kv - n_q, n_kv};
   }
+  // Grid (heads, query tiles, sequences): every head's longest rows start before any head's shorter
+  // ones (a long prompt's last blocks are its lightest, so the GPU drains evenly).
+  __device__ __forceinline__ int64_t query_tile() const { return gridDim.y - 1 - blockIdx.y; }
+  __device__ __forceinline__ int head() const { return blockIdx.x; }
   __device__ __forceinline__ int row_begin(int64_t) const { return 0; }
   // Each thread looks up the page of each key row it copies (the kVec threads of a row read the same
   // entry: one broadcast load); slots and positions fit int (the cache has fewer than 2^31 slots).
@@ -347,8 +354,8 @@ constexpr size_t forward_smem() {
   return size_t(16 * kMb * kWarps + 2 * kStages * kT) * kPitch<kD> * sizeof(bf16);
 }
 
-// Block: kWarps warps of 16 kMb query rows of head blockIdx.y of the span kv.span() (sequence
-// blockIdx.z); key tiles of kT in a ring of kStages buffers (see the loop). lse may be null.
+// Block: kWarps warps of 16 kMb query rows (tile kv.query_tile()) of head kv.head() of the span
+// kv.span(); key tiles of kT in a ring of kStages buffers (see the loop). lse may be null.
 template <int kD, int kWarps, int kMb, int kT, int kStages, int kMinBlocks, typename Kv>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     forward_kernel(Rows q, Kv kv, Geo g, Rows out, float* __restrict__ lse) {
@@ -357,9 +364,9 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   bf16* qs = reinterpret_cast<bf16*>(smem);
   bf16* ks = qs + kRows * kP;  // kStages buffers each
   bf16* vs = ks + kStages * kT * kP;
-  const int h = blockIdx.y, kvh = h / g.group, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int h = kv.head(), kvh = h / g.group, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const Span sp = kv.span();
-  const int64_t q0 = int64_t(gridDim.x - 1 - blockIdx.x) * kRows;  // the longest rows start first
+  const int64_t q0 = kv.query_tile() * kRows;
   if (q0 >= sp.n_q) return;  // a grid sized for the longest sequence of a ragged batch
   const int64_t q_end = min(q0 + kRows, sp.n_q);
   int kv_lo = 0, kv_hi = 0;
@@ -763,7 +770,7 @@ cudaError_t launch_paged_forward(cudaStream_t stream, const Rows& q, const Paged
   constexpr int kRows = 16 * kMb * kWarps;
   auto* kernel = forward_kernel<kD, kWarps, kMb, kT, kStages, kMinBlocks, PagedKv>;
   if (const cudaError_t e = allow_smem(kernel, smem); e != cudaSuccess) return e;
-  const dim3 grid(unsigned((max_q + kRows - 1) / kRows), unsigned(g.heads), unsigned(num_seqs));
+  const dim3 grid(unsigned(g.heads), unsigned((max_q + kRows - 1) / kRows), unsigned(num_seqs));
   kernel<<<grid, kWarps * 32, smem, stream>>>(q, kv, g, out, nullptr);
   return cudaGetLastError();
 }
