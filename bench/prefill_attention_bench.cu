@@ -441,6 +441,11 @@ int main(int argc, char** argv) {
     time_case({"extend", 32, 8, 128, 16, {{4096 + q, q}}}, rng, reps, true);
   for (int q : {16, 64})
     time_case({"extend x8", 32, 8, 128, 16, std::vector<Seq>(8, Seq{2048 + q, q})}, rng, reps, false);
+  {  // A mixed step: one prefill chunk and 31 decode rows, all on one path (the dispatch is per step).
+    std::vector<Seq> mixed(31, Seq{4096, 1});
+    mixed.insert(mixed.begin(), Seq{4096, 2048});
+    time_case({"chunk + 31 decodes", 32, 8, 128, 16, mixed}, rng, reps, false);
+  }
   // The engine's chunked prefill (max_prefill_tokens 2048): the last chunk of an 8k and a 32k prompt.
   for (int d : {128, 64})
     for (int kv : {8192, 32768}) time_case({"chunk", 32, 8, d, 16, {{kv, 2048}}}, rng, reps, false);
