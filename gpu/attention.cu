@@ -417,7 +417,7 @@ void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache
   // Prefill and extend steps whose sequences bring many queries run on tensor cores
   // (paged_attention_mma.cu); decode and short extends stay here, where split-KV fills the GPU.
   if (batch.max_q_len >= kMmaMinQueries &&
-      paged_attention_mma(stream, q, k_cache, v_cache, batch, scale, out))
+      paged_attention_mma(stream, q, k_cache, v_cache, batch, scale, out, sm_count()))
     return;
   AttnParams p;
   p.q = rows_of(q, "paged_attention");

@@ -15,7 +15,7 @@
 namespace astrai::gpu {
 
 bool paged_attention_mma(cudaStream_t stream, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                         const AttentionBatch& batch, float scale, Tensor out) {
+                         const AttentionBatch& batch, float scale, Tensor out, int sm_count) {
   namespace am = attention_mma;
   const int64_t D = q.shape[2];
   if (q.dtype != DType::bf16 || (D != 64 && D != 96 && D != 128)) return false;
@@ -46,9 +46,10 @@ bool paged_attention_mma(cudaStream_t stream, const Tensor& q, const Tensor& k_c
   kv.n_pages = k_cache.shape[0] / batch.page_size;
   const int64_t max_q = batch.max_q_len;
   if (max_q > 65535 * 64) return false;  // query tiles (of 64 rows or more) on the grid's y
-  const cudaError_t err = D == 64   ? am::paged_forward<64>(stream, qv, kv, batch.num_seqs, max_q, g, ov)
-                          : D == 96 ? am::paged_forward<96>(stream, qv, kv, batch.num_seqs, max_q, g, ov)
-                                    : am::paged_forward<128>(stream, qv, kv, batch.num_seqs, max_q, g, ov);
+  const cudaError_t err =
+      D == 64   ? am::paged_forward<64>(stream, qv, kv, batch.num_seqs, max_q, g, ov, sm_count)
+      : D == 96 ? am::paged_forward<96>(stream, qv, kv, batch.num_seqs, max_q, g, ov, sm_count)
+                : am::paged_forward<128>(stream, qv, kv, batch.num_seqs, max_q, g, ov, sm_count);
   ASTRAI_CUDA_CHECK(err);
   return true;
 }

@@ -818,6 +818,8 @@ template <>
 struct Config<64> {
   static constexpr int kFwdWarps = 4, kFwdMb = 2, kFwdT = 64, kFwdStages = 2, kFwdBlocks = 1;
   static constexpr int kPagedWarps = 4, kPagedMb = 2, kPagedT = 64, kPagedStages = 2, kPagedBlocks = 1;
+  static constexpr int kPagedSmallWarps = 8, kPagedSmallMb = 1, kPagedSmallT = 64, kPagedSmallStages = 2,
+                       kPagedSmallBlocks = 2;
   static constexpr int kDqWarps = 8, kDqMb = 1, kDqT = 64, kDqStages = 2, kDqBlocks = 2;
   static constexpr int kKvWarps = 4, kKvMb = 2, kKvQ = 32, kKvStages = 2, kKvBlocks = 1;
 };
@@ -825,11 +827,14 @@ struct Config<64> {
 template <>
 struct Config<96> {
   static constexpr int kPagedWarps = 4, kPagedMb = 2, kPagedT = 32, kPagedStages = 2, kPagedBlocks = 1;
+  static constexpr int kPagedSmallWarps = 0;  // not measured: one configuration
 };
 template <>
 struct Config<128> {
   static constexpr int kFwdWarps = 4, kFwdMb = 2, kFwdT = 32, kFwdStages = 2, kFwdBlocks = 1;
   static constexpr int kPagedWarps = 4, kPagedMb = 2, kPagedT = 32, kPagedStages = 2, kPagedBlocks = 1;
+  static constexpr int kPagedSmallWarps = 8, kPagedSmallMb = 1, kPagedSmallT = 64, kPagedSmallStages = 2,
+                       kPagedSmallBlocks = 1;
   static constexpr int kDqWarps = 4, kDqMb = 2, kDqT = 32, kDqStages = 2, kDqBlocks = 1;
   static constexpr int kKvWarps = 8, kKvMb = 1, kKvQ = 64, kKvStages = 2, kKvBlocks = 1;
 };
@@ -843,10 +848,20 @@ cudaError_t forward(cudaStream_t stream, const Rows& q, const Rows& k, const Row
 }
 
 // Prefill/extend attention over the paged cache (Backend::paged_attention's tensor-core path).
+// Steps whose 128-row tiles would not fill one wave of two blocks per SM (a 1k prompt, extends of a
+// few hundred queries) take the small-tile configuration, whose blocks are more and shorter.
 template <int kD>
 cudaError_t paged_forward(cudaStream_t stream, const Rows& q, const PagedKv& kv, int num_seqs, int64_t max_q,
-                          const Geo& g, const Rows& out) {
+                          const Geo& g, const Rows& out, int sm_count) {
   using C = Config<kD>;
+  constexpr int kRows = 16 * C::kPagedMb * C::kPagedWarps;
+  if constexpr (C::kPagedSmallWarps > 0) {
+    const int64_t blocks = (max_q + kRows - 1) / kRows * g.heads * num_seqs;
+    if (blocks <= 2 * int64_t(sm_count))
+      return launch_paged_forward<kD, C::kPagedSmallWarps, C::kPagedSmallMb, C::kPagedSmallT,
+                                  C::kPagedSmallStages, C::kPagedSmallBlocks>(stream, q, kv, num_seqs, max_q,
+                                                                              g, out);
+  }
   return launch_paged_forward<kD, C::kPagedWarps, C::kPagedMb, C::kPagedT, C::kPagedStages, C::kPagedBlocks>(
       stream, q, kv, num_seqs, max_q, g, out);
 }
