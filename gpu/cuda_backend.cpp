@@ -172,6 +172,17 @@ class CudaBackend final : public Backend {
     const Scope scope = enter("gemm");
     gemm_->run(stream_, a, trans_a, b, trans_b, alpha, beta, c);
   }
+  // Without a bias, one GEMM that reads the residual as its C (beta = 1) and writes out.
+  void linear_residual(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& residual,
+                       Tensor out) override {
+    const Scope scope = enter("linear_residual");
+    if (bias || x.dtype != out.dtype) {
+      linear_->run(stream_, x, w, bias, out);
+      gpu::add(stream_, residual, out, out);
+      return;
+    }
+    gemm_->run(stream_, x, false, w, true, 1.0f, 1.0f, out, &residual);
+  }
   // dx = dy w, dw += dy^T x (f32 dw from bf16 operands), dbias += column sums of dy. An f32 dy with
   // bf16 x (the loss's logit gradient) is rounded to bf16 first: cuBLASLt multiplies one dtype.
   void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx, Tensor dw,

@@ -1,12 +1,14 @@
 // Row-wise and element-wise ops: embedding lookup, SwiGLU, add, row gather, dtype conversion.
-// One thread per element in grid-stride loops; rows addressed through Rows so that column slices
-// (gate/up halves of one buffer, q/k/v slices of qkv) work without copies.
+// SwiGLU and add run as rows_map (gpu/rows_map.cuh); the rest one thread per element in grid-stride
+// loops. Rows addressed through Rows so that column slices (gate/up halves of one buffer, q/k/v
+// slices of qkv) work without copies.
 #include <string>
 
 #include "gpu/check.h"
 #include "gpu/device_util.cuh"
 #include "gpu/ops.h"
 #include "gpu/rows.h"
+#include "gpu/rows_map.cuh"
 
 namespace astrai::gpu {
 namespace {
@@ -32,22 +34,16 @@ __global__ void embedding_kernel(const T* __restrict__ table, int64_t V, const i
 
 // silu(g) * up with HF's bf16 rounding: silu(g) rounds to T before the product.
 template <typename T>
-__global__ void swiglu_kernel(Rows gate, Rows up, Rows out, int64_t n) {
-  ASTRAI_GRID_STRIDE(e, n) {
-    const int64_t r = e / out.width, i = e % out.width;
-    const float g = to_f32(gate.row<T>(r)[i]);
-    const float s = round_to<T>(g / (1.0f + expf(-g)));
-    out.row<T>(r)[i] = from_f32<T>(s * to_f32(up.row<T>(r)[i]));
+struct SwigluOp {
+  __device__ void operator()(const float (&in)[2], float (&out)[1]) const {
+    const float g = in[0];
+    out[0] = round_to<T>(g / (1.0f + expf(-g))) * in[1];
   }
-}
+};
 
-template <typename T>
-__global__ void add_kernel(Rows a, Rows b, Rows out, int64_t n) {
-  ASTRAI_GRID_STRIDE(e, n) {
-    const int64_t r = e / out.width, i = e % out.width;
-    out.row<T>(r)[i] = from_f32<T>(to_f32(a.row<T>(r)[i]) + to_f32(b.row<T>(r)[i]));
-  }
-}
+struct AddOp {
+  __device__ void operator()(const float (&in)[2], float (&out)[1]) const { out[0] = in[0] + in[1]; }
+};
 
 // Copies by element size (2 or 4 bytes as uint16 / uint32); a row index outside x leaves out alone.
 template <typename U>
@@ -116,13 +112,11 @@ void swiglu(cudaStream_t stream, const Tensor& gate, const Tensor& up, Tensor ou
   check_tensor(out, "swiglu", "out", gate.dtype);
   const Rows gv = rows_of(gate, "swiglu"), uv = rows_of(up, "swiglu"), ov = rows_of(out, "swiglu");
   check_same_rows(gv, uv, ov, "swiglu");
-  const int64_t n = ov.n_rows * ov.width;
-  if (n == 0) return;
+  const RowsMapArgs<2, 1> args{{gv, uv}, {ov}};
   if (gate.dtype == DType::bf16)
-    swiglu_kernel<bf16><<<grid_for(n, kThreads), kThreads, 0, stream>>>(gv, uv, ov, n);
+    rows_map<bf16>(stream, args, SwigluOp<bf16>{});
   else
-    swiglu_kernel<float><<<grid_for(n, kThreads), kThreads, 0, stream>>>(gv, uv, ov, n);
-  ASTRAI_CUDA_LAUNCH_CHECK(swiglu_kernel);
+    rows_map<float>(stream, args, SwigluOp<float>{});
 }
 
 void add(cudaStream_t stream, const Tensor& a, const Tensor& b, Tensor out) {
@@ -131,13 +125,11 @@ void add(cudaStream_t stream, const Tensor& a, const Tensor& b, Tensor out) {
   check_tensor(out, "add", "out", a.dtype);
   const Rows av = rows_of(a, "add"), bv = rows_of(b, "add"), ov = rows_of(out, "add");
   check_same_rows(av, bv, ov, "add");
-  const int64_t n = ov.n_rows * ov.width;
-  if (n == 0) return;
+  const RowsMapArgs<2, 1> args{{av, bv}, {ov}};
   if (a.dtype == DType::bf16)
-    add_kernel<bf16><<<grid_for(n, kThreads), kThreads, 0, stream>>>(av, bv, ov, n);
+    rows_map<bf16>(stream, args, AddOp{});
   else
-    add_kernel<float><<<grid_for(n, kThreads), kThreads, 0, stream>>>(av, bv, ov, n);
-  ASTRAI_CUDA_LAUNCH_CHECK(add_kernel);
+    rows_map<float>(stream, args, AddOp{});
 }
 
 void gather_rows(cudaStream_t stream, const Tensor& x, const Tensor& rows, Tensor out) {

@@ -1,5 +1,6 @@
 #include "gpu/gemm.h"
 
+#include <algorithm>
 #include <string>
 
 #include "gpu/check.h"
@@ -71,7 +72,7 @@ const Gemm::Plan& Gemm::plan(const Key& key) {
 }
 
 void Gemm::run(cudaStream_t stream, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float alpha,
-               float beta, Tensor c) {
+               float beta, Tensor c, const Tensor* c_src) {
   check_tensor(a, "gemm", "a", DType::bf16, DType::f32);
   check_tensor(b, "gemm", "b", a.dtype);
   check_tensor(c, "gemm", "c", DType::bf16, DType::f32);
@@ -83,29 +84,37 @@ void Gemm::run(cudaStream_t stream, const Tensor& a, bool trans_a, const Tensor&
   ASTRAI_GPU_CHECK(K == Kb && c.shape[0] == M && c.shape[1] == N,
                    "gemm: shapes a " + a.shape_str() + (trans_a ? "^T" : "") + " b " + b.shape_str() +
                        (trans_b ? "^T" : "") + " c " + c.shape_str());
+  if (c_src) {
+    check_tensor(*c_src, "gemm", "c_src", c.dtype);
+    ASTRAI_GPU_CHECK(c_src->ndim == 2 && c_src->shape[0] == M && c_src->shape[1] == N &&
+                         (M <= 1 || c_src->stride[0] == c.stride[0]) && c_src->stride[1] == 1,
+                     "gemm: c_src " + c_src->shape_str() + " must be laid out as c " + c.shape_str());
+  }
   if (M == 0 || N == 0) return;
   const int64_t lda = a.shape[0] > 1 ? a.stride[0] : a.shape[1],
                 ldb = b.shape[0] > 1 ? b.stride[0] : b.shape[1], ldc = M > 1 ? c.stride[0] : N;
   ASTRAI_GPU_CHECK(lda >= a.shape[1] && ldb >= b.shape[1] && ldc >= N,
                    "gemm: row stride smaller than the width");
-  const Key key{M,
-                N,
-                K,
-                lda,
-                ldb,
-                ldc,
-                trans_a,
-                trans_b,
-                int(a.dtype),
-                int(c.dtype),
-                row_alignment(a.data, lda, a.dtype),
-                row_alignment(b.data, ldb, b.dtype),
-                row_alignment(c.data, ldc, c.dtype)};
+  const Key key{
+      M,
+      N,
+      K,
+      lda,
+      ldb,
+      ldc,
+      trans_a,
+      trans_b,
+      int(a.dtype),
+      int(c.dtype),
+      row_alignment(a.data, lda, a.dtype),
+      row_alignment(b.data, ldb, b.dtype),
+      std::min(row_alignment(c.data, ldc, c.dtype), c_src ? row_alignment(c_src->data, ldc, c.dtype) : 256)};
   const Plan& p = plan(key);
   ASTRAI_GPU_CHECK(p.found, "gemm: cuBLASLt has no algorithm for M " + std::to_string(M) + " N " +
                                 std::to_string(N) + " K " + std::to_string(K));
-  ASTRAI_CUBLAS_CHECK(cublasLtMatmul(handle_, p.op, &alpha, b.data, p.a, a.data, p.b, &beta, c.data, p.c,
-                                     c.data, p.c, &p.algo, workspace_, workspace_bytes_, stream));
+  ASTRAI_CUBLAS_CHECK(cublasLtMatmul(handle_, p.op, &alpha, b.data, p.a, a.data, p.b, &beta,
+                                     c_src ? c_src->data : c.data, p.c, c.data, p.c, &p.algo, workspace_,
+                                     workspace_bytes_, stream));
 }
 
 }  // namespace astrai::gpu

@@ -23,8 +23,10 @@ class Gemm {
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
 
+  // c_src: where beta * C is read from (Backend::linear_residual's residual; same shape, dtype and
+  // row stride as c, not overlapping it); null: c itself.
   void run(cudaStream_t stream, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float alpha,
-           float beta, Tensor c);
+           float beta, Tensor c, const Tensor* c_src = nullptr);
 
  private:
   // M, N, K, lda, ldb, ldc, trans_a, trans_b, in dtype, out dtype, alignments of a, b, c.

@@ -14,7 +14,8 @@ namespace astrai::gpu {
 namespace {
 
 template <typename T>
-__global__ void rms_norm_kernel(Rows x, const T* __restrict__ w, float eps, Rows out) {
+__global__ void rms_norm_kernel(Rows x, const T* __restrict__ w, float eps, Rows out,
+                                float* __restrict__ rstd) {
   pdl_launch_dependents();  // a norm feeds a GEMV: it may start loading its weights
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x;
@@ -27,6 +28,7 @@ __global__ void rms_norm_kernel(Rows x, const T* __restrict__ w, float eps, Rows
     ss += v * v;
   }
   const float inv = rsqrtf(block_sum(ss, scratch) / float(d) + eps);
+  if (rstd && threadIdx.x == 0) rstd[r] = inv;
   // In place is safe: each thread reads and writes the same elements, after the reduction.
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
     orow[i] = from_f32<T>(round_to<T>(to_f32(xr[i]) * inv) * to_f32(w[i]));
@@ -58,8 +60,8 @@ __global__ void add_rms_norm_kernel(Rows residual, Rows x, const T* __restrict__
 constexpr int64_t kVecMaxWidth = 8 * 1024;
 
 template <bool kAdd>
-__global__ void __launch_bounds__(1024)
-    norm_vec8_kernel(Rows residual, Rows x, const bf16* __restrict__ w, float eps, Rows out) {
+__global__ void __launch_bounds__(1024) norm_vec8_kernel(Rows residual, Rows x, const bf16* __restrict__ w,
+                                                         float eps, Rows out, float* __restrict__ rstd) {
   pdl_launch_dependents();
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x, c = int64_t(threadIdx.x) * 8;
@@ -79,6 +81,7 @@ __global__ void __launch_bounds__(1024)
 #pragma unroll
   for (int i = 0; i < 8; ++i) ss += v[i] * v[i];
   const float inv = rsqrtf(block_sum(ss, scratch) / float(residual.width) + eps);
+  if (rstd && threadIdx.x == 0) rstd[r] = inv;
   if (!active) return;
   float wf[8], y[8];
   unpack8(*reinterpret_cast<const uint4*>(w + c), wf);
@@ -90,12 +93,12 @@ __global__ void __launch_bounds__(1024)
 // The vectorised kernel when the rows allow it; returns false otherwise.
 template <bool kAdd>
 bool launch_vec8(cudaStream_t stream, const Tensor& residual, const Rows& rv, const Rows& xv, const Tensor& w,
-                 float eps, const Rows& ov) {
+                 float eps, const Rows& ov, float* rstd = nullptr) {
   if (residual.dtype != DType::bf16 || rv.width % 8 != 0 || rv.width > kVecMaxWidth || !rows_aligned16(rv) ||
       !rows_aligned16(ov) || (kAdd && !rows_aligned16(xv)) || reinterpret_cast<uintptr_t>(w.data) % 16 != 0)
     return false;
   const int threads = int((rv.width / 8 + 31) / 32 * 32);
-  norm_vec8_kernel<kAdd><<<unsigned(rv.n_rows), threads, 0, stream>>>(rv, xv, w.ptr<bf16>(), eps, ov);
+  norm_vec8_kernel<kAdd><<<unsigned(rv.n_rows), threads, 0, stream>>>(rv, xv, w.ptr<bf16>(), eps, ov, rstd);
   ASTRAI_CUDA_LAUNCH_CHECK(norm_vec8_kernel);
   return true;
 }
@@ -115,7 +118,7 @@ void check_norm(const Rows& x, const Tensor& w, const Rows& out, const char* op)
 
 }  // namespace
 
-void rms_norm(cudaStream_t stream, const Tensor& x, const Tensor& w, float eps, Tensor out) {
+void rms_norm(cudaStream_t stream, const Tensor& x, const Tensor& w, float eps, Tensor out, float* rstd) {
   check_tensor(x, "rms_norm", "x", DType::bf16, DType::f32);
   check_tensor(w, "rms_norm", "w", x.dtype);
   check_tensor(out, "rms_norm", "out", x.dtype);
@@ -123,12 +126,12 @@ void rms_norm(cudaStream_t stream, const Tensor& x, const Tensor& w, float eps, 
   check_norm(xv, w, ov, "rms_norm");
   if (xv.n_rows == 0 || xv.width == 0) return;
   ASTRAI_GPU_CHECK(xv.n_rows < (int64_t(1) << 31), "rms_norm: too many rows");
-  if (launch_vec8<false>(stream, x, xv, xv, w, eps, ov)) return;
+  if (launch_vec8<false>(stream, x, xv, xv, w, eps, ov, rstd)) return;
   const int threads = threads_for(xv.width);
   if (x.dtype == DType::bf16)
-    rms_norm_kernel<bf16><<<unsigned(xv.n_rows), threads, 0, stream>>>(xv, w.ptr<bf16>(), eps, ov);
+    rms_norm_kernel<bf16><<<unsigned(xv.n_rows), threads, 0, stream>>>(xv, w.ptr<bf16>(), eps, ov, rstd);
   else
-    rms_norm_kernel<float><<<unsigned(xv.n_rows), threads, 0, stream>>>(xv, w.ptr<float>(), eps, ov);
+    rms_norm_kernel<float><<<unsigned(xv.n_rows), threads, 0, stream>>>(xv, w.ptr<float>(), eps, ov, rstd);
   ASTRAI_CUDA_LAUNCH_CHECK(rms_norm_kernel);
 }
 

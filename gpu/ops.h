@@ -29,7 +29,9 @@ class Scratch {
 };
 
 void embedding(cudaStream_t stream, const Tensor& table, const Tensor& ids, Tensor out);
-void rms_norm(cudaStream_t stream, const Tensor& x, const Tensor& w, float eps, Tensor out);
+// rstd (training's rms_norm_train): 1 / sqrt(mean(x^2) + eps) per row into rstd[r] when not null.
+void rms_norm(cudaStream_t stream, const Tensor& x, const Tensor& w, float eps, Tensor out,
+              float* rstd = nullptr);
 void add_rms_norm(cudaStream_t stream, Tensor residual, const Tensor& x, const Tensor& w, float eps,
                   Tensor out);
 void rope(cudaStream_t stream, Tensor x, const Tensor& positions, const Tensor& cos_sin);

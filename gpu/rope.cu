@@ -1,4 +1,5 @@
-// In-place rotary embedding, Hugging Face rotate-half pairing, one thread per (token, head, i < D/2).
+// In-place rotary embedding, Hugging Face rotate-half pairing, one thread per (token, head, i < D/2),
+// and its backward (training's rope_backward: the same kernel rotating by -theta).
 // The table is f32; like HF (cos.to(x.dtype), then q * cos + rotate_half(q) * sin in x's dtype)
 // cos and sin are rounded to the storage dtype T and each product and the sum round to T.
 //
@@ -8,12 +9,14 @@
 // heads copied into theirs. Each step rounds to T where the unfused rms_norm, rope and kv_store
 // kernels round, so the two paths differ only where the norm's sum of squares adds in another
 // order (an ulp of the f32 scale, rarely a bf16 rounding step).
+#include <algorithm>
 #include <string>
 
 #include "gpu/check.h"
 #include "gpu/device_util.cuh"
 #include "gpu/ops.h"
 #include "gpu/rows.h"
+#include "gpu/train_ops.h"
 
 namespace astrai::gpu {
 namespace {
@@ -27,23 +30,75 @@ __device__ __forceinline__ void rotate(float& x1, float& x2, const float* cs, in
   x1 = a;
 }
 
-template <typename T>
-__global__ void rope_kernel(Rows x, int64_t heads, int64_t half, const int32_t* __restrict__ positions,
-                            const float* __restrict__ cos_sin, int64_t max_pos, int64_t n) {
-  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n;
-       e += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = e / half, i = e % half;  // r: row (token * heads + head)
-    const int32_t p = positions[r / heads];
-    T* a = x.row<T>(r);
-    if (p < 0 || p >= max_pos) {  // the model validated positions; never read outside the table
-      a[i] = a[half + i] = from_f32<T>(__int_as_float(0x7fc00000));
-      continue;
+// Token t's head h of x [T, heads, D] starts at base + t * s_tok + h * s_head elements.
+struct HeadRows {
+  char* base;
+  int64_t s_tok, s_head, tokens;
+  int heads, half;
+};
+
+HeadRows head_rows(const Tensor& x) {
+  return {static_cast<char*>(x.data), x.stride[0], x.stride[1], x.shape[0], int(x.shape[1]),
+          int(x.shape[2] / 2)};
+}
+
+// rope (kBackward false) and rope_backward, in place. blockIdx.y walks tokens; the threads of
+// blockIdx.x walk the (head, i < D/2) pairs of a token. The backward rotates by -theta with the f32
+// table values unrounded (the transpose of the rotation; a gradient has no storage rounding to mimic).
+template <typename T, bool kBackward>
+__global__ void rope_kernel(HeadRows x, const int32_t* __restrict__ positions,
+                            const float* __restrict__ cos_sin, int64_t max_pos) {
+  const int half = x.half, per_token = x.heads * half;
+  for (int64_t t = blockIdx.y; t < x.tokens; t += gridDim.y) {
+    const int32_t p = positions[t];
+    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < per_token; j += gridDim.x * blockDim.x) {
+      const int h = j / half, i = j % half;
+      T* a = reinterpret_cast<T*>(x.base + (t * x.s_tok + h * x.s_head) * int64_t(sizeof(T)));
+      if (p < 0 || p >= max_pos) {  // the model validated positions; never read outside the table
+        a[i] = a[half + i] = from_f32<T>(__int_as_float(0x7fc00000));
+        continue;
+      }
+      const float* cs = cos_sin + int64_t(p) * 2 * half;
+      float x1 = to_f32(a[i]), x2 = to_f32(a[half + i]);
+      if constexpr (kBackward) {
+        const float c = cs[i], s = cs[half + i], d1 = x1;
+        x1 = d1 * c + x2 * s;
+        x2 = x2 * c - d1 * s;
+      } else {
+        rotate<T>(x1, x2, cs, half, i);
+      }
+      a[i] = from_f32<T>(x1);
+      a[half + i] = from_f32<T>(x2);
     }
-    float x1 = to_f32(a[i]), x2 = to_f32(a[half + i]);
-    rotate<T>(x1, x2, cos_sin + int64_t(p) * 2 * half, half, i);
-    a[i] = from_f32<T>(x1);
-    a[half + i] = from_f32<T>(x2);
   }
+}
+
+template <bool kBackward>
+void launch_rope(cudaStream_t stream, const Tensor& x, const Tensor& positions, const Tensor& cos_sin,
+                 const char* op) {
+  check_tensor(x, op, "x", DType::bf16, DType::f32);
+  check_index(positions, op, "positions");
+  check_tensor(cos_sin, op, "cos_sin", DType::f32);
+  ASTRAI_GPU_CHECK(x.ndim == 3, std::string(op) + ": x must be [T, heads, D], got " + x.shape_str());
+  const int64_t T = x.shape[0], H = x.shape[1], D = x.shape[2];
+  ASTRAI_GPU_CHECK(
+      D % 2 == 0 && cos_sin.ndim == 2 && cos_sin.shape[1] == D && cos_sin.is_contiguous(),
+      std::string(op) + ": cos_sin " + cos_sin.shape_str() + " for head_dim " + std::to_string(D));
+  ASTRAI_GPU_CHECK(positions.numel() == T, std::string(op) + ": positions size differs from T");
+  ASTRAI_GPU_CHECK(H * D < (int64_t(1) << 30), std::string(op) + ": too many heads");
+  ASTRAI_GPU_CHECK(x.stride[2] == 1, std::string(op) + ": x needs a contiguous last dim");
+  const int64_t per_token = H * (D / 2);
+  if (T == 0 || per_token == 0) return;
+  const int threads = int(std::min<int64_t>((per_token + 31) / 32 * 32, 256));
+  const dim3 grid(unsigned((per_token + threads - 1) / threads), unsigned(std::min<int64_t>(T, 65535)));
+  const HeadRows hr = head_rows(x);
+  if (x.dtype == DType::bf16)
+    rope_kernel<bf16, kBackward>
+        <<<grid, threads, 0, stream>>>(hr, positions.ptr<int32_t>(), cos_sin.ptr<float>(), cos_sin.shape[0]);
+  else
+    rope_kernel<float, kBackward>
+        <<<grid, threads, 0, stream>>>(hr, positions.ptr<int32_t>(), cos_sin.ptr<float>(), cos_sin.shape[0]);
+  ASTRAI_CUDA_LAUNCH_CHECK(rope_kernel);
 }
 
 struct RopeKvParams {
@@ -179,25 +234,11 @@ void rope_kv_store(cudaStream_t stream, Tensor q, Tensor k, const Tensor& v, con
 }
 
 void rope(cudaStream_t stream, Tensor x, const Tensor& positions, const Tensor& cos_sin) {
-  check_tensor(x, "rope", "x", DType::bf16, DType::f32);
-  check_index(positions, "rope", "positions");
-  check_tensor(cos_sin, "rope", "cos_sin", DType::f32);
-  ASTRAI_GPU_CHECK(x.ndim == 3, "rope: x must be [T, heads, D], got " + x.shape_str());
-  const int64_t T = x.shape[0], H = x.shape[1], D = x.shape[2], half = D / 2;
-  ASTRAI_GPU_CHECK(D % 2 == 0 && cos_sin.ndim == 2 && cos_sin.shape[1] == D && cos_sin.is_contiguous(),
-                   "rope: cos_sin " + cos_sin.shape_str() + " for head_dim " + std::to_string(D));
-  ASTRAI_GPU_CHECK(positions.numel() == T, "rope: positions size differs from T");
-  const Rows xv = rows_of(x, "rope");
-  const int64_t n = T * H * half;
-  if (n == 0) return;
-  const int threads = 256;
-  if (x.dtype == DType::bf16)
-    rope_kernel<bf16><<<grid_for(n, threads), threads, 0, stream>>>(
-        xv, H, half, positions.ptr<int32_t>(), cos_sin.ptr<float>(), cos_sin.shape[0], n);
-  else
-    rope_kernel<float><<<grid_for(n, threads), threads, 0, stream>>>(
-        xv, H, half, positions.ptr<int32_t>(), cos_sin.ptr<float>(), cos_sin.shape[0], n);
-  ASTRAI_CUDA_LAUNCH_CHECK(rope_kernel);
+  launch_rope<false>(stream, x, positions, cos_sin, "rope");
+}
+
+void rope_backward(cudaStream_t stream, Tensor dx, const Tensor& positions, const Tensor& cos_sin) {
+  launch_rope<true>(stream, dx, positions, cos_sin, "rope_backward");
 }
 
 }  // namespace astrai::gpu

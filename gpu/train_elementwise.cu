@@ -1,5 +1,5 @@
-// The element-wise training backwards: rope_backward, swiglu_backward (one thread per element,
-// grid-stride, rows through Rows so column slices work), and embedding_backward (a scatter-add
+// The element-wise training backwards: swiglu_backward (rows_map, gpu/rows_map.cuh: rows through
+// Rows so column slices work), and embedding_backward (a scatter-add
 // done as a gather: tokens grouped by id in token order, one block per distinct id).
 #include <algorithm>
 #include <string>
@@ -8,6 +8,7 @@
 #include "gpu/check.h"
 #include "gpu/device_util.cuh"
 #include "gpu/rows.h"
+#include "gpu/rows_map.cuh"
 #include "gpu/train_ops.h"
 
 namespace astrai::gpu {
@@ -15,39 +16,14 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// The transpose of rope's rotation: rotate by -theta (f32 table values, unrounded).
-template <typename T>
-__global__ void rope_backward_kernel(Rows x, int64_t heads, int64_t half,
-                                     const int32_t* __restrict__ positions, const float* __restrict__ cos_sin,
-                                     int64_t max_pos, int64_t n) {
-  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n;
-       e += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = e / half, i = e % half;
-    const int32_t p = positions[r / heads];
-    T* a = x.row<T>(r);
-    if (p < 0 || p >= max_pos) {
-      a[i] = a[half + i] = from_f32<T>(__int_as_float(0x7fc00000));
-      continue;
-    }
-    const float* cs = cos_sin + int64_t(p) * 2 * half;
-    const float c = cs[i], s = cs[half + i];
-    const float d1 = to_f32(a[i]), d2 = to_f32(a[half + i]);
-    a[i] = from_f32<T>(d1 * c + d2 * s);
-    a[half + i] = from_f32<T>(d2 * c - d1 * s);
-  }
-}
-
-template <typename T>
-__global__ void swiglu_backward_kernel(Rows dout, Rows gate, Rows up, Rows dgate, Rows dup, int64_t n) {
-  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n;
-       e += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = e / dout.width, i = e % dout.width;
-    const float g = to_f32(gate.row<T>(r)[i]), u = to_f32(up.row<T>(r)[i]), d = to_f32(dout.row<T>(r)[i]);
+struct SwigluBackwardOp {  // in: dout, gate, up; out: dgate, dup
+  __device__ void operator()(const float (&in)[3], float (&out)[2]) const {
+    const float d = in[0], g = in[1], u = in[2];
     const float s = 1.0f / (1.0f + expf(-g));
-    dgate.row<T>(r)[i] = from_f32<T>(d * u * s * (1.0f + g * (1.0f - s)));
-    dup.row<T>(r)[i] = from_f32<T>(d * g * s);
+    out[0] = d * u * s * (1.0f + g * (1.0f - s));
+    out[1] = d * g * s;
   }
-}
+};
 
 // Block b owns distinct id ids_sorted[seg[b]] and adds its tokens' rows (in token order) to it.
 template <typename T>
@@ -65,27 +41,6 @@ __global__ void embedding_backward_kernel(Rows dout, const int32_t* __restrict__
 
 }  // namespace
 
-void rope_backward(cudaStream_t stream, Tensor dx, const Tensor& positions, const Tensor& cos_sin) {
-  check_tensor(dx, "rope_backward", "dx", DType::bf16, DType::f32);
-  check_index(positions, "rope_backward", "positions");
-  check_tensor(cos_sin, "rope_backward", "cos_sin", DType::f32);
-  ASTRAI_GPU_CHECK(dx.ndim == 3, "rope_backward: dx must be [T, heads, D], got " + dx.shape_str());
-  const int64_t T = dx.shape[0], H = dx.shape[1], D = dx.shape[2], half = D / 2;
-  ASTRAI_GPU_CHECK(D % 2 == 0 && cos_sin.ndim == 2 && cos_sin.shape[1] == D && cos_sin.is_contiguous(),
-                   "rope_backward: cos_sin " + cos_sin.shape_str() + " for head_dim " + std::to_string(D));
-  ASTRAI_GPU_CHECK(positions.numel() == T, "rope_backward: positions size differs from T");
-  const Rows xv = rows_of(dx, "rope_backward");
-  const int64_t n = T * H * half;
-  if (n == 0) return;
-  if (dx.dtype == DType::bf16)
-    rope_backward_kernel<bf16><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-        xv, H, half, positions.ptr<int32_t>(), cos_sin.ptr<float>(), cos_sin.shape[0], n);
-  else
-    rope_backward_kernel<float><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-        xv, H, half, positions.ptr<int32_t>(), cos_sin.ptr<float>(), cos_sin.shape[0], n);
-  ASTRAI_CUDA_LAUNCH_CHECK(rope_backward_kernel);
-}
-
 void swiglu_backward(cudaStream_t stream, const Tensor& dout, const Tensor& gate, const Tensor& up,
                      Tensor dgate, Tensor dup) {
   check_tensor(dout, "swiglu_backward", "dout", DType::bf16, DType::f32);
@@ -97,13 +52,11 @@ void swiglu_backward(cudaStream_t stream, const Tensor& dout, const Tensor& gate
   for (const Rows* r : {&g, &u, &dg, &du})
     ASTRAI_GPU_CHECK(r->n_rows == o.n_rows && r->width == o.width,
                      "swiglu_backward: shapes differ from dout " + dout.shape_str());
-  const int64_t n = o.n_rows * o.width;
-  if (n == 0) return;
+  const RowsMapArgs<3, 2> args{{o, g, u}, {dg, du}};
   if (dout.dtype == DType::bf16)
-    swiglu_backward_kernel<bf16><<<grid_for(n, kThreads), kThreads, 0, stream>>>(o, g, u, dg, du, n);
+    rows_map<bf16>(stream, args, SwigluBackwardOp{});
   else
-    swiglu_backward_kernel<float><<<grid_for(n, kThreads), kThreads, 0, stream>>>(o, g, u, dg, du, n);
-  ASTRAI_CUDA_LAUNCH_CHECK(swiglu_backward_kernel);
+    rows_map<float>(stream, args, SwigluBackwardOp{});
 }
 
 void embedding_backward(cudaStream_t stream, const Tensor& dout, const Tensor& ids, Tensor dtable,

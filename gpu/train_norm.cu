@@ -1,5 +1,6 @@
-// rms_norm_train (the forward that saves rstd), rms_norm_backward, and column_sum (bias
-// gradients). Parameter gradients are summed over rows in two deterministic stages: block b of a
+// rms_norm_train (the forward that saves rstd: the serving rms_norm's kernels, norm.cu),
+// rms_norm_backward, and column_sum (bias gradients).
+// Parameter gradients are summed over rows in two deterministic stages: block b of a
 // fixed grid of kPartials blocks takes rows b, b + kPartials, ... in order and keeps its partial
 // sums per column in shared memory; a second kernel adds the partials in block order into the f32
 // gradient. No atomics, so the sum's bits depend only on the shapes.
@@ -9,6 +10,7 @@
 #include "gpu/check.h"
 #include "gpu/device_util.cuh"
 #include "gpu/rows.h"
+#include "gpu/rows_map.cuh"
 #include "gpu/train_ops.h"
 
 namespace astrai::gpu {
@@ -16,25 +18,9 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int64_t kPartials = 264;  // 2 blocks per SM on an H100/H200
-
-template <typename T>
-__global__ void rms_norm_train_kernel(Rows x, const T* __restrict__ w, float eps, Rows out,
-                                      float* __restrict__ rstd) {
-  __shared__ float scratch[32];
-  const int64_t r = blockIdx.x, d = x.width;
-  const T* xr = x.row<T>(r);
-  T* orow = out.row<T>(r);
-  float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-    const float v = to_f32(xr[i]);
-    ss += v * v;
-  }
-  const float inv = rsqrtf(block_sum(ss, scratch) / float(d) + eps);
-  if (threadIdx.x == 0) rstd[r] = inv;
-  // As the serving rms_norm: the normed row rounds to T before the weight (in place is safe).
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
-    orow[i] = from_f32<T>(round_to<T>(to_f32(xr[i]) * inv) * to_f32(w[i]));
-}
+// The vectorised backward's blocks are D / 8 threads (256 for a 2048-wide row): 8 per SM.
+constexpr int64_t kVecPartials = 1056;
+constexpr int64_t kVecMaxWidth = 8 * 1024;
 
 // dx = rstd * (g - xhat * mean(g * xhat)), g = dy * w, xhat = x * rstd; partial dw per block.
 template <typename T>
@@ -62,6 +48,47 @@ __global__ void rms_norm_backward_kernel(Rows dy, Rows x, const T* __restrict__ 
     }
   }
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) partial[blockIdx.x * d + i] = dw_acc[i];
+}
+
+// The same for bf16 rows of a multiple of 8 elements on 16-byte boundaries: thread c owns columns
+// [8c, 8c + 8) of every row, so each row is read once (held in registers across the reduction) and
+// the block's dw partial stays in registers.
+__global__ void __launch_bounds__(1024)
+    rms_norm_backward_vec8_kernel(Rows dy, Rows x, const bf16* __restrict__ w, const float* __restrict__ rstd,
+                                  Rows dx, bool accumulate, float* __restrict__ partial) {
+  __shared__ float scratch[32];
+  const int64_t d = x.width, c = int64_t(threadIdx.x) * 8;
+  const bool active = c < d;
+  float wf[8] = {}, acc[8] = {};
+  if (active) unpack8(*reinterpret_cast<const uint4*>(w + c), wf);
+  for (int64_t r = blockIdx.x; r < x.n_rows; r += gridDim.x) {
+    const float rs = rstd[r];
+    float g[8] = {}, xhat[8] = {}, dot = 0.0f;
+    if (active) {
+      unpack8(*reinterpret_cast<const uint4*>(row_ptr<bf16>(dy, r) + c), g);
+      unpack8(*reinterpret_cast<const uint4*>(row_ptr<bf16>(x, r) + c), xhat);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        xhat[i] *= rs;
+        dot += g[i] * wf[i] * xhat[i];
+      }
+    }
+    const float mean = block_sum(dot, scratch) / float(d);
+    if (!active) continue;
+    bf16* dxr = row_ptr<bf16>(dx, r) + c;  // may alias dy's row: read above, before the write
+    float v[8], old[8] = {};
+    if (accumulate) unpack8(*reinterpret_cast<const uint4*>(dxr), old);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      v[i] = old[i] + rs * (g[i] * wf[i] - xhat[i] * mean);
+      acc[i] += g[i] * xhat[i];
+    }
+    *reinterpret_cast<uint4*>(dxr) = pack8(v);
+  }
+  if (!active) return;
+  float4* out = reinterpret_cast<float4*>(partial + blockIdx.x * d + c);
+  out[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+  out[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
 }
 
 template <typename T>
@@ -117,14 +144,7 @@ void rms_norm_train(cudaStream_t stream, const Tensor& x, const Tensor& w, float
   ASTRAI_GPU_CHECK(
       rstd.numel() == xv.n_rows && rstd.is_contiguous(),
       "rms_norm_train: rstd " + rstd.shape_str() + " for " + std::to_string(xv.n_rows) + " rows");
-  if (xv.n_rows == 0) return;
-  if (x.dtype == DType::bf16)
-    rms_norm_train_kernel<bf16>
-        <<<unsigned(xv.n_rows), kThreads, 0, stream>>>(xv, w.ptr<bf16>(), eps, ov, rstd.ptr<float>());
-  else
-    rms_norm_train_kernel<float>
-        <<<unsigned(xv.n_rows), kThreads, 0, stream>>>(xv, w.ptr<float>(), eps, ov, rstd.ptr<float>());
-  ASTRAI_CUDA_LAUNCH_CHECK(rms_norm_train_kernel);
+  gpu::rms_norm(stream, x, w, eps, out, rstd.ptr<float>());  // norm.cu's kernels, saving rstd
 }
 
 void rms_norm_backward(cudaStream_t stream, const Tensor& dy, const Tensor& x, const Tensor& w,
@@ -144,6 +164,17 @@ void rms_norm_backward(cudaStream_t stream, const Tensor& dy, const Tensor& x, c
                        dx.shape_str() + " w " + w.shape_str() + " dw " + dw.shape_str() + " rstd " +
                        rstd.shape_str());
   if (R == 0) return;
+  if (x.dtype == DType::bf16 && D % 8 == 0 && D <= kVecMaxWidth && rows_aligned16(xv) &&
+      rows_aligned16(dyv) && rows_aligned16(dxv) && reinterpret_cast<uintptr_t>(w.data) % 16 == 0) {
+    const int64_t blocks = std::min(R, kVecPartials);
+    float* partial = static_cast<float*>(scratch.ensure(size_t(blocks * D) * sizeof(float)));
+    const int threads = int((D / 8 + 31) / 32 * 32);
+    rms_norm_backward_vec8_kernel<<<unsigned(blocks), threads, 0, stream>>>(
+        dyv, xv, w.ptr<bf16>(), rstd.ptr<float>(), dxv, accumulate, partial);
+    ASTRAI_CUDA_LAUNCH_CHECK(rms_norm_backward_vec8_kernel);
+    add_partials(stream, partial, blocks, D, dw);
+    return;
+  }
   check_width_fits(D, "rms_norm_backward");
   const int64_t blocks = std::min(R, kPartials);
   float* partial = static_cast<float*>(scratch.ensure(size_t(blocks * D) * sizeof(float)));

@@ -1,10 +1,11 @@
 // The CUDA training ops (backend.h's training and optimizer blocks), one file per family:
 // train_norm.cu (rms_norm_train, rms_norm_backward, column_sum for bias gradients),
-// train_elementwise.cu (rope_backward, swiglu_backward, embedding_backward), train_attention.cu
-// (attention_train and its backward; tensor cores in train_attention_mma.cu), cross_entropy.cu, optimizer.cu
-// (adamw, sum_squares) and gemm.cpp (cuBLASLt). Activations bf16 (f32 accepted), f32 inside every op;
-// parameter gradients, rstd, lse, logits and losses f32. Every op is deterministic: no atomics, every sum in
-// a fixed order that depends only on the shapes, so the same step gives the same bits (exact resume).
+// train_elementwise.cu (swiglu_backward, embedding_backward), rope.cu (rope_backward beside rope),
+// train_attention.cu (attention_train and its backward; tensor cores in train_attention_mma.cu),
+// cross_entropy.cu, optimizer.cu (adamw, sum_squares) and gemm.cpp (cuBLASLt). Activations bf16 (f32
+// accepted), f32 inside every op; parameter gradients, rstd, lse, logits and losses f32. Every op is
+// deterministic: no atomics, every sum in a fixed order that depends only on the shapes, so the same step
+// gives the same bits (exact resume).
 #pragma once
 
 #include <cuda_runtime_api.h>

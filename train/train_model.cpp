@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <new>
 #include <string>
 
@@ -42,6 +43,13 @@ int64_t TrainBatch::num_targets() const {
 namespace {
 
 static_assert(kIgnore == Backend::kIgnoreIndex, "the batch's ignore index is the cross_entropy op's");
+
+// ASTRAI_TRAIN_FUSE=0 runs the unfused op sequences the fused training ops stand for, so that one
+// binary measures both (bench train); anything else, or unset, fuses.
+bool fusion_enabled() {
+  const char* e = std::getenv("ASTRAI_TRAIN_FUSE");
+  return !(e && std::string(e) == "0");
+}
 
 // The tensors of one layer, as views into the parameter (or gradient) buffer.
 struct LayerTensors {
@@ -63,7 +71,7 @@ struct LayerActs {
 
 class DecoderTrainModel final : public TrainModel {
  public:
-  DecoderTrainModel(const ModelConfig& c, Backend& be) : cfg_(c), be_(be) {}
+  DecoderTrainModel(const ModelConfig& c, Backend& be) : cfg_(c), be_(be), fuse_(fusion_enabled()) {}
 
   Status init(const WeightStore& store) {
     // Every tensor present with its shape and a float dtype; the values are read by name below.
@@ -369,15 +377,25 @@ class DecoderTrainModel final : public TrainModel {
       be_.rope(k, positions_, cos_sin_);
       be_.attention_train(q, k, head_view(a.qkv, qd + kvd, nkv, hd), kv_begin_, scale,
                           head_view(a.attn, 0, nh, hd), a.lse);
-      be_.linear(a.attn, w.o, cfg_.o_proj_bias ? &w.o_bias : nullptr, tmp_);
-      be_.add(a.x, tmp_, a.x_mid);
+      linear_residual(a.attn, w.o, cfg_.o_proj_bias ? &w.o_bias : nullptr, a.x, a.x_mid);
       be_.rms_norm_train(a.x_mid, w.post_norm, eps, a.h2, a.rstd2);
       be_.linear(a.h2, w.gate_up, nullptr, a.gate_up);
       be_.swiglu(col_view(a.gate_up, 0, F), col_view(a.gate_up, F, F), a.act);
-      be_.linear(a.act, w.down, nullptr, tmp_);
-      be_.add(a.x_mid, tmp_, stream(l + 1));
+      linear_residual(a.act, w.down, nullptr, a.x_mid, stream(l + 1));
     }
     be_.rms_norm_train(final_x_, g.final_norm, eps, final_h_, final_rstd_);
+  }
+
+  // out = residual + x w^T (+ b): the fused op, or with ASTRAI_TRAIN_FUSE=0 the linear and add it
+  // stands for (an A/B switch for benchmarks; the two differ only in bf16 rounding).
+  void linear_residual(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& residual,
+                       Tensor out) {
+    if (fuse_) {
+      be_.linear_residual(x, w, bias, residual, out);
+    } else {
+      be_.linear(x, w, bias, tmp_);
+      be_.add(residual, tmp_, out);
+    }
   }
 
   // The q and k attention reads: the normed copies (Qwen3) or the projections themselves.
@@ -460,6 +478,7 @@ class DecoderTrainModel final : public TrainModel {
 
   ModelConfig cfg_;
   Backend& be_;
+  bool fuse_;  // the fused ops (fusion_enabled())
   Buffer values_, grads_, compute_, rope_buf_, acts_buf_;
   DType adt_ = DType::f32;  // the backend's compute dtype: activations and the weights the ops read
   int64_t num_values_ = 0;

@@ -65,6 +65,12 @@ void Backend::add_rms_norm_linear(const Tensor& residual, const Tensor& x, const
   linear(h, w, bias, out);
 }
 
+void Backend::linear_residual(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& residual,
+                              Tensor out) {
+  linear(x, w, bias, out);
+  add(residual, out, out);
+}
+
 // The training ops' defaults: a backend that has not implemented them says so by name (and
 // supports_training() lets callers such as TrainModel::create refuse before the first op).
 bool Backend::supports_training() const {

@@ -201,6 +201,14 @@ class Backend {
   virtual void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx,
                                Tensor dw, const Tensor* dbias);
 
+  // A sub-layer's output projection with its residual add (the training forward's o_proj and
+  // down_proj):  out = residual + x @ w^T (+ bias)   x [M, K], w [N, K], residual, out [M, N]; out
+  // must not overlap x or residual. Equals linear(x, w, bias, out); add(residual, out, out), which is
+  // the default; the CUDA backend adds the residual in the GEMM's epilogue (no pass over the
+  // projection's output, and one rounding to bf16 instead of two).
+  virtual void linear_residual(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& residual,
+                               Tensor out);
+
   // rms_norm() that also saves rstd[r] = 1 / sqrt(mean(x[r]^2) + eps) for the backward.
   //   x, out rows of D (as rms_norm; in place allowed), w [D], rstd [R] (R = rows of x)
   virtual void rms_norm_train(const Tensor& x, const Tensor& w, float eps, Tensor out, Tensor rstd);

@@ -21,12 +21,17 @@ struct CaseShape {
   int max_kv = 90;
   int max_q = 1 << 30;  // longest query run
   int max_d = 160;
+  int d = 0;            // head_dim; 0: random in [1, max_d]
+  int kv_capacity = 0;  // AttentionBatch::max_kv_len when above the longest sequence (a graph's grid)
+  bool decode = false;  // every sequence one query (a decode step)
 };
 
 struct BatchShape {
   int kv_heads = 1, group = 1, head_dim = 1, page_size = 16;
   std::vector<Seq> seqs;  // pages are filled in at random
   int checked_rows = 0;   // query rows compared with the reference (0: all), always each sequence's last
+  int kv_capacity = 0;    // AttentionBatch::max_kv_len when above the longest sequence (a graph's grid)
+  bool decode = false;    // a decode step: q rows mostly at 16-byte strides (see the pad below)
 };
 
 void run_batch(Backend& be, Rng& rng, BatchShape shape);
@@ -35,12 +40,15 @@ void run_case(Backend& be, Rng& rng, const CaseShape& shape) {
   BatchShape b;
   b.group = shape.group;
   b.kv_heads = rng.randint(1, 3);
-  b.head_dim = rng.randint(1, shape.max_d);
+  b.head_dim = shape.d > 0 ? shape.d : rng.randint(1, shape.max_d);
   b.page_size = std::vector<int>{1, 3, 16}[size_t(rng.randint(0, 2))];
+  b.kv_capacity = shape.kv_capacity;
+  b.decode = shape.decode;
   b.seqs.resize(size_t(rng.randint(1, 6)));
   for (auto& s : b.seqs) {
     s.kv_len = rng.randint(1, shape.max_kv);
-    const int kind = rng.randint(0, 2);  // 0 decode, 1 chunk after cached tokens, 2 full prefill
+    const int kind =
+        shape.decode ? 0 : rng.randint(0, 2);  // 0 decode, 1 chunk after cached tokens, 2 full prefill
     s.q_len = kind == 0 ? 1 : kind == 1 ? rng.randint(1, s.kv_len) : s.kv_len;
     s.q_len = std::min(s.q_len, shape.max_q);
   }
@@ -101,7 +109,9 @@ void run_batch(Backend& be, Rng& rng, BatchShape shape) {
     }
   }
   // q as a column slice of a wider [T, H*D + pad] buffer.
-  const int pad = rng.randint(0, 5);
+  // Decode cases: mostly rows at 16-byte strides (the CUDA decode kernel's 16-byte loads), some not
+  // (the general kernel takes them).
+  const int pad = shape.decode ? (rng.randint(0, 3) == 0 ? 3 : 8 * rng.randint(0, 1)) : rng.randint(0, 5);
   const int64_t ldq = int64_t(H) * D + pad;
   auto qh = rng.vec(size_t(T * ldq), 2.0f);
 
@@ -130,6 +140,7 @@ void run_batch(Backend& be, Rng& rng, BatchShape shape) {
   AttentionBatch batch{qs_t.t,    kl_t.t, pt_t.t, S,
                        max_pages, ps,     0,      *std::max_element(kv_len.begin(), kv_len.end())};
   for (int s = 0; s < S; ++s) batch.max_q_len = std::max(batch.max_q_len, seqs[s].q_len);
+  batch.max_kv_len = std::max(batch.max_kv_len, shape.kv_capacity);
   auto out = poisoned(be, {T, H, D});
   const float scale = 1.0f / std::sqrt(float(D));
   be.paged_attention(q, k_cache.t, v_cache.t, batch, scale, out.t);
@@ -175,7 +186,7 @@ void run_batch(Backend& be, Rng& rng, BatchShape shape) {
     }
   }
   INFO("S " << S << " T " << T << " H " << H << " KVH " << KVH << " D " << D << " group " << group
-            << " page_size " << ps);
+            << " page_size " << ps << " max_kv_len " << batch.max_kv_len);
   // Every row is written, also the ones not compared (the output was poisoned with NaN).
   REQUIRE(std::all_of(got.begin(), got.end(), [](float x) { return std::isfinite(x); }));
   // Outputs are convex combinations of V rows in [-1, 1]: an absolute bound.
@@ -196,6 +207,23 @@ void attention_long_context(Backend& be) {
   INFO("seed " << seed);
   Rng rng(seed);
   for (int group : {1, 4}) run_case(be, rng, CaseShape{group, 2500, 3, 128});
+}
+
+// Decode steps (one query per sequence) at the head dims and groups the CUDA backend's decode
+// kernel takes (64, 128; 1, 2, 4, 8), short and long contexts, with the grid sized from the step's
+// longest sequence or from a larger capacity (as a CUDA graph's is): many splits past the keys.
+void attention_decode(Backend& be) {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Rng rng(seed);
+  for (int d : {64, 128})
+    for (int group : {1, 2, 4, 8})
+      for (int max_kv : {40, 700, 3000}) {
+        CaseShape shape{group, max_kv, 1, 160, d};
+        shape.decode = true;
+        shape.kv_capacity = rng.randint(0, 1) ? 4096 : 0;
+        run_case(be, rng, shape);
+      }
 }
 
 // Steps of the shapes that take the CUDA backend's tensor-core path (bf16, head_dim 64, 96, 128,
@@ -248,6 +276,9 @@ void attention_rejects_shapes(Backend& be) {
 ASTRAI_BACKEND_TEST("paged_attention matches float64 causal attention for GQA ratios 1, 2, 4", attention_gqa)
 ASTRAI_BACKEND_TEST("paged_attention matches float64 attention for short query runs over long contexts",
                     attention_long_context)
+ASTRAI_BACKEND_TEST(
+    "paged_attention matches float64 attention in decode steps at head_dim 64 and 128, groups 1-8",
+    attention_decode)
 ASTRAI_BACKEND_TEST("paged_attention matches float64 attention for ragged prefill batches",
                     attention_prefill_ragged)
 ASTRAI_BACKEND_TEST("paged_attention matches float64 attention for extends after long cached prefixes",

@@ -32,38 +32,45 @@ void swiglu_on_fused_halves(Backend& be) {
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
   Rng rng(seed);
-  const int64_t T = rng.randint(1, 20), F = rng.randint(1, 3000);
-  auto gu = rng.vec(size_t(T * 2 * F), 12.0f);  // large |g| exercises exp overflow / underflow
-  auto buf = to_device(be, gu, {T, 2 * F});
-  Tensor gate = buf.t, up = buf.t;
-  gate.shape[1] = F;
-  up.shape[1] = F;
-  up.data = offset(buf.t, F);
-  auto out = poisoned(be, {T, F});
-  be.swiglu(gate, up, out.t);
-  auto got = to_host(be, out.t);
-  std::vector<double> want(got.size());
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t i = 0; i < F; ++i) {
-      const double g = gu[t * 2 * F + i], u = gu[t * 2 * F + F + i];
-      want[t * F + i] = g / (1.0 + std::exp(-g)) * u;
-    }
-  require_close(
-      be, got, want, [&](size_t i) { return std::abs(want[i]); }, Tol{1e-6, 1e-6});
+  // A multiple of 8 wide (the GPU's 16-byte path) and any width (its one-element path).
+  for (const int64_t F : {8 * rng.randint(1, 375), rng.randint(1, 3000)}) {
+    const int64_t T = rng.randint(1, 20);
+    INFO("F " << F);
+    auto gu = rng.vec(size_t(T * 2 * F), 12.0f);  // large |g| exercises exp overflow / underflow
+    auto buf = to_device(be, gu, {T, 2 * F});
+    Tensor gate = buf.t, up = buf.t;
+    gate.shape[1] = F;
+    up.shape[1] = F;
+    up.data = offset(buf.t, F);
+    auto out = poisoned(be, {T, F});
+    be.swiglu(gate, up, out.t);
+    auto got = to_host(be, out.t);
+    std::vector<double> want(got.size());
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < F; ++i) {
+        const double g = gu[t * 2 * F + i], u = gu[t * 2 * F + F + i];
+        want[t * F + i] = g / (1.0 + std::exp(-g)) * u;
+      }
+    require_close(
+        be, got, want, [&](size_t i) { return std::abs(want[i]); }, Tol{1e-6, 1e-6});
+  }
 }
 
 void add_sums(Backend& be) {
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
   Rng rng(seed);
-  const int64_t R = rng.randint(1, 20), D = rng.randint(1, 3000);
-  auto ah = rng.vec(size_t(R * D)), bh = rng.vec(size_t(R * D));
-  auto a = to_device(be, ah, {R, D}), b = to_device(be, bh, {R, D});
-  auto out = poisoned(be, {R, D});
-  be.add(a.t, b.t, out.t);
-  auto got = to_host(be, out.t);
-  // One rounding of the exact sum to the compute dtype.
-  for (size_t i = 0; i < ah.size(); ++i) REQUIRE(got[i] == round_to(be.compute_dtype(), ah[i] + bh[i]));
+  for (const int64_t D : {8 * rng.randint(1, 375), rng.randint(1, 3000)}) {
+    const int64_t R = rng.randint(1, 20);
+    INFO("D " << D);
+    auto ah = rng.vec(size_t(R * D)), bh = rng.vec(size_t(R * D));
+    auto a = to_device(be, ah, {R, D}), b = to_device(be, bh, {R, D});
+    auto out = poisoned(be, {R, D});
+    be.add(a.t, b.t, out.t);
+    auto got = to_host(be, out.t);
+    // One rounding of the exact sum to the compute dtype.
+    for (size_t i = 0; i < ah.size(); ++i) REQUIRE(got[i] == round_to(be.compute_dtype(), ah[i] + bh[i]));
+  }
 }
 
 void gather_rows_in_order(Backend& be) {

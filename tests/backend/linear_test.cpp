@@ -106,6 +106,45 @@ void linear_f32_out(Backend& be) {
   check_linear(be, rng.randint(2, 20), rng.randint(3, 200), rng.randint(3, 200), true, 0, 0, rng, DType::f32);
 }
 
+// linear_residual: out = residual + x @ w^T (+ bias) against a float64 loop, bias or not, odd and
+// aligned sizes (the GPU's epilogue path takes the bias-free ones). Tolerance as check_linear's, the
+// scale also carrying |residual| (a bf16 residual add rounds once more).
+void linear_residual_adds(Backend& be) {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Rng rng(seed);
+  for (int rep = 0; rep < 4; ++rep) {
+    const bool aligned = rep >= 2, with_bias = rep == 1;
+    const int64_t M = aligned ? 8 * rng.randint(1, 30) : rng.randint(1, 37),
+                  K = aligned ? 64 * rng.randint(1, 6) : rng.randint(1, 133),
+                  N = aligned ? 64 * rng.randint(1, 6) : rng.randint(1, 71);
+    INFO("M " << M << " K " << K << " N " << N << " bias " << with_bias);
+    auto xh = rng.vec(size_t(M * K)), wh = rng.vec(size_t(N * K)), bh = rng.vec(size_t(N)),
+         rh = rng.vec(size_t(M * N));
+    auto x = to_device(be, xh, {M, K}), w = to_device(be, wh, {N, K}), b = to_device(be, bh, {N}),
+         res = to_device(be, rh, {M, N});
+    auto out = poisoned(be, {M, N});
+    be.linear_residual(x.t, w.t, with_bias ? &b.t : nullptr, res.t, out.t);
+    auto got = to_host(be, out.t);
+    // The residual itself is not written.
+    REQUIRE(to_host(be, res.t) == rh);
+    std::vector<double> want(got.size()), mag(got.size());
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) {
+        double acc = double(rh[m * N + n]) + (with_bias ? bh[n] : 0.0), mg = std::abs(double(rh[m * N + n]));
+        for (int64_t k = 0; k < K; ++k) {
+          acc += double(xh[m * K + k]) * double(wh[n * K + k]);
+          mg += std::abs(double(xh[m * K + k]) * double(wh[n * K + k]));
+        }
+        want[m * N + n] = acc;
+        mag[m * N + n] = mg;
+      }
+    const double out_rounding = be.compute_dtype() == DType::bf16 ? std::ldexp(1.0, -8) / kBf16Tol.rtol : 0.0;
+    require_close(
+        be, got, want, [&](size_t i) { return mag[i] + out_rounding * std::abs(want[i]); }, Tol{1e-5, 1e-6});
+  }
+}
+
 // Up to 8 rows with K a multiple of 8 (16-byte rows): the GPU's own GEMV path, with x as a column
 // slice too, and both out dtypes.
 void linear_few_rows(Backend& be) {
@@ -192,6 +231,8 @@ ASTRAI_BACKEND_TEST("linear reads and writes column slices of wider buffers", li
 ASTRAI_BACKEND_TEST("linear with 1 to 8 rows and 16-byte rows (the GPU's GEMV) matches a float64 loop",
                     linear_few_rows)
 ASTRAI_BACKEND_TEST("linear writes f32 out from compute-dtype operands (the LM head)", linear_f32_out)
+ASTRAI_BACKEND_TEST("linear_residual adds the residual to the projection (with and without bias)",
+                    linear_residual_adds)
 ASTRAI_BACKEND_TEST("linear rejects mismatched shapes with an error instead of reading out of bounds",
                     linear_rejects_shapes)
 

@@ -130,28 +130,46 @@ TEST_CASE("cuda rms_norm_train and rms_norm_backward match the cpu's (accumulate
   auto p = backends();
   if (!p) return;
   Rng rng(fresh_seed());
-  const int64_t R = rng.randint(1, 400), D = 8 * rng.randint(2, 130);
-  INFO("R " << R << " D " << D);
-  Both x = both(*p, rng.vec(size_t(R * D), 3.0f), {R, D});
-  Both w = both(*p, rng.vec(size_t(D)), {D});
-  Both out = both(*p, std::vector<float>(size_t(R * D), 0.0f), {R, D});
-  Both rstd = both(*p, std::vector<float>(size_t(R), 0.0f), {R}, DType::f32);
-  p->cpu->rms_norm_train(x.cpu.t, w.cpu.t, 1e-5f, out.cpu.t, rstd.cpu.t);
-  p->gpu->rms_norm_train(x.gpu.t, w.gpu.t, 1e-5f, out.gpu.t, rstd.gpu.t);
-  same(*p, out, kBf16Out, "rms_norm_train out");
-  same(*p, rstd, kF32Out, "rms_norm_train rstd");
-  for (bool accumulate : {true, false}) {
-    Both dy = both(*p, rng.vec(size_t(R * D)), {R, D});
-    Both dx = both(*p, rng.vec(size_t(R * D)), {R, D});
-    Both dw = both(*p, rng.vec(size_t(D)), {D}, DType::f32);
-    // Not accumulating, dx is dy itself (the q/k norm backward runs in place).
-    const Both& dx_t = accumulate ? dx : dy;
-    p->cpu->rms_norm_backward(dy.cpu.t, x.cpu.t, w.cpu.t, rstd.cpu.t, dx_t.cpu.t, dw.cpu.t, accumulate);
-    p->gpu->rms_norm_backward(dy.gpu.t, x.gpu.t, w.gpu.t, rstd.gpu.t, dx_t.gpu.t, dw.gpu.t, accumulate);
-    same(*p, dx_t, kBf16Out,
-         accumulate ? "rms_norm_backward dx (accumulated)" : "rms_norm_backward dx (in place)");
-    same(*p, dw, kF32Out, "rms_norm_backward dw");
+  // D a multiple of 8 (the 16-byte kernels) or not (the one-element ones).
+  for (const int64_t D : {8 * rng.randint(2, 130), 8 * rng.randint(2, 130) + rng.randint(1, 7)}) {
+    const int64_t R = rng.randint(1, 400);
+    INFO("R " << R << " D " << D);
+    Both x = both(*p, rng.vec(size_t(R * D), 3.0f), {R, D});
+    Both w = both(*p, rng.vec(size_t(D)), {D});
+    Both out = both(*p, std::vector<float>(size_t(R * D), 0.0f), {R, D});
+    Both rstd = both(*p, std::vector<float>(size_t(R), 0.0f), {R}, DType::f32);
+    p->cpu->rms_norm_train(x.cpu.t, w.cpu.t, 1e-5f, out.cpu.t, rstd.cpu.t);
+    p->gpu->rms_norm_train(x.gpu.t, w.gpu.t, 1e-5f, out.gpu.t, rstd.gpu.t);
+    same(*p, out, kBf16Out, "rms_norm_train out");
+    same(*p, rstd, kF32Out, "rms_norm_train rstd");
+    for (bool accumulate : {true, false}) {
+      Both dy = both(*p, rng.vec(size_t(R * D)), {R, D});
+      Both dx = both(*p, rng.vec(size_t(R * D)), {R, D});
+      Both dw = both(*p, rng.vec(size_t(D)), {D}, DType::f32);
+      // Not accumulating, dx is dy itself (the q/k norm backward runs in place).
+      const Both& dx_t = accumulate ? dx : dy;
+      p->cpu->rms_norm_backward(dy.cpu.t, x.cpu.t, w.cpu.t, rstd.cpu.t, dx_t.cpu.t, dw.cpu.t, accumulate);
+      p->gpu->rms_norm_backward(dy.gpu.t, x.gpu.t, w.gpu.t, rstd.gpu.t, dx_t.gpu.t, dw.gpu.t, accumulate);
+      same(*p, dx_t, kBf16Out,
+           accumulate ? "rms_norm_backward dx (accumulated)" : "rms_norm_backward dx (in place)");
+      same(*p, dw, kF32Out, "rms_norm_backward dw");
+    }
   }
+}
+
+TEST_CASE("cuda linear_residual matches the cpu's (the residual added in the GEMM's epilogue)", "[gpu]") {
+  auto p = backends();
+  if (!p) return;
+  Rng rng(fresh_seed());
+  const int64_t M = rng.randint(20, 300), N = 8 * rng.randint(2, 40), K = 8 * rng.randint(2, 40);
+  INFO("M " << M << " N " << N << " K " << K);
+  Both x = both(*p, rng.vec(size_t(M * K)), {M, K});
+  Both w = both(*p, rng.vec(size_t(N * K)), {N, K});
+  Both res = both(*p, rng.vec(size_t(M * N), 4.0f), {M, N});
+  Both out = both(*p, std::vector<float>(size_t(M * N), 0.0f), {M, N});
+  p->cpu->linear_residual(x.cpu.t, w.cpu.t, nullptr, res.cpu.t, out.cpu.t);
+  p->gpu->linear_residual(x.gpu.t, w.gpu.t, nullptr, res.gpu.t, out.gpu.t);
+  same(*p, out, kBf16Out, "linear_residual out");
 }
 
 TEST_CASE("cuda embedding_backward matches the cpu's (repeated ids add up)", "[gpu]") {
@@ -184,16 +202,18 @@ TEST_CASE("cuda rope_backward and swiglu_backward match the cpu's on column slic
   p->gpu->rope_backward(cols(dx.gpu, T, ld, 8, heads * D, heads), post.gpu.t, cs.gpu.t);
   same(*p, dx, kBf16Out, "rope_backward dx");
 
-  const int64_t F = rng.randint(1, 300);
-  Both gu = both(*p, rng.vec(size_t(T * 2 * F), 4.0f), {T, 2 * F});
-  Both dout = both(*p, rng.vec(size_t(T * F)), {T, F});
-  Both dgu = both(*p, std::vector<float>(size_t(T * 2 * F), 0.0f), {T, 2 * F});
-  for (auto side : {&Both::cpu, &Both::gpu}) {
-    Backend& be = side == &Both::cpu ? *p->cpu : *p->gpu;
-    be.swiglu_backward((dout.*side).t, cols(gu.*side, T, 2 * F, 0, F), cols(gu.*side, T, 2 * F, F, F),
-                       cols(dgu.*side, T, 2 * F, 0, F), cols(dgu.*side, T, 2 * F, F, F));
+  for (const int64_t F : {8 * rng.randint(1, 40), rng.randint(1, 300)}) {  // 16-byte rows or any
+    INFO("F " << F);
+    Both gu = both(*p, rng.vec(size_t(T * 2 * F), 4.0f), {T, 2 * F});
+    Both dout = both(*p, rng.vec(size_t(T * F)), {T, F});
+    Both dgu = both(*p, std::vector<float>(size_t(T * 2 * F), 0.0f), {T, 2 * F});
+    for (auto side : {&Both::cpu, &Both::gpu}) {
+      Backend& be = side == &Both::cpu ? *p->cpu : *p->gpu;
+      be.swiglu_backward((dout.*side).t, cols(gu.*side, T, 2 * F, 0, F), cols(gu.*side, T, 2 * F, F, F),
+                         cols(dgu.*side, T, 2 * F, 0, F), cols(dgu.*side, T, 2 * F, F, F));
+    }
+    same(*p, dgu, kBf16Out, "swiglu_backward dgate|dup");
   }
-  same(*p, dgu, kBf16Out, "swiglu_backward dgate|dup");
 }
 
 // Attention over packed documents in a batch of rows: kv_begin[t] = row start + document start.
