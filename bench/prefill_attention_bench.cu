@@ -449,7 +449,7 @@ int main(int argc, char** argv) {
   if (check_only) return ok ? 0 : 1;
   const int reps = quick ? 3 : 10;
   for (int d : {128, 64})
-    for (int n : {1024, 8192, 32768}) time_case({"prefill", 32, 8, d, 16, {{n, n}}}, rng, reps, true);
+    for (int n : {1024, 2048, 8192, 32768}) time_case({"prefill", 32, 8, d, 16, {{n, n}}}, rng, reps, true);
   // Extends (chunks after a cached prefix) to place paged_attention's dispatch threshold.
   for (int q : {8, 16, 32, 64, 128, 512})
     time_case({"extend", 32, 8, 128, 16, {{4096 + q, q}}}, rng, reps, true);
