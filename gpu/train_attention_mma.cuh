@@ -811,7 +811,8 @@ cudaError_t launch_dkdv(cudaStream_t stream, const Rows& dout, const Rows& q, co
 // The configurations the backend uses, the fastest of bench/train_attention_bench.cu's variants on
 // an H200 (docs/performance.md): warps per block, 16-row blocks per warp, keys per tile (forward,
 // dq) or query rows per step (dk/dv), pipeline stages, and blocks per SM asked of the register
-// allocator.
+// allocator. kPaged*: the paged forward (bench/prefill_attention_bench.cu), large tiles for long
+// prompts and kPagedSmall* where those leave SMs idle (see paged_forward).
 template <int kD>
 struct Config;
 template <>
