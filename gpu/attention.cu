@@ -42,6 +42,7 @@ constexpr int kTileRows = 16, kTileKeys = 32, kRowsPerWarp = kTileRows / kWarps;
 constexpr int64_t kMaxHeadDim = 512;
 constexpr int64_t kMinKeysPerSplit = 32;  // one key tile
 constexpr int kMaxSplits = 64;
+constexpr int kMmaMinQueries = 16;  // max_q_len from which paged_attention_mma takes the step
 
 template <typename T>
 __global__ void kv_store_kernel(Rows k, Rows v, const int32_t* __restrict__ slots, int64_t kvh, int64_t d,
@@ -596,6 +597,11 @@ void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache
   ASTRAI_GPU_CHECK(H <= 65535 && S <= 65535, "paged_attention: more than 65535 heads or sequences");
   if (T == 0 || H == 0) return;
   ASTRAI_GPU_CHECK(S >= 1, "paged_attention: tokens but no sequences");
+  // Prefill and extend steps whose sequences bring many queries run on tensor cores
+  // (paged_attention_mma.cu); decode and short extends stay here, where split-KV fills the GPU.
+  if (batch.max_q_len >= kMmaMinQueries &&
+      paged_attention_mma(stream, q, k_cache, v_cache, batch, scale, out, sm_count()))
+    return;
   AttnParams p;
   p.q = rows_of(q, "paged_attention");
   p.out = rows_of(out, "paged_attention");
