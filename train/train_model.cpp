@@ -170,6 +170,7 @@ class DecoderTrainModel final : public TrainModel {
   };
 
   bool mixed() const { return adt_ != DType::f32; }
+  bool separate_dlogits() const { return mixed() && fuse_; }
 
   static Tensor view(const Buffer& buf, DType dt, int64_t offset, const std::vector<int64_t>& shape) {
     Tensor t = buf.as(dt, {1});
@@ -235,8 +236,7 @@ class DecoderTrainModel final : public TrainModel {
   int64_t chunk_rows(const LossOptions& loss) const {
     if (loss.chunk_rows > 0) return std::min(loss.chunk_rows, std::max<int64_t>(n_, 1));
     // 8 MB of f32 logits on the CPU (cache-sized); 1 GB on a GPU, where a chunk is three GEMMs
-    // against the whole head and a host round trip for its losses: a few thousand rows keep the
-    // GEMMs compute-bound and the round trips few.
+    // against the whole head: a few thousand rows keep them compute-bound.
     const int64_t chunk_elems = be_.device() == Device::cpu ? int64_t(2) << 20 : int64_t(256) << 20;
     return std::clamp<int64_t>(chunk_elems / cfg_.vocab_size, 16, std::max<int64_t>(n_, 16));
   }
@@ -337,7 +337,10 @@ class DecoderTrainModel final : public TrainModel {
       dgate_up_ = take({N, 2 * F}, adt);
       dact_ = take({N, F}, adt);
       logits_ = take({chunk, V}, DType::f32);
-      losses_ = take({chunk}, DType::f32);
+      // Mixed precision: the loss writes its gradient in the compute dtype, as the head's backward
+      // GEMM reads it (no conversion pass over the f32 logits); otherwise over the logits.
+      if (separate_dlogits()) dlogits_ = take({chunk, V}, adt);
+      losses_ = take({N}, DType::f32);
       ids_ = take({N}, DType::i32);
       targets_ = take({N}, DType::i32);
       positions_ = take({N}, DType::i32);
@@ -406,7 +409,8 @@ class DecoderTrainModel final : public TrainModel {
   }
 
   // Cross-entropy over the final hidden rows, chunk by chunk: logits = hf Whead^T, loss, and with
-  // backward the chunk's dhf (into dh_) and the head's gradient. Then, with backward, the rest of
+  // backward the chunk's dhf (into dh_) and the head's gradient (the logits buffer is reused by the
+  // next chunk: the stream orders it). Then, with backward, the rest of
   // the model's backward. Returns the mean loss over the batch's targets.
   Result<float> loss_and_head(const TrainBatch& batch, float scale, const LossOptions& opt, bool backward) {
     const int64_t N = n_, targets = batch.num_targets();
@@ -414,24 +418,25 @@ class DecoderTrainModel final : public TrainModel {
     const float grad_scale = targets > 0 ? scale / float(targets) : 0.0f;
     const Tensor& w_head = head(value_globals_);
     Tensor d_head = head(grad_globals_);
-    std::vector<float> chunk_losses(static_cast<size_t>(rows));
-    double total = 0.0;
     if (backward) grads_ready_from(num_values_);
     for (int64_t r0 = 0; r0 < N; r0 += rows) {
       const int64_t r1 = std::min(N, r0 + rows);
-      const Tensor z = logits_.rows(0, r1 - r0), ls = losses_.rows(0, r1 - r0);
+      const Tensor z = logits_.rows(0, r1 - r0), ls = losses_.rows(r0, r1);
+      const Tensor dz = separate_dlogits() ? dlogits_.rows(0, r1 - r0) : z;
       be_.linear(final_h_.rows(r0, r1), w_head, nullptr, z);
-      be_.cross_entropy(z, targets_.rows(r0, r1), opt.label_smoothing, grad_scale, ls);
+      be_.cross_entropy(z, targets_.rows(r0, r1), opt.label_smoothing, grad_scale, ls, dz);
       if (backward) {
         const Tensor dh = dh_.rows(r0, r1);
-        be_.linear_backward(z, final_h_.rows(r0, r1), w_head, &dh, d_head, nullptr);
+        be_.linear_backward(dz, final_h_.rows(r0, r1), w_head, &dh, d_head, nullptr);
       }
-      be_.synchronize();
-      be_.download(chunk_losses.data(), ls);
-      for (int64_t i = 0; i < r1 - r0; ++i) total += double(chunk_losses[size_t(i)]);
     }
     if (backward) backward_body();
+    // The losses of every row, read once at the end (no host round trip between the chunks).
     be_.synchronize();
+    std::vector<float> row_losses(static_cast<size_t>(N));
+    be_.download(row_losses.data(), losses_);
+    double total = 0.0;
+    for (const float l : row_losses) total += double(l);
     return targets > 0 ? float(total / double(targets)) : 0.0f;
   }
 
@@ -495,7 +500,7 @@ class DecoderTrainModel final : public TrainModel {
   std::vector<LayerActs> acts_;
   Tensor final_x_, final_h_, final_rstd_, tmp_;
   Tensor dres_, dh_, dqkv_, dattn_, dgate_up_, dact_;
-  Tensor logits_, losses_;
+  Tensor logits_, dlogits_, losses_;
   Tensor ids_, targets_, positions_, kv_begin_;
   std::vector<int32_t> kv_begin_host_;
 };

@@ -272,21 +272,32 @@ TEST_CASE("cuda attention_train and its backward match the cpu's (GQA, packed do
   check_attention(*p, rng, 2, 1, 96);
 }
 
-TEST_CASE("cuda cross_entropy matches the cpu's (label smoothing, ignored rows)", "[gpu]") {
+TEST_CASE("cuda cross_entropy matches the cpu's (label smoothing, ignored rows; dz in place or bf16 apart)",
+          "[gpu]") {
   auto p = backends();
   if (!p) return;
   Rng rng(fresh_seed());
-  const int64_t R = rng.randint(1, 80), V = rng.randint(2, 5000);
-  std::vector<int32_t> y(static_cast<size_t>(R));
-  for (auto& t : y) t = rng.randint(0, 5) == 0 ? Backend::kIgnoreIndex : rng.randint(0, int(V) - 1);
-  for (float e : {0.0f, 0.1f}) {
-    Both z = both(*p, rng.vec(size_t(R * V), 8.0f), {R, V}, DType::f32);
-    Both t = both_i32(*p, y, {R});
-    Both loss = both(*p, std::vector<float>(size_t(R), -1.0f), {R}, DType::f32);
-    p->cpu->cross_entropy(z.cpu.t, t.cpu.t, e, 0.37f, loss.cpu.t);
-    p->gpu->cross_entropy(z.gpu.t, t.gpu.t, e, 0.37f, loss.gpu.t);
-    same(*p, loss, kF32Op, "cross_entropy losses");
-    same(*p, z, kF32Op, "cross_entropy dz");
+  const int64_t R = rng.randint(1, 80);
+  // A multiple of 4 wide (16-byte loads) and any width.
+  for (const int64_t V : {4 * rng.randint(1, 2000), rng.randint(2, 5000)}) {
+    INFO("R " << R << " V " << V);
+    std::vector<int32_t> y(static_cast<size_t>(R));
+    for (auto& t : y) t = rng.randint(0, 5) == 0 ? Backend::kIgnoreIndex : rng.randint(0, int(V) - 1);
+    for (float e : {0.0f, 0.1f}) {
+      Both z = both(*p, rng.vec(size_t(R * V), 8.0f), {R, V}, DType::f32);
+      Both t = both_i32(*p, y, {R});
+      Both loss = both(*p, std::vector<float>(size_t(R), -1.0f), {R}, DType::f32);
+      // bf16 dz apart from the logits on the GPU (what the model's head backward reads), f32 on the cpu.
+      Both dz = both(*p, std::vector<float>(size_t(R * V), 0.0f), {R, V});
+      p->cpu->cross_entropy(z.cpu.t, t.cpu.t, e, 0.37f, loss.cpu.t, dz.cpu.t);
+      p->gpu->cross_entropy(z.gpu.t, t.gpu.t, e, 0.37f, loss.gpu.t, dz.gpu.t);
+      same(*p, loss, kF32Op, "cross_entropy losses (dz apart)");
+      same(*p, dz, kBf16Out, "cross_entropy bf16 dz");
+      p->cpu->cross_entropy(z.cpu.t, t.cpu.t, e, 0.37f, loss.cpu.t, z.cpu.t);
+      p->gpu->cross_entropy(z.gpu.t, t.gpu.t, e, 0.37f, loss.gpu.t, z.gpu.t);
+      same(*p, loss, kF32Op, "cross_entropy losses");
+      same(*p, z, kF32Op, "cross_entropy dz in place");
+    }
   }
 }
 

@@ -107,9 +107,9 @@ class CpuBackend final : public Backend {
                                 Tensor dq, Tensor dk, Tensor dv) override {
     cpu::attention_train_backward(dout, q, k, v, kv_begin, out, lse, scale, dq, dk, dv);
   }
-  void cross_entropy(Tensor logits, const Tensor& targets, float label_smoothing, float grad_scale,
-                     Tensor losses) override {
-    cpu::cross_entropy(logits, targets, label_smoothing, grad_scale, losses);
+  void cross_entropy(const Tensor& logits, const Tensor& targets, float label_smoothing, float grad_scale,
+                     Tensor losses, Tensor dlogits) override {
+    cpu::cross_entropy(logits, targets, label_smoothing, grad_scale, losses, dlogits);
   }
   void zero(Tensor x) override {
     if (x.nbytes()) std::memset(x.data, 0, x.nbytes());
