@@ -305,7 +305,7 @@ TEST_CASE("cuda adamw and sum_squares match the cpu's", "[gpu]") {
   auto p = backends();
   if (!p) return;
   Rng rng(fresh_seed());
-  const int64_t n = rng.randint(1, 300000), n2 = rng.randint(1, 1000);
+  const int64_t n = rng.randint(2, 300000), n2 = rng.randint(1, 1000);
   Both pv = both(*p, rng.vec(size_t(n)), {n}, DType::f32);
   Both g = both(*p, rng.vec(size_t(n)), {n}, DType::f32);
   Both m = both(*p, rng.vec(size_t(n), 0.1f), {n}, DType::f32);
@@ -322,6 +322,14 @@ TEST_CASE("cuda adamw and sum_squares match the cpu's", "[gpu]") {
   same(*p, pv, kF32Op, "adamw p");
   same(*p, m, kF32Op, "adamw m");
   same(*p, v, kF32Op, "adamw v");
+  // Again on the tensors from their second element (not 16-byte aligned: one element per access).
+  auto tail = [&](const DeviceTensor& d) { return Tensor(offset(d.t, 1), DType::f32, {n - 1}, d.t.device); };
+  s.t = 8;
+  p->cpu->adamw(tail(pv.cpu), tail(g.cpu), tail(m.cpu), tail(v.cpu), s);
+  p->gpu->adamw(tail(pv.gpu), tail(g.gpu), tail(m.gpu), tail(v.gpu), s);
+  same(*p, pv, kF32Op, "adamw p (unaligned)");
+  same(*p, m, kF32Op, "adamw m (unaligned)");
+  same(*p, v, kF32Op, "adamw v (unaligned)");
   Both g2 = both(*p, rng.vec(size_t(n2)), {n2}, DType::f32);
   const double want = p->cpu->sum_squares({g.cpu.t, g2.cpu.t});
   const double got = p->gpu->sum_squares({g.gpu.t, g2.gpu.t});
