@@ -376,8 +376,7 @@ class DecoderTrainModel final : public TrainModel {
         be_.rms_norm_train(head_view(a.qkv, 0, nh, hd), w.q_norm, eps, q, a.rstd_q);
         be_.rms_norm_train(head_view(a.qkv, qd, nkv, hd), w.k_norm, eps, k, a.rstd_k);
       }
-      be_.rope(q, positions_, cos_sin_);
-      be_.rope(k, positions_, cos_sin_);
+      be_.rope(qk_heads(cfg_.qk_norm ? a.qk : a.qkv), positions_, cos_sin_);
       be_.attention_train(q, k, head_view(a.qkv, qd + kvd, nkv, hd), kv_begin_, scale,
                           head_view(a.attn, 0, nh, hd), a.lse);
       linear_residual(a.attn, w.o, cfg_.o_proj_bias ? &w.o_bias : nullptr, a.x, a.x_mid);
@@ -399,6 +398,12 @@ class DecoderTrainModel final : public TrainModel {
       be_.linear(x, w, bias, tmp_);
       be_.add(residual, tmp_, out);
     }
+  }
+
+  // The q and k heads of a [N, q | k | ...] buffer as one [N, heads + kv_heads, head_dim] view: q's
+  // heads end where k's begin, so one rope call rotates both.
+  Tensor qk_heads(const Tensor& buf) const {
+    return head_view(buf, 0, cfg_.num_heads + cfg_.num_kv_heads, cfg_.head_dim);
   }
 
   // The q and k attention reads: the normed copies (Qwen3) or the projections themselves.
@@ -467,8 +472,7 @@ class DecoderTrainModel final : public TrainModel {
       be_.attention_train_backward(head_view(dattn_, 0, nh, hd), q, k, head_view(a.qkv, qd + kvd, nkv, hd),
                                    kv_begin_, head_view(a.attn, 0, nh, hd), a.lse, scale, dq, dk,
                                    head_view(dqkv_, qd + kvd, nkv, hd));
-      be_.rope_backward(dq, positions_, cos_sin_);
-      be_.rope_backward(dk, positions_, cos_sin_);
+      be_.rope_backward(qk_heads(dqkv_), positions_, cos_sin_);
       if (cfg_.qk_norm) {  // in place: d(normed q) -> d(projected q)
         be_.rms_norm_backward(dq, head_view(a.qkv, 0, nh, hd), w.q_norm, a.rstd_q, dq, dw.q_norm, false);
         be_.rms_norm_backward(dk, head_view(a.qkv, qd, nkv, hd), w.k_norm, a.rstd_k, dk, dw.k_norm, false);
