@@ -44,11 +44,20 @@ namespace {
 
 static_assert(kIgnore == Backend::kIgnoreIndex, "the batch's ignore index is the cross_entropy op's");
 
-// ASTRAI_TRAIN_FUSE=0 runs the unfused op sequences the fused training ops stand for, so that one
-// binary measures both (bench train); anything else, or unset, fuses.
-bool fusion_enabled() {
+// Which fusions the training step uses; ASTRAI_TRAIN_FUSE turns them off for A/B benchmarks (one
+// binary measures both): 0 runs the op sequences they stand for, "residual" or "dlogits" keeps only
+// that one; anything else, or unset, fuses both.
+struct Fusions {
+  bool residual = true;  // linear_residual, else linear then add
+  bool dlogits = true;   // cross_entropy writes a compute-dtype gradient apart from the f32 logits
+};
+Fusions fusions_from_env() {
   const char* e = std::getenv("ASTRAI_TRAIN_FUSE");
-  return !(e && std::string(e) == "0");
+  const std::string v = e ? e : "";
+  if (v == "0") return {false, false};
+  if (v == "residual") return {true, false};
+  if (v == "dlogits") return {false, true};
+  return {};
 }
 
 // The tensors of one layer, as views into the parameter (or gradient) buffer.
@@ -71,7 +80,7 @@ struct LayerActs {
 
 class DecoderTrainModel final : public TrainModel {
  public:
-  DecoderTrainModel(const ModelConfig& c, Backend& be) : cfg_(c), be_(be), fuse_(fusion_enabled()) {}
+  DecoderTrainModel(const ModelConfig& c, Backend& be) : cfg_(c), be_(be), fuse_(fusions_from_env()) {}
 
   Status init(const WeightStore& store) {
     // Every tensor present with its shape and a float dtype; the values are read by name below.
@@ -170,7 +179,7 @@ class DecoderTrainModel final : public TrainModel {
   };
 
   bool mixed() const { return adt_ != DType::f32; }
-  bool separate_dlogits() const { return mixed() && fuse_; }
+  bool separate_dlogits() const { return mixed() && fuse_.dlogits; }
 
   static Tensor view(const Buffer& buf, DType dt, int64_t offset, const std::vector<int64_t>& shape) {
     Tensor t = buf.as(dt, {1});
@@ -388,11 +397,11 @@ class DecoderTrainModel final : public TrainModel {
     be_.rms_norm_train(final_x_, g.final_norm, eps, final_h_, final_rstd_);
   }
 
-  // out = residual + x w^T (+ b): the fused op, or with ASTRAI_TRAIN_FUSE=0 the linear and add it
-  // stands for (an A/B switch for benchmarks; the two differ only in bf16 rounding).
+  // out = residual + x w^T (+ b): the fused op, or (fusions_from_env) the linear and add it stands
+  // for (the two differ only in bf16 rounding).
   void linear_residual(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& residual,
                        Tensor out) {
-    if (fuse_) {
+    if (fuse_.residual) {
       be_.linear_residual(x, w, bias, residual, out);
     } else {
       be_.linear(x, w, bias, tmp_);
@@ -487,7 +496,7 @@ class DecoderTrainModel final : public TrainModel {
 
   ModelConfig cfg_;
   Backend& be_;
-  bool fuse_;  // the fused ops (fusion_enabled())
+  Fusions fuse_;
   Buffer values_, grads_, compute_, rope_buf_, acts_buf_;
   DType adt_ = DType::f32;  // the backend's compute dtype: activations and the weights the ops read
   int64_t num_values_ = 0;
