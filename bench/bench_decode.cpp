@@ -20,10 +20,10 @@
 #include <cstdio>
 #include <memory>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "src/backend/backend.h"
 #include "src/cli/commands.h"
 #include "src/core/json_writer.h"
@@ -48,29 +48,6 @@ struct DecodeBenchOptions {
   int tp = 1;
 };
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-std::vector<int> parse_batches(const std::string& s) {
-  std::vector<int> out;
-  std::stringstream ss(s);
-  std::string part;
-  while (std::getline(ss, part, ',')) {
-    int v = 0;
-    try {
-      v = std::stoi(part);
-    } catch (const std::exception&) {
-      v = 0;
-    }
-    if (v < 1) throw Error(invalid_argument("--batch: '" + part + "' is not a positive integer"));
-    out.push_back(v);
-  }
-  if (out.empty()) throw Error(invalid_argument("--batch needs at least one size"));
-  return out;
-}
-
 // Best of 3 timed reads of every weight byte (f32 sum, OpenMP over each tensor), in seconds.
 double time_weight_read(const Model& model) {
   std::vector<Tensor> weights;
@@ -78,7 +55,7 @@ double time_weight_read(const Model& model) {
   double best = 1e30;
   volatile float sink = 0;
   for (int rep = 0; rep < 3; ++rep) {
-    const auto t0 = Clock::now();
+    const auto t0 = BenchClock::now();
     float total = 0;
     for (const Tensor& t : weights) {
       const float* p = t.ptr<float>();
@@ -155,7 +132,7 @@ BatchResult run_batch(Model& model, int B, int prompt_len, int steps, uint64_t s
   std::vector<int32_t> out(size_t(B) * sample_out_words(0));
   // Greedy next token of each sequence from the step's logits (one row per sequence).
   auto step = [&](const std::vector<int>& which) {
-    const auto f0 = Clock::now();
+    const auto f0 = BenchClock::now();
     Tensor lt = model.forward(batch.finish(), kv).value();
     be.synchronize();
     forward_s += seconds_since(f0);
@@ -182,7 +159,7 @@ BatchResult run_batch(Model& model, int B, int prompt_len, int steps, uint64_t s
 
   BatchResult res;
   res.batch = B;
-  auto t0 = Clock::now();
+  auto t0 = BenchClock::now();
   for (int s = 0; s < B;) {  // prefill: whole prompts, packed up to the token budget
     batch.clear();
     std::vector<int> which;
@@ -199,7 +176,7 @@ BatchResult run_batch(Model& model, int B, int prompt_len, int steps, uint64_t s
   std::vector<int> all(static_cast<size_t>(B));
   for (int s = 0; s < B; ++s) all[size_t(s)] = s;
   forward_s = 0;
-  t0 = Clock::now();
+  t0 = BenchClock::now();
   for (int i = 0; i < steps; ++i) {
     batch.clear();
     for (int s = 0; s < B; ++s) add(s, prompt_len + i, prompt_len + i + 1);
@@ -213,17 +190,11 @@ BatchResult run_batch(Model& model, int B, int prompt_len, int steps, uint64_t s
 
 void run(const DecodeBenchOptions& o) {
   apply_common_options(o.common);
-  if (o.model.empty() == o.preset.empty())
-    throw Error(invalid_argument("give exactly one of --model or --preset"));
   if (o.prompt_len < 1 || o.tokens < 1)
     throw Error(invalid_argument("--prompt-len and --tokens must be positive"));
-  const std::vector<int> batches = parse_batches(o.batches);
-  const std::string device = o.common.device == "cuda" || o.common.device == "cpu" ? o.common.device
-                             : has_backend_factory(Device::cuda)                   ? "cuda"
-                                                                                   : "cpu";
+  const std::vector<int> batches = parse_int_list(o.batches, "--batch");
   const std::string name = o.model.empty() ? o.preset : o.model;
-  const std::filesystem::path dir = resolve_model_dir(name, o.seed).value();
-  LoadedModel lm = load_model(dir, device, o.tp, o.common.threads).value();
+  LoadedModel lm = load_bench_model(o.common, o.model, o.preset, o.seed, o.tp);
   const std::unique_ptr<Backend>& backend = lm.backend;
   const std::unique_ptr<Model>& model = lm.model;
   const ModelConfig& cfg = model->config();

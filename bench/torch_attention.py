@@ -3,7 +3,11 @@ forward and backward in bf16 on the same shapes (8 sequences of 2,048 tokens, 32
 head_dim 64 and 128), CUDA events, median of the repetitions, TFLOP/s with the same FLOP count
 (causal half: forward 4 * pairs * D * H, backward 2.5 times that).
 
-    python3 bench/torch_attention.py [--reps 10]
+With --prefill, the reference for bench/prefill_attention_bench.cu instead: the causal forward of one
+sequence of 1k, 8k and 32k tokens at 32 heads, 8 KV heads, head_dim 128 and 64 (contiguous K/V: SDPA
+has no paged cache, so this is the bound a paged kernel aims at).
+
+    python3 bench/torch_attention.py [--reps 10] [--prefill]
 """
 import argparse
 
@@ -40,10 +44,34 @@ def kernel_names(fn, top=3):
         return [f"(profiler: {e})"]
 
 
+def prefill(reps):
+    heads, kv_heads = 32, 8
+    for d in (128, 64):
+        for seq in (1024, 8192, 32768):
+            fwd_flop = 4 * seq * (seq + 1) / 2 * d * heads
+            q = torch.randn(1, heads, seq, d, device="cuda", dtype=torch.bfloat16)
+            k = torch.randn(1, kv_heads, seq, d, device="cuda", dtype=torch.bfloat16)
+            v = torch.randn(1, kv_heads, seq, d, device="cuda", dtype=torch.bfloat16)
+
+            def fwd():
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+            with torch.no_grad():
+                f = median_ms(fwd, reps)
+                names = kernel_names(fwd, top=1)
+            print(f"torch sdpa prefill d {d} n {seq:6d}: {f:8.3f} ms {fwd_flop / f * 1e-9:6.1f} TFLOP/s  "
+                  f"({names[0][:70]})")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--prefill", action="store_true")
     args = ap.parse_args()
+    if args.prefill:
+        print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}")
+        prefill(args.reps)
+        return
     batch, seq, heads, kv_heads = 8, 2048, 32, 8
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}")
     for d in (64, 128):

@@ -30,20 +30,16 @@
 #include <thread>
 #include <vector>
 
+#include "bench/cuda_bench_util.cuh"
 #include "gpu/train_attention_mma.cuh"
-
-#define CK(call)                                                                                 \
-  do {                                                                                           \
-    cudaError_t e_ = (call);                                                                     \
-    if (e_ != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
 
 namespace am = astrai::gpu::attention_mma;
 using astrai::Rows;
 using bf16 = __nv_bfloat16;
+using astrai::bench::bf;
+using astrai::bench::download_bf16;
+using astrai::bench::median_ms;
+using astrai::bench::rel_err;
 
 namespace {
 
@@ -143,10 +139,6 @@ Variants variants() {
 }
 
 // ---- data ----------------------------------------------------------------------------------------
-
-float bf(float x) {
-  return __bfloat162float(__float2bfloat16_rn(x));
-}
 
 struct Shape {
   int64_t n;
@@ -332,27 +324,6 @@ struct Device {
   }
 };
 
-std::vector<float> download_bf16(const bf16* p, size_t count) {
-  std::vector<bf16> tmp(count);
-  CK(cudaMemcpy(tmp.data(), p, count * 2, cudaMemcpyDeviceToHost));
-  std::vector<float> r(count);
-  for (size_t i = 0; i < count; ++i) r[i] = __bfloat162float(tmp[i]);
-  return r;
-}
-
-// ||a - ref|| / ||ref|| over the elements where pick(i); NaN anywhere reads as an error of inf.
-template <typename Pick>
-double rel_err(const std::vector<float>& a, const std::vector<double>& ref, Pick pick) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!pick(i)) continue;
-    if (!std::isfinite(a[i])) return INFINITY;
-    num += (a[i] - ref[i]) * (a[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
-}
-
 bool check(const Shape& s, const Kernels& kn, const Problem& p, const Reference& ref) {
   Device dev(s, &p.qkv, &p.dout, p.kvb, p.scale);
   const size_t no = size_t(s.n * s.heads * s.d), nqkv = size_t(s.n * dev.ld);
@@ -400,28 +371,6 @@ std::string describe(const Shape& s) {
 }
 
 // ---- timing --------------------------------------------------------------------------------------
-
-template <typename F>
-double median_ms(F f, int reps) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  f();  // warm-up
-  std::vector<float> ms;
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(a));
-    f();
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    float t = 0;
-    CK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
 
 void time_shape(const Shape& s, const Variants& vs, int reps) {
   std::vector<int32_t> kvb = kv_begin_of(s);

@@ -24,6 +24,7 @@
 // kMaxHeadDim (shared memory grows with it).
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <type_traits>
@@ -41,6 +42,7 @@ constexpr int kTileRows = 16, kTileKeys = 32, kRowsPerWarp = kTileRows / kWarps;
 constexpr int64_t kMaxHeadDim = 512;
 constexpr int64_t kMinKeysPerSplit = 32;  // one key tile
 constexpr int kMaxSplits = 64;
+constexpr int kMmaMinQueries = 16;  // max_q_len from which paged_attention_mma takes the step
 
 template <typename T>
 __global__ void kv_store_kernel(Rows k, Rows v, const int32_t* __restrict__ slots, int64_t kvh, int64_t d,
@@ -292,6 +294,165 @@ __global__ void __launch_bounds__(kCombineThreads) combine_splits_kernel(AttnPar
   }
 }
 
+// Decode (one query per sequence, bf16, head_dim 64 or 128, GQA group 1, 2, 4 or 8): a block of
+// kDecodeWarps warps per (KV head, sequence, split) computes the group's heads together, so each
+// K/V row is read once for all of them, straight from global memory into registers: no shared
+// memory staging and no barrier inside the key loop. A key row is D / 8 lanes wide (16-byte
+// loads, 8 dims a lane), so a warp takes 32 / (D / 8) keys at once and kDecodeUnroll such groups
+// per iteration, all loads issued before any is used. Each lane group keeps its own online-softmax
+// state (in the log2 domain: q is pre-scaled by scale * log2 e) over the keys it saw; lane groups
+// then merge through shuffles and the warps through shared memory, in a fixed order. With splits
+// the block writes its unnormalised state as the general kernel does (m in natural-log units) and
+// combine_splits_kernel merges; a split gets max(kDecodeMinKeys, its share rounded up to the keys
+// a block takes per iteration) keys, so short contexts use few splits whatever the grid's capacity.
+constexpr int kDecodeWarps = 4, kDecodeUnroll = 2;
+constexpr int64_t kDecodeMinKeys = 64;
+
+template <int D, int G>
+__global__ void __launch_bounds__(kDecodeWarps * 32)
+    decode_attention_kernel(AttnParams p, const bf16* __restrict__ k_cache,
+                            const bf16* __restrict__ v_cache) {
+  pdl_launch_dependents();  // the o projection's GEMV may start loading its weights
+  constexpr int kLanesPerKey = D / 8, kKeysPerWarp = 32 / kLanesPerKey;
+  constexpr int kKeysPerIter = kDecodeWarps * kKeysPerWarp * kDecodeUnroll;
+  __shared__ float ml_s[kDecodeWarps][G][2];
+  __shared__ float acc_s[kDecodeWarps][G][D];
+  const int kvh = blockIdx.x;
+  const int s = blockIdx.y / p.splits, split = blockIdx.y % p.splits;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int sub = lane / kLanesPerKey, part = lane % kLanesPerKey;
+  const int64_t q0 = p.q_start[s];
+  if (p.q_start[s + 1] - q0 != 1) return;  // a padded row of a graph bucket (or no query)
+  const int64_t kv_len = p.kv_len[s];
+  int64_t chunk = (kv_len + p.splits - 1) / p.splits;
+  chunk = max(kDecodeMinKeys, (chunk + kKeysPerIter - 1) / kKeysPerIter * kKeysPerIter);
+  const int64_t j0 = split * chunk, j1 = min(kv_len, j0 + chunk);
+  const int64_t row0 = q0 * p.heads + int64_t(kvh) * G;  // the group's first output row
+  if (j0 >= j1) {  // past this sequence's keys: the empty state for the combine
+    for (int e = threadIdx.x; e < G * D; e += blockDim.x) {
+      const int64_t part_row = (row0 + e / D) * p.splits + split;
+      p.part_acc[part_row * D + e % D] = 0.0f;
+      if (e % D == 0) {
+        p.part_ml[2 * part_row] = -INFINITY;
+        p.part_ml[2 * part_row + 1] = 0.0f;
+      }
+    }
+    return;
+  }
+  const float qscale = p.scale * 1.4426950408889634f;  // log2 e
+  float q[G][8];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    unpack8(*reinterpret_cast<const uint4*>(p.q.row<bf16>(row0 + g) + part * 8), q[g]);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) q[g][i] *= qscale;
+  }
+  float m[G], l[G], acc[G][8];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[g][i] = 0.0f;
+  }
+  const int32_t* pages = p.page_table + int64_t(s) * p.max_pages;
+  // The loop bounds are uniform over the block (shuffles below need the whole warp).
+  for (int64_t base = j0; base < j1; base += kKeysPerIter) {
+    uint4 kr[kDecodeUnroll], vr[kDecodeUnroll];
+    bool ok[kDecodeUnroll];
+#pragma unroll
+    for (int u = 0; u < kDecodeUnroll; ++u) {
+      const int64_t key = base + (u * kDecodeWarps + warp) * kKeysPerWarp + sub;
+      ok[u] = false;
+      if (key < j1) {
+        const int64_t pg = key / p.page_size;
+        const int32_t page = pg < p.max_pages ? pages[pg] : -1;
+        if (page >= 0 && page < p.n_pages) {  // validated by the model; never read outside the cache
+          const int64_t off =
+              ((int64_t(page) * p.page_size + key % p.page_size) * p.kv_heads + kvh) * D + part * 8;
+          kr[u] = *reinterpret_cast<const uint4*>(k_cache + off);
+          vr[u] = *reinterpret_cast<const uint4*>(v_cache + off);
+          ok[u] = true;
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kDecodeUnroll; ++u) {
+      float kf[8], vf[8];
+      unpack8(kr[u], kf);
+      unpack8(vr[u], vf);
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        float d = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) d += q[g][i] * kf[i];
+#pragma unroll
+        for (int o = kLanesPerKey / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+        if (!ok[u]) continue;  // a key past the split (or an invalid page): not seen
+        const float m_new = fmaxf(m[g], d);
+        const float corr = exp2f(m[g] - m_new);  // m = -inf at first: 0
+        const float pj = exp2f(d - m_new);
+        l[g] = l[g] * corr + pj;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[g][i] = acc[g][i] * corr + pj * vf[i];
+        m[g] = m_new;
+      }
+    }
+  }
+  // Merge the lane groups of the warp (same dims, different keys), then the warps.
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+#pragma unroll
+    for (int o = kLanesPerKey; o < 32; o <<= 1) {
+      const float m_o = __shfl_xor_sync(0xffffffffu, m[g], o);
+      const float l_o = __shfl_xor_sync(0xffffffffu, l[g], o);
+      const float m_new = fmaxf(m[g], m_o);
+      const float a = m_new == -INFINITY ? 0.0f : exp2f(m[g] - m_new);
+      const float b = m_new == -INFINITY ? 0.0f : exp2f(m_o - m_new);
+      l[g] = l[g] * a + l_o * b;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float acc_o = __shfl_xor_sync(0xffffffffu, acc[g][i], o);
+        acc[g][i] = acc[g][i] * a + acc_o * b;
+      }
+      m[g] = m_new;
+    }
+    if (sub == 0) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc_s[warp][g][part * 8 + i] = acc[g][i];
+      if (part == 0) {
+        ml_s[warp][g][0] = m[g];
+        ml_s[warp][g][1] = l[g];
+      }
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < G * D; e += blockDim.x) {
+    const int g = e / D, i = e % D;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) M = fmaxf(M, ml_s[w][g][0]);
+    float L = 0.0f, A = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) {
+      const float c = M == -INFINITY ? 0.0f : exp2f(ml_s[w][g][0] - M);
+      L += ml_s[w][g][1] * c;
+      A += acc_s[w][g][i] * c;
+    }
+    const int64_t row = row0 + g;
+    if (p.splits == 1) {
+      p.out.row<bf16>(row)[i] = from_f32<bf16>(L > 0.0f ? A / L : __int_as_float(0x7fc00000));
+    } else {
+      const int64_t part_row = row * p.splits + split;
+      p.part_acc[part_row * D + i] = A;
+      if (i == 0) {
+        p.part_ml[2 * part_row] = M * 0.6931471805599453f;  // log2 units to natural (ln 2)
+        p.part_ml[2 * part_row + 1] = L;
+      }
+    }
+  }
+}
+
 size_t smem_bytes(int64_t D) {
   return size_t(2 * kTileRows * D + kTileKeys * (D + 1) + kTileKeys * D + kWarps * kTileKeys) *
              sizeof(float) +
@@ -349,6 +510,29 @@ void launch(cudaStream_t stream, const AttnParams& p, unsigned tiles, int64_t S,
   const dim3 grid2{unsigned(T_rows), unsigned(p.heads), 1};
   combine_splits_kernel<T><<<grid2, kCombineThreads, 0, stream>>>(p);
   ASTRAI_CUDA_LAUNCH_CHECK(combine_splits_kernel);
+}
+
+// The decode kernel for this head_dim and group, or nullptr (the general kernel runs).
+using DecodeKernel = void (*)(AttnParams, const bf16*, const bf16*);
+template <int D>
+DecodeKernel decode_kernel_for(int64_t group) {
+  switch (group) {
+    case 1: return decode_attention_kernel<D, 1>;
+    case 2: return decode_attention_kernel<D, 2>;
+    case 4: return decode_attention_kernel<D, 4>;
+    case 8: return decode_attention_kernel<D, 8>;
+    default: return nullptr;
+  }
+}
+
+DecodeKernel decode_kernel_for(int64_t D, int64_t group) {
+  // ASTRAI_DECODE_ATTENTION=general: every step through the general kernel (for A/B timing).
+  static const bool off = [] {
+    const char* e = std::getenv("ASTRAI_DECODE_ATTENTION");
+    return e != nullptr && std::string(e) == "general";
+  }();
+  if (off) return nullptr;
+  return D == 64 ? decode_kernel_for<64>(group) : D == 128 ? decode_kernel_for<128>(group) : nullptr;
 }
 
 void check_cache(const Tensor& c, const char* op, const char* name, DType dt) {
@@ -413,6 +597,11 @@ void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache
   ASTRAI_GPU_CHECK(H <= 65535 && S <= 65535, "paged_attention: more than 65535 heads or sequences");
   if (T == 0 || H == 0) return;
   ASTRAI_GPU_CHECK(S >= 1, "paged_attention: tokens but no sequences");
+  // Prefill and extend steps whose sequences bring many queries run on tensor cores
+  // (paged_attention_mma.cu); decode and short extends stay here, where split-KV fills the GPU.
+  if (batch.max_q_len >= kMmaMinQueries &&
+      paged_attention_mma(stream, q, k_cache, v_cache, batch, scale, out, sm_count()))
+    return;
   AttnParams p;
   p.q = rows_of(q, "paged_attention");
   p.out = rows_of(out, "paged_attention");
@@ -431,6 +620,32 @@ void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache
   const int64_t max_q = std::max(1, batch.max_q_len);
   // Short query runs (decode): the heads of a GQA group share a tile and its K/V loads; prefill:
   // kTileRows query rows of one head.
+  p.part_acc = p.part_ml = nullptr;
+  const DecodeKernel decode = q.dtype == DType::bf16 && batch.max_q_len == 1 && rows_aligned16(p.q) &&
+                                      rows_aligned16(rows_of(k_cache, "paged_attention"))
+                                  ? decode_kernel_for(D, p.group)
+                                  : nullptr;
+  if (decode != nullptr) {
+    // Enough blocks for about two per multiprocessor, each split at least kDecodeMinKeys keys.
+    const int64_t blocks = S * KVH, want = (2 * int64_t(sm_count()) + blocks - 1) / blocks;
+    const int64_t most = (batch.max_kv_len + kDecodeMinKeys - 1) / kDecodeMinKeys;
+    p.splits = int(std::clamp<int64_t>(std::min(want, most), 1, std::min<int64_t>(kMaxSplits, 65535 / S)));
+    p.heads_per_tile = int(p.group);
+    p.rows_per_tile = 1;
+    if (p.splits > 1) {
+      float* part = static_cast<float*>(scratch.ensure(size_t(T * H * p.splits * (D + 2)) * sizeof(float)));
+      p.part_acc = part;
+      p.part_ml = part + T * H * p.splits * D;
+    }
+    decode<<<dim3(unsigned(KVH), unsigned(S * p.splits)), kDecodeWarps * 32, 0, stream>>>(
+        p, k_cache.ptr<bf16>(), v_cache.ptr<bf16>());
+    ASTRAI_CUDA_LAUNCH_CHECK(decode_attention_kernel);
+    if (p.splits > 1) {
+      combine_splits_kernel<bf16><<<dim3{unsigned(T), unsigned(H), 1}, kCombineThreads, 0, stream>>>(p);
+      ASTRAI_CUDA_LAUNCH_CHECK(combine_splits_kernel);
+    }
+    return;
+  }
   p.heads_per_tile = 1;
   if (max_q < kTileRows / 2)
     for (int64_t d = std::min<int64_t>(p.group, kTileRows / max_q); d >= 1; --d)
@@ -442,7 +657,6 @@ void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache
   const unsigned tiles = unsigned((max_q + p.rows_per_tile - 1) / p.rows_per_tile);
   p.splits = choose_splits(int64_t(tiles) * (H / p.heads_per_tile) * S, batch.max_kv_len);
   if (S * p.splits > 65535) p.splits = int(std::max<int64_t>(1, 65535 / S));
-  p.part_acc = p.part_ml = nullptr;
   if (p.splits > 1) {
     float* part = static_cast<float*>(scratch.ensure(size_t(T * H * p.splits * (D + 2)) * sizeof(float)));
     p.part_acc = part;

@@ -46,6 +46,11 @@ void kv_store(cudaStream_t stream, const Tensor& k, const Tensor& v, const Tenso
 // scratch: the split-KV partial results (grown as needed).
 void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                      const AttentionBatch& batch, float scale, Tensor out, Scratch& scratch);
+// The tensor-core path of paged_attention for prefill/extend steps (paged_attention_mma.cu), on
+// arguments paged_attention has validated; false (nothing launched) where it does not apply.
+// sm_count: the device's multiprocessors (the tile size depends on how many blocks fill them).
+bool paged_attention_mma(cudaStream_t stream, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                         const AttentionBatch& batch, float scale, Tensor out, int sm_count);
 void gather_rows(cudaStream_t stream, const Tensor& x, const Tensor& rows, Tensor out);
 void convert(cudaStream_t stream, const Tensor& src, Tensor dst);
 // sample.cu: the draws; batch.workspace holds at least sample_workspace_bytes(R, V).

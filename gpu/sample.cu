@@ -37,6 +37,25 @@ __device__ __forceinline__ int level_width(int level) {
 // Below this (l - max) / T, exp underflows in f64 and the CPU drops the token (e == 0).
 constexpr float kMinExponent = -745.13f;
 
+// Visits every token of a row in a block: f(t, l[t]) for t = threadIdx.x, + kThreads, ..., in that
+// order, with kRowUnroll loads issued before the first visit, so a pass over the row is not one
+// device-memory latency per kThreads tokens (a block samples a row alone: at batch 1 each pass was
+// a chain of ~125 dependent loads per thread).
+constexpr int kRowUnroll = 8;
+
+template <class F>
+__device__ __forceinline__ void for_each_token(const float* l, int V, F&& f) {
+  int t = int(threadIdx.x);
+  for (; t + (kRowUnroll - 1) * kThreads < V; t += kRowUnroll * kThreads) {
+    float v[kRowUnroll];
+#pragma unroll
+    for (int u = 0; u < kRowUnroll; ++u) v[u] = l[t + u * kThreads];
+#pragma unroll
+    for (int u = 0; u < kRowUnroll; ++u) f(t + u * kThreads, v[u]);
+  }
+  for (; t < V; t += kThreads) f(t, l[t]);
+}
+
 // A float's order as an unsigned key (larger float, larger key; -inf lowest).
 __device__ __forceinline__ uint32_t order_key(float f) {
   const uint32_t u = __float_as_uint(f);
@@ -60,11 +79,11 @@ struct ProcessedRow {
   float max, temperature, bucket_scale;
   __device__ ProcessedRow(const float* l_, float max_, float t_)
       : l(l_), max(max_), temperature(t_), bucket_scale(float(kBins - 1) / (kBucketRange * t_)) {}
-  __device__ bool candidate(int t, uint32_t& key) const {
-    const float v = l[t];
+  __device__ bool candidate_value(float v, uint32_t& key) const {
     key = order_key(v);
     return (v - max) / temperature > kMinExponent;  // false for -inf and NaN
   }
+  __device__ bool candidate(int t, uint32_t& key) const { return candidate_value(l[t], key); }
   __device__ float mass_of(float v) const { return expf((v - max) / temperature); }
   __device__ int bucket(float v) const {
     const float x = (max - v) * bucket_scale;
@@ -77,11 +96,11 @@ struct RawRow {
   static constexpr bool kMass = false;
   const float* l;
   float max;
-  __device__ bool candidate(int t, uint32_t& key) const {
-    const float v = l[t];
+  __device__ bool candidate_value(float v, uint32_t& key) const {
     key = order_key(v);
     return v == v;
   }
+  __device__ bool candidate(int t, uint32_t& key) const { return candidate_value(l[t], key); }
   __device__ float mass_of(float) const { return 0.0f; }
   __device__ int bucket(float v) const {
     const float x = (max - v) * (float(kBins - 1) / kBucketRange);
@@ -168,13 +187,12 @@ __device__ Prefix select_prefix(const Row& row, int V, Select mode, int target_c
       sh.hist_mass[b] = 0;
     }
     __syncthreads();
-    for (int t = threadIdx.x; t < V; t += blockDim.x) {
+    for_each_token(row.l, V, [&](int, float v) {
       uint32_t key;
-      if (!row.candidate(t, key)) continue;
-      const float v = row.l[t];
+      if (!row.candidate_value(v, key)) return;
       int b = row.bucket(v);
       if (!linear) {
-        if (b != bucket || (key & prefix_mask) != prefix) continue;
+        if (b != bucket || (key & prefix_mask) != prefix) return;
         b = int((key >> shift) & uint32_t(nb - 1));
       }
       // Lanes of a warp that hit one bin add their count once (the tail bucket can hold most of a row).
@@ -184,7 +202,7 @@ __device__ Prefix select_prefix(const Row& row, int V, Select mode, int target_c
         const float e = row.mass_of(v);
         if (e > 0) atomicAdd(&sh.hist_mass[b], double(e));
       }
-    }
+    });
     __syncthreads();
     // Thread i holds the bins at positions 2i, 2i + 1 of the order: ascending buckets (larger logits
     // first), descending key digits.
@@ -333,8 +351,9 @@ __global__ void apply_edits(const SampleRowParams* __restrict__ rows, const Samp
 
 __device__ Best row_argmax(const float* l, int V, Shared& sh) {
   Best b{-INFINITY, INT_MAX};
-  for (int t = threadIdx.x; t < V; t += blockDim.x)
-    if (l[t] > b.v || (l[t] == b.v && t < b.i)) b = Best{l[t], t};
+  for_each_token(l, V, [&](int t, float v) {
+    if (v > b.v || (v == b.v && t < b.i)) b = Best{v, t};
+  });
   b = cub::BlockReduce<Best, kThreads>(sh.tmp.best).Reduce(b, BestOf());
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -349,17 +368,17 @@ __device__ Best row_argmax(const float* l, int V, Shared& sh) {
 __device__ int draw(const SampleRowParams& p, const float* l, int V, Best top, Shared& sh) {
   const ProcessedRow row{l, top.v, p.temperature};
   Counts c{0, 0, 0.0, 0.0};
-  for (int t = threadIdx.x; t < V; t += blockDim.x) {
+  for_each_token(l, V, [&](int, float v) {
     uint32_t key;
-    if (!row.candidate(t, key)) continue;
-    const float e = row.mass_of(l[t]);
+    if (!row.candidate_value(v, key)) return;
+    const float e = row.mass_of(v);
     c.n += 1;
     c.s += e;
     if (e >= p.min_p) {
       c.n_min_p += 1;
       c.s_min_p += e;
     }
-  }
+  });
   c = cub::BlockReduce<Counts, kThreads>(sh.tmp.counts).Reduce(c, CountsSum());
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -417,7 +436,7 @@ __global__ void __launch_bounds__(kThreads)
     const float* raw = logits + size_t(p.src_row) * V;
     const Best rmax = row_argmax(raw, V, sh);
     double z = 0;
-    for (int t = threadIdx.x; t < V; t += blockDim.x) z += double(expf(raw[t] - rmax.v));
+    for_each_token(raw, V, [&](int, float v) { z += double(expf(v - rmax.v)); });
     z = cub::BlockReduce<double, kThreads>(sh.tmp.sum).Sum(z);
     __syncthreads();
     if (threadIdx.x == 0) sh.sel_mass_before = double(rmax.v) + log(z);

@@ -1,6 +1,8 @@
 // The tensor-core kernels of attention_train and its backward (FlashAttention-2 layout), kept in a
 // header that needs nothing but CUDA and src/backend/rows.h, so that bench/train_attention_bench.cu
 // builds them on a machine with only nvcc. gpu/train_attention_mma.cu wraps them for the backend.
+// The forward also serves paged_attention's prefill and extend steps (gpu/paged_attention_mma.cu,
+// bench/prefill_attention_bench.cu): it is templated on how it addresses K/V (PackedKv, PagedKv).
 //
 // Every GEMM is mma.sync m16n8k16 (bf16 in, f32 accumulate) on fragments loaded with ldmatrix
 // (.trans where the operand is needed column-wise: V in the forward, K in dq, Q and dO in dk/dv).
@@ -265,48 +267,137 @@ __device__ __forceinline__ void next_stage(int it, int tiles, Load load) {
 }
 
 // ---- forward -------------------------------------------------------------------------------------
+// The forward kernel is templated on how it finds a block's queries and keys (FlashInfer's split
+// of one kernel by KV addressing): PackedKv for training (one run of tokens, K/V rows beside the
+// queries, documents cut by kv_begin), PagedKv for inference (ragged sequences whose K/V live in
+// the paged cache). Both see a block's sequence as a Span: query t (0-based) is q/out row
+// row0 + t at position pos0 + t, it sees the keys at positions [kv_begin_t, pos0 + t], and keys
+// exist at positions [0, n_kv). Training's span is {0, n, 0, n}, so its arithmetic is what it was.
+
+struct Span {
+  int64_t row0 = 0;  // q/out row of query 0
+  int64_t n_q = 0;   // queries
+  int64_t pos0 = 0;  // position of query 0 (the queries are the last n_q of the n_kv positions)
+  int64_t n_kv = 0;  // keys
+};
+
+// Training: K/V are [n, kv_heads, D] rows, key j at row j; query t starts at key kv_begin[t].
+struct PackedKv {
+  static constexpr bool kRowBegin = true;  // kv_begin varies by row (documents)
+  Rows k, v;
+  const int32_t* kv_begin;
+  int64_t n;
+
+  __device__ __forceinline__ Span span() const { return {0, n, 0, n}; }
+  // Grid (query tiles, heads): the longest rows of a head start first.
+  __device__ __forceinline__ int64_t query_tile() const { return gridDim.x - 1 - blockIdx.x; }
+  __device__ __forceinline__ int head() const { return blockIdx.y; }
+  __device__ __forceinline__ int row_begin(int64_t t) const { return kv_begin[t]; }
+  // Key rows [j0, j0 + kRows) of KV head kvh into kdst/vdst[kRows][kD + 8] (cp.async; zeros past n).
+  template <int kRows, int kD, int kThreads>
+  __device__ __forceinline__ void load(const Span&, int64_t j0, int kvh, bf16* kdst, bf16* vdst) const {
+    load_rows<kRows, kD, kThreads>(k, j0, kvh, n, kdst);
+    load_rows<kRows, kD, kThreads>(v, j0, kvh, n, vdst);
+  }
+};
+
+// Inference: sequence blockIdx.z has queries [q_start[s], q_start[s + 1]) at the end of its kv_len[s]
+// keys; key j sits in cache slot page_table[s][j / page_size] * page_size + j % page_size of a
+// [slots, kv_heads, D] cache. Keys past kv_len and pages outside the cache read as zeros (never
+// outside the cache; the model validates the table).
+struct PagedKv {
+  static constexpr bool kRowBegin = false;  // every query sees its sequence from position 0
+  const bf16* k_cache;
+  const bf16* v_cache;
+  const int32_t* q_start;
+  const int32_t* kv_len;
+  const int32_t* page_table;  // [num_seqs, max_pages]
+  int max_pages = 0, page_size = 1, kv_heads = 1;
+  int page_shift = -1;  // log2(page_size) when it is a power of two (a shift, not a division)
+  int64_t n_pages = 0;
+
+  __device__ __forceinline__ Span span() const {
+    const int s = blockIdx.z;
+    const int64_t r0 = q_start[s], n_q = q_start[s + 1] - r0, n_kv = kv_len[s];
+    return {r0, n_q, n_kv - n_q, n_kv};
+  }
+  // Grid (heads, query tiles, sequences): every head's longest rows start before any head's shorter
+  // ones (a long prompt's last blocks are its lightest, so the GPU drains evenly).
+  __device__ __forceinline__ int64_t query_tile() const { return gridDim.y - 1 - blockIdx.y; }
+  __device__ __forceinline__ int head() const { return blockIdx.x; }
+  __device__ __forceinline__ int row_begin(int64_t) const { return 0; }
+  // Each thread looks up the page of each key row it copies (the kVec threads of a row read the same
+  // entry: one broadcast load); slots and positions fit int (the cache has fewer than 2^31 slots).
+  template <int kRows, int kD, int kThreads>
+  __device__ __forceinline__ void load(const Span& sp, int64_t j0, int kvh, bf16* kdst, bf16* vdst) const {
+    constexpr int kVec = kD / 8, kTotal = kRows * kVec;
+    const int32_t* pages = page_table + int64_t(blockIdx.z) * max_pages;
+    const int64_t slot_stride = int64_t(kv_heads) * kD;
+#pragma unroll
+    for (int i = 0; i < (kTotal + kThreads - 1) / kThreads; ++i) {
+      const int e = int(threadIdx.x) + i * kThreads;
+      if (kTotal % kThreads != 0 && e >= kTotal) break;
+      const int r = e / kVec, c = (e % kVec) * 8;
+      const int j = int(j0) + r, pg = page_shift >= 0 ? j >> page_shift : j / page_size;
+      const int32_t page = j < sp.n_kv && pg < max_pages ? pages[pg] : -1;
+      const bool ok = page >= 0 && page < n_pages;
+      const int64_t off =
+          ok ? int64_t(page * page_size + (j - pg * page_size)) * slot_stride + kvh * kD + c : 0;
+      cp_async16(kdst + r * kPitch<kD> + c, k_cache + off, ok);
+      cp_async16(vdst + r * kPitch<kD> + c, v_cache + off, ok);
+    }
+  }
+};
 
 template <int kD, int kWarps, int kMb, int kT, int kStages>
 constexpr size_t forward_smem() {
   return size_t(16 * kMb * kWarps + 2 * kStages * kT) * kPitch<kD> * sizeof(bf16);
 }
 
-// Block: kWarps warps of 16 kMb query rows of head blockIdx.y; key tiles of kT in a ring of kStages
-// buffers (see the loop).
-template <int kD, int kWarps, int kMb, int kT, int kStages, int kMinBlocks>
+// Block: kWarps warps of 16 kMb query rows (tile kv.query_tile()) of head kv.head() of the span
+// kv.span(); key tiles of kT in a ring of kStages buffers (see the loop). lse may be null.
+template <int kD, int kWarps, int kMb, int kT, int kStages, int kMinBlocks, typename Kv>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
-    forward_kernel(Rows q, Rows k, Rows v, const int32_t* __restrict__ kv_begin, Geo g, Rows out,
-                   float* __restrict__ lse) {
+    forward_kernel(Rows q, Kv kv, Geo g, Rows out, float* __restrict__ lse) {
   constexpr int kWr = 16 * kMb, kRows = kWr * kWarps, kThreads = 32 * kWarps, kP = kPitch<kD>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* qs = reinterpret_cast<bf16*>(smem);
   bf16* ks = qs + kRows * kP;  // kStages buffers each
   bf16* vs = ks + kStages * kT * kP;
-  __shared__ int kv_lo, kv_hi;
-  const int h = blockIdx.y, kvh = h / g.group, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t q0 = int64_t(gridDim.x - 1 - blockIdx.x) * kRows;  // the longest rows start first
-  const int64_t q_end = min(q0 + kRows, g.n);
-  kv_range(kv_begin, q0, q_end, &kv_lo, &kv_hi);
+  const int h = kv.head(), kvh = h / g.group, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const Span sp = kv.span();
+  const int64_t q0 = kv.query_tile() * kRows;
+  if (q0 >= sp.n_q) return;  // a grid sized for the longest sequence of a ragged batch
+  const int64_t q_end = min(q0 + kRows, sp.n_q);
+  int kv_lo = 0, kv_hi = 0;
+  if constexpr (Kv::kRowBegin) {
+    __shared__ int lo_s, hi_s;
+    kv_range(kv.kv_begin, q0, q_end, &lo_s, &hi_s);
+    kv_lo = lo_s, kv_hi = hi_s;
+  }
   const int64_t j_first = int64_t(kv_lo / kT) * kT;  // aligned: the diagonal tiles line up with warps
-  const int tiles = q_end > j_first ? int((q_end - j_first + kT - 1) / kT) : 0;
+  const int64_t j_end = sp.pos0 + q_end;             // the last query's keys end here
+  const int tiles = j_end > j_first ? int((j_end - j_first + kT - 1) / kT) : 0;
   auto load_tile = [&](int it) {
     const int64_t j0 = j_first + int64_t(it) * kT;
-    load_rows<kT, kD, kThreads>(k, j0, kvh, g.n, ks + (it % kStages) * kT * kP);
-    load_rows<kT, kD, kThreads>(v, j0, kvh, g.n, vs + (it % kStages) * kT * kP);
+    kv.template load<kT, kD, kThreads>(sp, j0, kvh, ks + (it % kStages) * kT * kP,
+                                       vs + (it % kStages) * kT * kP);
   };
-  load_rows<kRows, kD, kThreads>(q, q0, h, g.n, qs);
+  load_rows<kRows, kD, kThreads>(q, sp.row0 + q0, h, sp.row0 + sp.n_q, qs);
   prologue<kStages>(tiles, load_tile);
 
   const int gr = lane / 4, qc = lane % 4;
-  const int64_t w0 = q0 + warp * kWr;  // the warp's first row
-  int t_row[kMb][2];                   // positions fit int: kv_begin is int32
+  const int64_t w0 = q0 + warp * kWr;  // the warp's first query
+  const int64_t wp0 = sp.pos0 + w0;    // and its position
+  int t_row[kMb][2];                   // positions fit int: kv_begin and kv_len are int32
   int kvb_row[kMb][2];
 #pragma unroll
   for (int mb = 0; mb < kMb; ++mb)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      t_row[mb][r] = int(w0) + 16 * mb + gr + 8 * r;
-      kvb_row[mb][r] = t_row[mb][r] < g.n ? kv_begin[t_row[mb][r]] : 0;
+      const int64_t t = w0 + 16 * mb + gr + 8 * r;
+      t_row[mb][r] = int(sp.pos0 + t);
+      kvb_row[mb][r] = t < sp.n_q ? kv.row_begin(t) : 0;
     }
   float o[kMb][kD / 8][4] = {};
   float m[kMb][2], l[kMb][2];
@@ -317,12 +408,12 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     const int64_t j0 = j_first + int64_t(it) * kT;
     const int buf = it % kStages;
     next_stage<kStages>(it, tiles, load_tile);
-    if (j0 < w0 + kWr && w0 < g.n) {  // otherwise every key of the tile is in the warp's future
+    if (j0 < wp0 + kWr && w0 < sp.n_q) {  // otherwise every key of the tile is in the warp's future
       const bf16* kt = ks + buf * kT * kP;
       const bf16* vt = vs + buf * kT * kP;
       float s[kMb][kT / 8][4] = {};
       gemm_abt<kMb, kD, kT, kP>(qs, warp * kWr, kt, s);
-      const bool edge = j0 + kT - 1 > w0 || j0 < kv_hi || j0 + kT > g.n;
+      const bool edge = j0 + kT - 1 > wp0 || j0 < kv_hi || j0 + kT > sp.n_kv;
 #pragma unroll
       for (int mb = 0; mb < kMb; ++mb) {
         if (edge) {
@@ -331,7 +422,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
               const int r = e / 2, j = int(j0) + nt * 8 + qc * 2 + (e & 1);
-              if (j > t_row[mb][r] || j < kvb_row[mb][r] || j >= g.n) s[mb][nt][e] = -INFINITY;
+              if (j > t_row[mb][r] || j < kvb_row[mb][r] || j >= sp.n_kv) s[mb][nt][e] = -INFINITY;
             }
         }
         // Row maxima of the raw scores (scale > 0 keeps the order), in four independent chains.
@@ -383,18 +474,18 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const float lr = quad_sum(l[mb][r]);
-      const int64_t t = t_row[mb][r];
-      if (t >= g.n) continue;
+      const int64_t t = w0 + 16 * mb + gr + 8 * r;
+      if (t >= sp.n_q) continue;
       const float inv = lr > 0.0f ? 1.0f / lr : 0.0f;
-      bf16* orow = head_row_mut(out, t, h);
+      bf16* orow = head_row_mut(out, sp.row0 + t, h);
 #pragma unroll
       for (int nt = 0; nt < kD / 8; ++nt)
         *reinterpret_cast<__nv_bfloat162*>(orow + nt * 8 + qc * 2) =
             __floats2bfloat162_rn(o[mb][nt][2 * r] * inv, o[mb][nt][2 * r + 1] * inv);
-      if (qc == 0) lse[t * g.heads + h] = lr > 0.0f ? (m[mb][r] + log2f(lr)) * kLn2 : -INFINITY;
+      if (lse != nullptr && qc == 0)
+        lse[(sp.row0 + t) * g.heads + h] = lr > 0.0f ? (m[mb][r] + log2f(lr)) * kLn2 : -INFINITY;
     }
 }
-
 // ---- backward ------------------------------------------------------------------------------------
 
 // delta[t * heads + h] = dout_t,h . out_t,h; kD / 8 threads per row, 16 bytes each.
@@ -663,10 +754,24 @@ cudaError_t launch_forward(cudaStream_t stream, const Rows& q, const Rows& k, co
                            const int32_t* kv_begin, const Geo& g, const Rows& out, float* lse) {
   constexpr size_t smem = forward_smem<kD, kWarps, kMb, kT, kStages>();
   constexpr int kRows = 16 * kMb * kWarps;
-  auto* kernel = forward_kernel<kD, kWarps, kMb, kT, kStages, kMinBlocks>;
+  auto* kernel = forward_kernel<kD, kWarps, kMb, kT, kStages, kMinBlocks, PackedKv>;
   if (const cudaError_t e = allow_smem(kernel, smem); e != cudaSuccess) return e;
   const dim3 grid(unsigned((g.n + kRows - 1) / kRows), unsigned(g.heads));
-  kernel<<<grid, kWarps * 32, smem, stream>>>(q, k, v, kv_begin, g, out, lse);
+  kernel<<<grid, kWarps * 32, smem, stream>>>(q, PackedKv{k, v, kv_begin, g.n}, g, out, lse);
+  return cudaGetLastError();
+}
+
+// The paged forward over num_seqs sequences of at most max_q queries each (a bound: the lengths are
+// read on the device). g.n is unused; no lse.
+template <int kD, int kWarps, int kMb, int kT, int kStages, int kMinBlocks>
+cudaError_t launch_paged_forward(cudaStream_t stream, const Rows& q, const PagedKv& kv, int num_seqs,
+                                 int64_t max_q, const Geo& g, const Rows& out) {
+  constexpr size_t smem = forward_smem<kD, kWarps, kMb, kT, kStages>();
+  constexpr int kRows = 16 * kMb * kWarps;
+  auto* kernel = forward_kernel<kD, kWarps, kMb, kT, kStages, kMinBlocks, PagedKv>;
+  if (const cudaError_t e = allow_smem(kernel, smem); e != cudaSuccess) return e;
+  const dim3 grid(unsigned(g.heads), unsigned((max_q + kRows - 1) / kRows), unsigned(num_seqs));
+  kernel<<<grid, kWarps * 32, smem, stream>>>(q, kv, g, out, nullptr);
   return cudaGetLastError();
 }
 
@@ -706,18 +811,31 @@ cudaError_t launch_dkdv(cudaStream_t stream, const Rows& dout, const Rows& q, co
 // The configurations the backend uses, the fastest of bench/train_attention_bench.cu's variants on
 // an H200 (docs/performance.md): warps per block, 16-row blocks per warp, keys per tile (forward,
 // dq) or query rows per step (dk/dv), pipeline stages, and blocks per SM asked of the register
-// allocator.
+// allocator. kPaged*: the paged forward (bench/prefill_attention_bench.cu), large tiles for long
+// prompts and kPagedSmall* where those leave SMs idle (see paged_forward).
 template <int kD>
 struct Config;
 template <>
 struct Config<64> {
   static constexpr int kFwdWarps = 4, kFwdMb = 2, kFwdT = 64, kFwdStages = 2, kFwdBlocks = 1;
+  static constexpr int kPagedWarps = 4, kPagedMb = 2, kPagedT = 64, kPagedStages = 2, kPagedBlocks = 1;
+  static constexpr int kPagedSmallWarps = 8, kPagedSmallMb = 1, kPagedSmallT = 64, kPagedSmallStages = 2,
+                       kPagedSmallBlocks = 2;
   static constexpr int kDqWarps = 8, kDqMb = 1, kDqT = 64, kDqStages = 2, kDqBlocks = 2;
   static constexpr int kKvWarps = 4, kKvMb = 2, kKvQ = 32, kKvStages = 2, kKvBlocks = 1;
+};
+// head_dim 96 (no model we train has it) only serves paged_attention.
+template <>
+struct Config<96> {
+  static constexpr int kPagedWarps = 4, kPagedMb = 2, kPagedT = 32, kPagedStages = 2, kPagedBlocks = 1;
+  static constexpr int kPagedSmallWarps = 0;  // not measured: one configuration
 };
 template <>
 struct Config<128> {
   static constexpr int kFwdWarps = 4, kFwdMb = 2, kFwdT = 32, kFwdStages = 2, kFwdBlocks = 1;
+  static constexpr int kPagedWarps = 4, kPagedMb = 2, kPagedT = 32, kPagedStages = 2, kPagedBlocks = 1;
+  static constexpr int kPagedSmallWarps = 8, kPagedSmallMb = 1, kPagedSmallT = 64, kPagedSmallStages = 2,
+                       kPagedSmallBlocks = 1;
   static constexpr int kDqWarps = 4, kDqMb = 2, kDqT = 32, kDqStages = 2, kDqBlocks = 1;
   static constexpr int kKvWarps = 8, kKvMb = 1, kKvQ = 64, kKvStages = 2, kKvBlocks = 1;
 };
@@ -728,6 +846,25 @@ cudaError_t forward(cudaStream_t stream, const Rows& q, const Rows& k, const Row
   using C = Config<kD>;
   return launch_forward<kD, C::kFwdWarps, C::kFwdMb, C::kFwdT, C::kFwdStages, C::kFwdBlocks>(
       stream, q, k, v, kv_begin, g, out, lse);
+}
+
+// Prefill/extend attention over the paged cache (Backend::paged_attention's tensor-core path).
+// Steps whose 128-row tiles would not fill one wave of two blocks per SM (a 1k prompt, extends of a
+// few hundred queries) take the small-tile configuration, whose blocks are more and shorter.
+template <int kD>
+cudaError_t paged_forward(cudaStream_t stream, const Rows& q, const PagedKv& kv, int num_seqs, int64_t max_q,
+                          const Geo& g, const Rows& out, int sm_count) {
+  using C = Config<kD>;
+  constexpr int kRows = 16 * C::kPagedMb * C::kPagedWarps;
+  if constexpr (C::kPagedSmallWarps > 0) {
+    const int64_t blocks = (max_q + kRows - 1) / kRows * g.heads * num_seqs;
+    if (blocks <= 2 * int64_t(sm_count))
+      return launch_paged_forward<kD, C::kPagedSmallWarps, C::kPagedSmallMb, C::kPagedSmallT,
+                                  C::kPagedSmallStages, C::kPagedSmallBlocks>(stream, q, kv, num_seqs, max_q,
+                                                                              g, out);
+  }
+  return launch_paged_forward<kD, C::kPagedWarps, C::kPagedMb, C::kPagedT, C::kPagedStages, C::kPagedBlocks>(
+      stream, q, kv, num_seqs, max_q, g, out);
 }
 
 // `delta` holds n * heads floats.

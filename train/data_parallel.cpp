@@ -65,8 +65,8 @@ Result<std::unique_ptr<DataParallelGroup>> DataParallelGroup::create(const Model
   g->zero_ = o.dp > 1 && o.zero && o.nodes.nnodes == 1;  // slices are this process's ranks'
   if (o.dp > 1 && o.bucket_bytes > 0) g->buckets_ = g->make_buckets(o.bucket_bytes / int64_t(sizeof(float)));
   g->threads_ = std::make_unique<RankThreads>(o.dp);
-  // The CPU backend sets its OpenMP thread count on the thread that creates it, which is why each
-  // rank's backend is made on the rank's own thread. dp 1 keeps the whole machine (threads 0).
+  // Each rank's CPU backend runs its ops with its share of the threads, on whichever thread calls
+  // them (rank 0's is made on this thread). dp 1 keeps the whole machine (threads 0).
   const int threads =
       o.dp == 1 ? o.cpu_threads : std::max(1, (o.cpu_threads > 0 ? o.cpu_threads : num_threads()) / o.dp);
   auto load = [&](int r, Device d) -> Status {

@@ -183,7 +183,9 @@ const std::vector<KeyDef>& key_defs() {
     add("master_port", "The TCP port node 0 listens on for the bootstrap",
         int_key(&TrainConfig::master_port, "master_port", 1));
     typed("INT");
-    add("node_timeout", "Seconds the bootstrap waits for every node (node 0) or for node 0 (the others)",
+    add("node_timeout",
+        "Seconds the bootstrap waits for every node (node 0) or for node 0 (the others); then the longest a "
+        "node may send nothing (a stopped process) before every node fails the run",
         float_key(&TrainConfig::node_timeout, "node_timeout", 1e-3, 1e9));
     typed("FLOAT");
     add("out", "Run directory: checkpoints out/step_NNNNNN/, out/metrics.jsonl",

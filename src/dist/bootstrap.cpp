@@ -4,6 +4,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <boost/asio/co_spawn.hpp>
@@ -38,11 +39,11 @@ using tcp = asio::ip::tcp;
 namespace {
 
 constexpr uint32_t kMagic = 0x4E545341;  // the bytes "ASTN"
-constexpr uint16_t kVersion = 1;
+constexpr uint16_t kVersion = 2;         // 2: heartbeats
 constexpr uint32_t kMaxBody = 1u << 20;  // every message is small: an id, a fingerprint, a few numbers
 constexpr size_t kHeader = 12;
 
-enum class Frame : uint16_t { hello = 1, welcome = 2, reject = 3, round = 4, abort = 5 };
+enum class Frame : uint16_t { hello = 1, welcome = 2, reject = 3, round = 4, abort = 5, heartbeat = 6 };
 
 struct Message {
   Frame type = Frame::round;
@@ -150,6 +151,7 @@ Status validate_node_options(const NodeOptions& o) {
     return invalid_argument("master_port: " + std::to_string(o.master_port) + " must be in [1, 65535]");
   if (o.master_addr.empty()) return invalid_argument("master_addr: the address of node 0 is required");
   if (!(o.timeout_s > 0)) return invalid_argument("node_timeout: must be more than 0 seconds");
+  if (!(o.silence_s >= 0)) return invalid_argument("silence_s: must be 0 (node_timeout) or more seconds");
   return {};
 }
 
@@ -166,6 +168,7 @@ struct Peer {
   // On the link's thread only: frames waiting to be written (one async_write at a time per socket).
   std::deque<std::pair<std::string, std::promise<Status>*>> out;
   bool writing = false;
+  std::chrono::steady_clock::time_point heard = std::chrono::steady_clock::now();  // its last frame
 };
 
 struct NodeLink::Impl {
@@ -200,6 +203,8 @@ struct NodeLink::Impl {
     try {
       for (;;) {
         Message m = co_await read_message(p.sock);
+        p.heard = std::chrono::steady_clock::now();
+        if (m.type == Frame::heartbeat) continue;
         if (m.type == Frame::round) {
           std::lock_guard lock(mu);
           p.inbox.push_back(std::move(m.body));
@@ -241,6 +246,41 @@ struct NodeLink::Impl {
         std::fflush(stderr);
         std::_Exit(1);
       });
+    }
+  }
+
+  // A process that is stopped (SIGSTOP, a debugger) or frozen keeps its connections open, and the
+  // kernel keeps acknowledging what is sent to it: only its silence gives it away. Every node sends
+  // a heartbeat to each peer several times per silence limit from this thread, which runs whatever
+  // the node's ranks are doing (a long checkpoint write, a collective on the device), so a peer
+  // that sends nothing for the limit is lost like one whose connection ended: every collective in
+  // flight or to come fails naming it, on_lost aborts the device collectives that wait for it, and
+  // node 0 tells the other nodes.
+  asio::awaitable<void> watch() {
+    const double limit = o.silence_s > 0 ? o.silence_s : o.timeout_s;
+    const auto tick = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(std::min(1.0, limit / 4)));
+    const auto silence =
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(limit));
+    asio::steady_timer timer(io);
+    for (;;) {
+      {
+        std::lock_guard lock(mu);
+        if (closing || !lost.ok()) co_return;
+      }
+      const auto now = std::chrono::steady_clock::now();
+      for (auto& p : peers) {
+        if (now - p->heard > silence) {
+          lose(*p, Status(ErrorCode::io, "lost " + p->where + ": nothing heard from it for " +
+                                             seconds_str(limit) +
+                                             " s (node_timeout): its process is stopped or hung"));
+          co_return;
+        }
+        // A frame still being written tells the peer as much; heartbeats must not pile up behind it.
+        if (!p->writing) enqueue(*p, frame(Frame::heartbeat, ""), nullptr);
+      }
+      timer.expires_after(tick);
+      co_await timer.async_wait(asio::use_awaitable);
     }
   }
 
@@ -521,8 +561,10 @@ Result<std::unique_ptr<NodeLink>> NodeLink::connect(const NodeOptions& o, int64_
   L->io.restart();
   for (auto& p : L->peers) {
     tune(p->sock);
+    p->heard = std::chrono::steady_clock::now();
     asio::co_spawn(L->io, L->read_loop(*p), asio::detached);
   }
+  if (!L->peers.empty()) asio::co_spawn(L->io, L->watch(), asio::detached);
   L->work.emplace(L->io.get_executor());
   Impl* raw = L.get();
   L->thread = std::thread([raw] { raw->io.run(); });

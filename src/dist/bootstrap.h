@@ -12,6 +12,7 @@
 //   reject  (0 -> node r)  why the run cannot start (sent to every node that joined)
 //   round   (both ways)    one collective: node r sends its part; node 0 answers with every part
 //   abort   (0 -> node r)  node 0 lost a node: why
+//   heartbeat (both ways)  empty; several per silence limit from each node's link thread
 // Node 0 checks every hello: the magic and version, a node rank in [1, nnodes) not taken, the same
 // world size and the same fingerprint (the run's config and data), and fails the whole run (every
 // node, with the same message) on a mismatch. A node whose connection closes outside close() is
@@ -19,6 +20,8 @@
 // once on the link's thread (data-parallel training aborts its NCCL communicators there: a peer's
 // kernels would otherwise wait for the lost node forever), node 0 tells the other nodes, and with
 // exit_after_loss_s > 0 the process ends with that error if it has not ended by then on its own.
+// So is a node that sends nothing, not even a heartbeat, for the silence limit: its process is
+// stopped or frozen with its connection open (the kernel still acknowledges what it is sent).
 #pragma once
 
 #include <cstdint>
@@ -44,6 +47,9 @@ struct NodeOptions {
   // Node 0: how long it waits for every node to join; node r > 0: how long it retries connecting
   // and then waits for the others.
   double timeout_s = 60;
+  // After the bootstrap: a node silent this long is lost (0: timeout_s, which is what --node-timeout
+  // sets; tests shorten it without shortening the bootstrap).
+  double silence_s = 0;
   // > 0: once a node is lost, end the process (std::_Exit(1)) with the error after this long if it
   // has not ended by itself (a rank stuck on its device). 0: never (tests).
   double exit_after_loss_s = 0;

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "src/core/json_writer.h"
+#include "src/core/threads.h"
 #include "src/model/safetensors.h"
 #include "src/model/weights.h"
 #include "src/tokenizer/tokenizer.h"
@@ -130,22 +131,25 @@ void fill_init_tensor(const ModelConfig& c, const InitOptions& o, std::string_vi
   auto value = [&](int64_t i) {
     return std == 0.0f ? mean : mean + std * unit_normal(splitmix64(key + uint64_t(i)));
   };
+  // The process's --threads, named on each region: OpenMP's own count belongs to the calling thread,
+  // and this runs on whichever thread loads the model (the server's loader thread, `astrai init`).
+  const int threads = num_threads();
   switch (dtype) {
     case DType::f32: {
       float* p = static_cast<float*>(dst);
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(static) num_threads(threads) if (n > 65536)
       for (int64_t i = 0; i < n; ++i) p[i] = value(i);
       break;
     }
     case DType::bf16: {
       uint16_t* p = static_cast<uint16_t*>(dst);
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(static) num_threads(threads) if (n > 65536)
       for (int64_t i = 0; i < n; ++i) p[i] = f32_to_bf16(value(i));
       break;
     }
     case DType::f16: {
       uint16_t* p = static_cast<uint16_t*>(dst);
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(static) num_threads(threads) if (n > 65536)
       for (int64_t i = 0; i < n; ++i) p[i] = f32_to_f16(value(i));
       break;
     }

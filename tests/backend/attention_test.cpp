@@ -14,7 +14,6 @@ namespace {
 
 struct Seq {
   int kv_len = 0, q_len = 0;
-  std::vector<int32_t> pages;
 };
 
 struct CaseShape {
@@ -22,21 +21,49 @@ struct CaseShape {
   int max_kv = 90;
   int max_q = 1 << 30;  // longest query run
   int max_d = 160;
+  int d = 0;            // head_dim; 0: random in [1, max_d]
+  int kv_capacity = 0;  // AttentionBatch::max_kv_len when above the longest sequence (a graph's grid)
+  bool decode = false;  // every sequence one query (a decode step)
 };
 
+struct BatchShape {
+  int kv_heads = 1, group = 1, head_dim = 1, page_size = 16;
+  std::vector<Seq> seqs;  // pages are filled in at random
+  int checked_rows = 0;   // query rows compared with the reference (0: all), always each sequence's last
+  int kv_capacity = 0;    // AttentionBatch::max_kv_len when above the longest sequence (a graph's grid)
+  bool decode = false;    // a decode step: q rows mostly at 16-byte strides (see the pad below)
+};
+
+void run_batch(Backend& be, Rng& rng, BatchShape shape);
+
 void run_case(Backend& be, Rng& rng, const CaseShape& shape) {
-  const DType dt = be.compute_dtype();
-  const int group = shape.group;
-  const int KVH = rng.randint(1, 3), H = KVH * group, D = rng.randint(1, shape.max_d);
-  const int ps = std::vector<int>{1, 3, 16}[size_t(rng.randint(0, 2))];
-  const int S = rng.randint(1, 6);
-  std::vector<Seq> seqs(static_cast<size_t>(S));
-  int max_pages = 0, total_pages_needed = 0;
-  for (auto& s : seqs) {
+  BatchShape b;
+  b.group = shape.group;
+  b.kv_heads = rng.randint(1, 3);
+  b.head_dim = shape.d > 0 ? shape.d : rng.randint(1, shape.max_d);
+  b.page_size = std::vector<int>{1, 3, 16}[size_t(rng.randint(0, 2))];
+  b.kv_capacity = shape.kv_capacity;
+  b.decode = shape.decode;
+  b.seqs.resize(size_t(rng.randint(1, 6)));
+  for (auto& s : b.seqs) {
     s.kv_len = rng.randint(1, shape.max_kv);
-    const int kind = rng.randint(0, 2);  // 0 decode, 1 chunk after cached tokens, 2 full prefill
+    const int kind =
+        shape.decode ? 0 : rng.randint(0, 2);  // 0 decode, 1 chunk after cached tokens, 2 full prefill
     s.q_len = kind == 0 ? 1 : kind == 1 ? rng.randint(1, s.kv_len) : s.kv_len;
     s.q_len = std::min(s.q_len, shape.max_q);
+  }
+  run_batch(be, rng, std::move(b));
+}
+
+// kv_store + paged_attention over the batch's sequences, against float64 attention.
+void run_batch(Backend& be, Rng& rng, BatchShape shape) {
+  const DType dt = be.compute_dtype();
+  const int group = shape.group, KVH = shape.kv_heads, H = KVH * group, D = shape.head_dim;
+  const int ps = shape.page_size;
+  std::vector<Seq>& seqs = shape.seqs;
+  const int S = int(seqs.size());
+  int max_pages = 0, total_pages_needed = 0;
+  for (auto& s : seqs) {
     const int need = (s.kv_len + ps - 1) / ps;
     max_pages = std::max(max_pages, need);
     total_pages_needed += need;
@@ -82,7 +109,9 @@ void run_case(Backend& be, Rng& rng, const CaseShape& shape) {
     }
   }
   // q as a column slice of a wider [T, H*D + pad] buffer.
-  const int pad = rng.randint(0, 5);
+  // Decode cases: mostly rows at 16-byte strides (the CUDA decode kernel's 16-byte loads), some not
+  // (the general kernel takes them).
+  const int pad = shape.decode ? (rng.randint(0, 3) == 0 ? 3 : 8 * rng.randint(0, 1)) : rng.randint(0, 5);
   const int64_t ldq = int64_t(H) * D + pad;
   auto qh = rng.vec(size_t(T * ldq), 2.0f);
 
@@ -111,15 +140,29 @@ void run_case(Backend& be, Rng& rng, const CaseShape& shape) {
   AttentionBatch batch{qs_t.t,    kl_t.t, pt_t.t, S,
                        max_pages, ps,     0,      *std::max_element(kv_len.begin(), kv_len.end())};
   for (int s = 0; s < S; ++s) batch.max_q_len = std::max(batch.max_q_len, seqs[s].q_len);
+  batch.max_kv_len = std::max(batch.max_kv_len, shape.kv_capacity);
   auto out = poisoned(be, {T, H, D});
   const float scale = 1.0f / std::sqrt(float(D));
   be.paged_attention(q, k_cache.t, v_cache.t, batch, scale, out.t);
   auto got = to_host(be, out.t);
 
+  // The rows to check: all, or each sequence's last row (the most keys) and a random sample.
+  std::vector<int> rows(static_cast<size_t>(T));
+  std::iota(rows.begin(), rows.end(), 0);
+  if (shape.checked_rows > 0 && shape.checked_rows < T) {
+    std::shuffle(rows.begin(), rows.end(), rng.gen);
+    rows.resize(size_t(shape.checked_rows));
+    for (int s = 0; s < S; ++s) rows.push_back(q_start[s + 1] - 1);
+    std::sort(rows.begin(), rows.end());
+    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  }
   std::vector<double> want(got.size());
-  for (int s = 0; s < S; ++s)
-    for (int i = 0; i < seqs[s].q_len; ++i) {
-      const int row = q_start[s] + i, pos = seqs[s].kv_len - seqs[s].q_len + i;
+  std::vector<size_t> checked;
+  for (int row : rows) {
+    const int s = int(std::upper_bound(q_start.begin(), q_start.end(), row) - q_start.begin()) - 1;
+    const int i = row - q_start[s];
+    {
+      const int pos = seqs[s].kv_len - seqs[s].q_len + i;
       for (int h = 0; h < H; ++h) {
         const int kvh = h / group;
         std::vector<double> sc(size_t(pos + 1));
@@ -137,14 +180,18 @@ void run_case(Backend& be, Rng& rng, const CaseShape& shape) {
           double acc = 0;
           for (int j = 0; j <= pos; ++j) acc += sc[j] / sum * V[s][(size_t(j) * KVH + kvh) * D + e];
           want[(size_t(row) * H + h) * D + e] = acc;
+          checked.push_back((size_t(row) * H + h) * D + e);
         }
       }
     }
+  }
   INFO("S " << S << " T " << T << " H " << H << " KVH " << KVH << " D " << D << " group " << group
-            << " page_size " << ps);
+            << " page_size " << ps << " max_kv_len " << batch.max_kv_len);
+  // Every row is written, also the ones not compared (the output was poisoned with NaN).
+  REQUIRE(std::all_of(got.begin(), got.end(), [](float x) { return std::isfinite(x); }));
   // Outputs are convex combinations of V rows in [-1, 1]: an absolute bound.
   require_close(
-      be, got, want, [](size_t) { return 1.0; }, Tol{0, 1e-5});
+      be, got, want, [](size_t) { return 1.0; }, Tol{0, 1e-5}, checked);
 }
 
 void attention_gqa(Backend& be) {
@@ -160,6 +207,55 @@ void attention_long_context(Backend& be) {
   INFO("seed " << seed);
   Rng rng(seed);
   for (int group : {1, 4}) run_case(be, rng, CaseShape{group, 2500, 3, 128});
+}
+
+// Decode steps (one query per sequence) at the head dims and groups the CUDA backend's decode
+// kernel takes (64, 128; 1, 2, 4, 8), short and long contexts, with the grid sized from the step's
+// longest sequence or from a larger capacity (as a CUDA graph's is): many splits past the keys.
+void attention_decode(Backend& be) {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Rng rng(seed);
+  for (int d : {64, 128})
+    for (int group : {1, 2, 4, 8})
+      for (int max_kv : {40, 700, 3000}) {
+        CaseShape shape{group, max_kv, 1, 160, d};
+        shape.decode = true;
+        shape.kv_capacity = rng.randint(0, 1) ? 4096 : 0;
+        run_case(be, rng, shape);
+      }
+}
+
+// Steps of the shapes that take the CUDA backend's tensor-core path (bf16, head_dim 64, 96, 128,
+// 16 or more queries in a sequence): ragged prefills, extends after long cached prefixes with a
+// decode row among them, GQA 4:1 and 1:1, page sizes that do and do not divide the key tiles.
+void attention_prefill_ragged(Backend& be) {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Rng rng(seed);
+  for (int d : {64, 96, 128})
+    for (int group : {4, 1})
+      run_batch(be, rng, BatchShape{2, group, d, 16, {{1, 1}, {17, 17}, {333, 333}, {1000, 1000}}, 64});
+}
+
+void attention_extend_after_long_prefix(Backend& be) {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Rng rng(seed);
+  const std::vector<Seq> seqs = {{3000, 100}, {1017, 17}, {500, 1}, {64, 64}};
+  for (int d : {64, 128})
+    for (int group : {4, 1}) run_batch(be, rng, BatchShape{2, group, d, 16, seqs, 64});
+  run_batch(be, rng, BatchShape{1, 4, 64, 3, seqs, 64});
+}
+
+// Long prompts (8k and 32k) on the CUDA backend only: the CPU backend's f32 loops would take minutes.
+void attention_long_prefill(Backend& be) {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Rng rng(seed);
+  run_batch(be, rng, BatchShape{2, 4, 128, 16, {{8192, 8192}}, 48});
+  run_batch(be, rng, BatchShape{1, 4, 64, 16, {{32768, 32768}}, 24});
+  run_batch(be, rng, BatchShape{1, 1, 128, 16, {{8192 + 512, 512}, {300, 300}}, 48});
 }
 
 void attention_rejects_shapes(Backend& be) {
@@ -180,7 +276,23 @@ void attention_rejects_shapes(Backend& be) {
 ASTRAI_BACKEND_TEST("paged_attention matches float64 causal attention for GQA ratios 1, 2, 4", attention_gqa)
 ASTRAI_BACKEND_TEST("paged_attention matches float64 attention for short query runs over long contexts",
                     attention_long_context)
+ASTRAI_BACKEND_TEST(
+    "paged_attention matches float64 attention in decode steps at head_dim 64 and 128, groups 1-8",
+    attention_decode)
+ASTRAI_BACKEND_TEST("paged_attention matches float64 attention for ragged prefill batches",
+                    attention_prefill_ragged)
+ASTRAI_BACKEND_TEST("paged_attention matches float64 attention for extends after long cached prefixes",
+                    attention_extend_after_long_prefix)
 ASTRAI_BACKEND_TEST("paged_attention rejects mismatched head counts and head dims", attention_rejects_shapes)
+
+TEST_CASE("paged_attention matches float64 attention for 8k and 32k prompts (cuda)", "[gpu]") {
+  auto be = gpu_backend();
+  if (!be) {
+    WARN("no CUDA GPU visible: skipped");
+    return;
+  }
+  attention_long_prefill(*be);
+}
 
 TEST_CASE("paged_attention rejects a page table entry outside the cache", "[unit]") {
   auto be = cpu_backend();

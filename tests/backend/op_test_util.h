@@ -200,7 +200,10 @@ inline void require_close(const Backend& be, const std::vector<float>& got, cons
     for (size_t i = 0; i < got.size(); ++i) check(i);
   else
     for (size_t i : indices) check(i);
-  if (!f32) {
+  // The aggregate bound needs enough elements to mean something: one output that cancels to near
+  // zero (K = 29, N = 1: a seed on the H200 gave 0.0215) has a large relative error while its
+  // rounding stays within the element bound above.
+  if (!f32 && g.size() >= 16) {
     INFO(be.name() << ": relative L2 error over " << g.size() << " elements");
     REQUIRE(rel_l2(g, w) < 1e-2);
   }

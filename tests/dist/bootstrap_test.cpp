@@ -4,12 +4,22 @@
 // thread gets where first; the only waits are the links' own timeouts.
 #include "src/dist/bootstrap.h"
 
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <future>
 #include <random>
+#include <sstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -70,7 +80,59 @@ void on_nodes(std::vector<Result<std::unique_ptr<NodeLink>>>& links, F fn) {
   for (auto& th : t) th.join();
 }
 
+// A node in a process of its own (this test binary running the hidden case below), which the test
+// can stop with SIGSTOP as a frozen host would be: its connection stays open and its kernel keeps
+// acknowledging. It joins, meets the others in a barrier, sleeps `pause_s`, meets them in a second
+// barrier, then sleeps until it is killed. Killed (and reaped) when the test ends, whatever happens.
+constexpr const char* kChildCase = "a node process for the tests that stop one";
+constexpr const char* kChildEnv = "ASTRAI_TEST_STOPPED_NODE";
+
+struct NodeProcess {
+  pid_t pid = -1;
+  NodeProcess(int nnodes, int rank, int port, double silence_s, double pause_s) {
+    std::ostringstream spec;
+    spec << kChildEnv << "=" << nnodes << " " << rank << " " << port << " " << silence_s << " " << pause_s;
+    const std::string env = spec.str(), self = "/proc/self/exe";
+    std::vector<char*> envp;
+    for (char** e = environ; *e; ++e) envp.push_back(*e);
+    envp.push_back(const_cast<char*>(env.c_str()));
+    envp.push_back(nullptr);
+    char* argv[] = {const_cast<char*>(self.c_str()), const_cast<char*>(kChildCase), nullptr};
+    REQUIRE(posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv, envp.data()) == 0);
+  }
+  void stop() const { REQUIRE(kill(pid, SIGSTOP) == 0); }
+  ~NodeProcess() {
+    if (pid <= 0) return;
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+  }
+};
+
+NodeOptions quick_silence(NodeOptions o, double silence_s) {
+  o.silence_s = silence_s;
+  return o;
+}
+
 }  // namespace
+
+TEST_CASE("a node process for the tests that stop one", "[.]") {
+  const char* spec = std::getenv(kChildEnv);
+  if (!spec) return;  // run by hand: nothing to do
+  int nnodes = 0, rank = 0, port = 0;
+  double silence_s = 0, pause_s = 0;
+  std::istringstream in(spec);
+  in >> nnodes >> rank >> port >> silence_s >> pause_s;
+  auto link = NodeLink::connect(quick_silence(node(nnodes, rank, port, 30), silence_s), nnodes, "fp",
+                                rank == 0 ? random_id(11) : std::vector<uint8_t>());
+  // Exit codes for a person reading a failed run; the test checks what the other nodes see.
+  if (!link.ok()) std::_Exit(3);
+  if (!link.value()->barrier().ok()) std::_Exit(4);
+  std::this_thread::sleep_for(std::chrono::duration<double>(pause_s));
+  if (!link.value()->barrier().ok()) std::_Exit(5);
+  std::this_thread::sleep_for(std::chrono::seconds(120));
+  std::_Exit(0);
+}
 
 TEST_CASE("every node receives node 0's id intact and the collectives agree", "[threads]") {
   const uint64_t seed = fresh_seed();
@@ -252,6 +314,62 @@ TEST_CASE("a node lost while the others wait in a collective wakes them with the
   CHECK_THAT(s.message(), Catch::Contains("lost node 1"));
 }
 
+TEST_CASE("a stopped node fails every other node's collective naming it; a silent but running one does not",
+          "[threads]") {
+  // Node 2 is a process of its own; nodes 0 and 1 are threads here. Node 2 sends nothing between its
+  // two barriers for 2.5 times the silence limit: its heartbeats alone keep it in the run.
+  const double silence_s = 2;
+  const int port = free_port();
+  NodeProcess child(3, 2, port, silence_s, 2.5 * silence_s);
+  auto links = connect_all(
+      {quick_silence(node(3, 0, port, 30), silence_s), quick_silence(node(3, 1, port, 30), silence_s)},
+      {3, 3}, {"fp", "fp"}, random_id(11));
+  for (auto& l : links) REQUIRE(l.ok());
+  std::vector<Status> first(2), second(2), stopped(2);
+  on_nodes(links, [&](int r, NodeLink& l) {
+    first[size_t(r)] = l.barrier();
+    second[size_t(r)] = l.barrier();
+  });
+  for (int r : {0, 1}) {
+    INFO("node " << r);
+    CHECK(first[size_t(r)].ok());
+    CHECK(second[size_t(r)].ok());
+  }
+  child.stop();
+  // Bounded: a watchdog that misses the stop fails the checks below instead of hanging the test
+  // (killing the child then ends its connection, which wakes the barriers).
+  auto f = std::async(std::launch::async, [&] {
+    on_nodes(links, [&](int r, NodeLink& l) { stopped[size_t(r)] = l.barrier(); });
+  });
+  if (f.wait_for(std::chrono::seconds(60)) != std::future_status::ready) kill(child.pid, SIGKILL);
+  f.get();
+  const std::string why =
+      "lost node 2 (127.0.0.1): nothing heard from it for 2 s (node_timeout): its process is stopped or hung";
+  CHECK(stopped[0].code() == ErrorCode::io);
+  CHECK(stopped[0].message() == why);
+  CHECK(stopped[1].message() == "node 0 ended the run: " + why);
+  // Later collectives fail the same way.
+  CHECK(links[0].value()->barrier().message() == why);
+}
+
+TEST_CASE("a stopped node 0 fails the other node's collective naming node 0", "[threads]") {
+  const int port = free_port();
+  NodeProcess child(2, 0, port, 1.5, 0);
+  auto links = connect_all({quick_silence(node(2, 1, port, 30), 1.5)}, {2}, {"fp"}, {});
+  REQUIRE(links[0].ok());
+  NodeLink& l = *links[0].value();
+  REQUIRE(l.barrier().ok());
+  REQUIRE(l.barrier().ok());
+  child.stop();
+  auto f = std::async(std::launch::async, [&] { return l.barrier(); });
+  if (f.wait_for(std::chrono::seconds(60)) != std::future_status::ready) kill(child.pid, SIGKILL);
+  const Status s = f.get();
+  CHECK(s.code() == ErrorCode::io);
+  CHECK(s.message() ==
+        "lost node 0 (127.0.0.1:" + std::to_string(port) +
+            "): nothing heard from it for 1.5 s (node_timeout): its process is stopped or hung");
+}
+
 TEST_CASE("node options are checked with errors naming the keys") {
   CHECK(validate_node_options(node(2, 1, 29500)).ok());
   CHECK(validate_node_options(node(1, 0, 29500)).ok());
@@ -267,6 +385,8 @@ TEST_CASE("node options are checked with errors naming the keys") {
   CHECK_THAT(validate_node_options(o).message(), Catch::Contains("master_addr"));
   o = node(2, 0, 29500, 0);
   CHECK_THAT(validate_node_options(o).message(), Catch::Contains("node_timeout"));
+  CHECK_THAT(validate_node_options(quick_silence(node(2, 0, 29500), -1)).message(),
+             Catch::Contains("silence_s"));
 }
 
 TEST_CASE("one node is a link of one: its id, and collectives that return its own values") {

@@ -1,6 +1,5 @@
 // Random init, `astrai init`, and presets as --model: deterministic weights, complete HF
 // directories that our loader and the Python reference both read.
-#include <omp.h>
 #include <simdjson.h>
 
 #include <catch2/catch.hpp>
@@ -8,6 +7,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "src/core/threads.h"
 #include "src/model/model_init.h"
 #include "src/model/model_source.h"
 #include "src/model/weights.h"
@@ -108,12 +108,12 @@ TEST_CASE("init values do not depend on the number of threads", "[unit]") {
   ModelConfig c = preset_config("qwen3-0.6b").value();
   const size_t n = 1 << 20;
   std::vector<uint16_t> one(n), many(n);
-  const int saved = omp_get_max_threads();
-  omp_set_num_threads(1);
+  const int saved = num_threads();
+  set_num_threads(1);
   fill_init_tensor(c, seeded(7), "model.layers.3.mlp.up_proj.weight", DType::bf16, one.data(), n);
-  omp_set_num_threads(4);
+  set_num_threads(4);
   fill_init_tensor(c, seeded(7), "model.layers.3.mlp.up_proj.weight", DType::bf16, many.data(), n);
-  omp_set_num_threads(saved);
+  set_num_threads(saved);
   CHECK(one == many);
   // Different tensors get different values.
   fill_init_tensor(c, seeded(7), "model.layers.4.mlp.up_proj.weight", DType::bf16, many.data(), n);

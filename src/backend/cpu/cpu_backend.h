@@ -1,5 +1,6 @@
 // CpuBackend: f32 compute on host memory. GEMMs go through OpenBLAS, the other ops are OpenMP
-// loops written so that GCC vectorises their inner loops. Thread count: num_threads() at creation.
+// loops written so that GCC vectorises their inner loops. Thread count: fixed at creation (0:
+// num_threads()); it holds on whichever thread calls the ops.
 #pragma once
 
 #include <memory>

@@ -1,0 +1,57 @@
+// `astrai bench prefill` end to end on the CPU: the table's JSON line and its errors.
+#include <simdjson.h>
+
+#include <catch2/catch.hpp>
+
+#include "tools/test_util.h"
+
+using namespace astrai::test;
+
+namespace {
+
+std::string last_line(const std::string& s) {
+  const size_t end = s.find_last_not_of('\n');
+  if (end == std::string::npos) return "";
+  const size_t begin = s.rfind('\n', end);
+  return s.substr(begin == std::string::npos ? 0 : begin + 1,
+                  end - (begin == std::string::npos ? 0 : begin + 1) + 1);
+}
+
+}  // namespace
+
+TEST_CASE("bench prefill: chunked prompts over page boundaries, one JSON result per length",
+          "[integration]") {
+  const CommandResult r =
+      run_command(astrai_bin() +
+                  " bench prefill --preset tiny --device cpu --threads 1 --prompt-len 40,17 "
+                  "--chunk 16 --reps 2");
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  simdjson::dom::parser parser;
+  const simdjson::dom::element doc = parser.parse(last_line(r.out));
+  CHECK(std::string_view(doc["bench"]) == "prefill");
+  CHECK(int64_t(doc["chunk"]) == 16);
+  const simdjson::dom::array results = doc["results"];
+  REQUIRE(results.size() == 2);
+  int64_t expect[] = {40, 17}, i = 0;
+  for (simdjson::dom::element e : results) {
+    CHECK(int64_t(e["prompt_len"]) == expect[i++]);
+    CHECK(double(e["ms"]) > 0);
+    // tok/s and ms describe the same prefill.
+    CHECK(double(e["tok_per_s"]) * double(e["ms"]) / 1e3 ==
+          Approx(double(int64_t(e["prompt_len"]))).epsilon(1e-9));
+  }
+}
+
+TEST_CASE("bench prefill: bad lengths and chunks are refused with the option named", "[integration]") {
+  const std::string base = astrai_bin() + " bench prefill --preset tiny --device cpu --threads 1 ";
+  const CommandResult zero = run_command(base + "--prompt-len 8,0");
+  CHECK(zero.exit_code != 0);
+  CHECK_THAT(zero.err, Catch::Contains("--prompt-len: '0' is not a positive integer"));
+  const CommandResult chunk = run_command(base + "--prompt-len 8 --chunk -1");
+  CHECK(chunk.exit_code != 0);
+  CHECK_THAT(chunk.err, Catch::Contains("--chunk"));
+  const CommandResult longer = run_command(base + "--prompt-len 1000000");
+  CHECK(longer.exit_code != 0);
+  CHECK_THAT(longer.err, Catch::Contains("exceeds the model's context"));
+}
