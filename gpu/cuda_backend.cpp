@@ -234,10 +234,10 @@ class CudaBackend final : public Backend {
     gpu::attention_train_backward(stream_, dout, q, k, v, kv_begin, out, lse, scale, dq, dk, dv,
                                   reduce_scratch_);
   }
-  void cross_entropy(Tensor logits, const Tensor& targets, float label_smoothing, float grad_scale,
-                     Tensor losses) override {
+  void cross_entropy(const Tensor& logits, const Tensor& targets, float label_smoothing, float grad_scale,
+                     Tensor losses, Tensor dlogits) override {
     const Scope scope = enter("cross_entropy");
-    gpu::cross_entropy(stream_, logits, targets, label_smoothing, grad_scale, losses);
+    gpu::cross_entropy(stream_, logits, targets, label_smoothing, grad_scale, losses, dlogits);
   }
   void zero(Tensor x) override {
     enter();

@@ -103,14 +103,25 @@ __global__ void column_partial_kernel(Rows x, float* __restrict__ partial) {
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) partial[blockIdx.x * d + i] = acc[i];
 }
 
-__global__ void add_partials_kernel(const float* __restrict__ partial, int64_t blocks, int64_t d,
-                                    float* __restrict__ dst) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < d;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    float s = 0.0f;
-    for (int64_t b = 0; b < blocks; ++b) s += partial[b * d + i];
-    dst[i] += s;
-  }
+// dst[i] += sum_b partial[b, i]. A block takes 32 columns; its warp w sums (lane = column) the
+// partials w, w + kSumWarps, ... in order, then warp 0 adds the kSumWarps sums in warp order: a fixed
+// tree, and a thousand partials cost each thread a few dozen loads instead of a thousand.
+constexpr int kSumWarps = 32;
+__global__ void __launch_bounds__(32 * kSumWarps)
+    add_partials_kernel(const float* __restrict__ partial, int64_t blocks, int64_t d,
+                        float* __restrict__ dst) {
+  __shared__ float sums[kSumWarps][33];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t i = int64_t(blockIdx.x) * 32 + lane;
+  float s = 0.0f;
+  if (i < d)
+    for (int64_t b = warp; b < blocks; b += kSumWarps) s += partial[b * d + i];
+  sums[warp][lane] = s;
+  __syncthreads();
+  if (warp != 0 || i >= d) return;
+  float total = 0.0f;
+  for (int w = 0; w < kSumWarps; ++w) total += sums[w][lane];
+  dst[i] += total;
 }
 
 void check_width_fits(int64_t d, const char* op) {
@@ -119,7 +130,8 @@ void check_width_fits(int64_t d, const char* op) {
 }
 
 void add_partials(cudaStream_t stream, const float* partial, int64_t blocks, int64_t d, Tensor dst) {
-  add_partials_kernel<<<grid_for(d, kThreads), kThreads, 0, stream>>>(partial, blocks, d, dst.ptr<float>());
+  add_partials_kernel<<<unsigned((d + 31) / 32), 32 * kSumWarps, 0, stream>>>(partial, blocks, d,
+                                                                              dst.ptr<float>());
   ASTRAI_CUDA_LAUNCH_CHECK(add_partials_kernel);
 }
 

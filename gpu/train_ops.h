@@ -41,8 +41,8 @@ bool attention_train_backward_mma(cudaStream_t stream, const Tensor& dout, const
                                   const Tensor& v, const Tensor& kv_begin, const Tensor& out,
                                   const Tensor& lse, float scale, Tensor dq, Tensor dk, Tensor dv,
                                   float* delta);
-void cross_entropy(cudaStream_t stream, Tensor logits, const Tensor& targets, float label_smoothing,
-                   float grad_scale, Tensor losses);
+void cross_entropy(cudaStream_t stream, const Tensor& logits, const Tensor& targets, float label_smoothing,
+                   float grad_scale, Tensor losses, Tensor dlogits);
 void adamw(cudaStream_t stream, Tensor p, const Tensor& g, Tensor m, Tensor v, const AdamWStep& s);
 // Writes the sum into *host (waits for the stream).
 double sum_squares(cudaStream_t stream, const std::vector<Tensor>& xs, Scratch& scratch);

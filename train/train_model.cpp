@@ -44,11 +44,20 @@ namespace {
 
 static_assert(kIgnore == Backend::kIgnoreIndex, "the batch's ignore index is the cross_entropy op's");
 
-// ASTRAI_TRAIN_FUSE=0 runs the unfused op sequences the fused training ops stand for, so that one
-// binary measures both (bench train); anything else, or unset, fuses.
-bool fusion_enabled() {
+// Which fusions the training step uses; ASTRAI_TRAIN_FUSE turns them off for A/B benchmarks (one
+// binary measures both): 0 runs the op sequences they stand for, "residual" or "dlogits" keeps only
+// that one; anything else, or unset, fuses both.
+struct Fusions {
+  bool residual = true;  // linear_residual, else linear then add
+  bool dlogits = true;   // cross_entropy writes a compute-dtype gradient apart from the f32 logits
+};
+Fusions fusions_from_env() {
   const char* e = std::getenv("ASTRAI_TRAIN_FUSE");
-  return !(e && std::string(e) == "0");
+  const std::string v = e ? e : "";
+  if (v == "0") return {false, false};
+  if (v == "residual") return {true, false};
+  if (v == "dlogits") return {false, true};
+  return {};
 }
 
 // The tensors of one layer, as views into the parameter (or gradient) buffer.
@@ -71,7 +80,7 @@ struct LayerActs {
 
 class DecoderTrainModel final : public TrainModel {
  public:
-  DecoderTrainModel(const ModelConfig& c, Backend& be) : cfg_(c), be_(be), fuse_(fusion_enabled()) {}
+  DecoderTrainModel(const ModelConfig& c, Backend& be) : cfg_(c), be_(be), fuse_(fusions_from_env()) {}
 
   Status init(const WeightStore& store) {
     // Every tensor present with its shape and a float dtype; the values are read by name below.
@@ -170,6 +179,7 @@ class DecoderTrainModel final : public TrainModel {
   };
 
   bool mixed() const { return adt_ != DType::f32; }
+  bool separate_dlogits() const { return mixed() && fuse_.dlogits; }
 
   static Tensor view(const Buffer& buf, DType dt, int64_t offset, const std::vector<int64_t>& shape) {
     Tensor t = buf.as(dt, {1});
@@ -235,8 +245,7 @@ class DecoderTrainModel final : public TrainModel {
   int64_t chunk_rows(const LossOptions& loss) const {
     if (loss.chunk_rows > 0) return std::min(loss.chunk_rows, std::max<int64_t>(n_, 1));
     // 8 MB of f32 logits on the CPU (cache-sized); 1 GB on a GPU, where a chunk is three GEMMs
-    // against the whole head and a host round trip for its losses: a few thousand rows keep the
-    // GEMMs compute-bound and the round trips few.
+    // against the whole head: a few thousand rows keep them compute-bound.
     const int64_t chunk_elems = be_.device() == Device::cpu ? int64_t(2) << 20 : int64_t(256) << 20;
     return std::clamp<int64_t>(chunk_elems / cfg_.vocab_size, 16, std::max<int64_t>(n_, 16));
   }
@@ -337,7 +346,10 @@ class DecoderTrainModel final : public TrainModel {
       dgate_up_ = take({N, 2 * F}, adt);
       dact_ = take({N, F}, adt);
       logits_ = take({chunk, V}, DType::f32);
-      losses_ = take({chunk}, DType::f32);
+      // Mixed precision: the loss writes its gradient in the compute dtype, as the head's backward
+      // GEMM reads it (no conversion pass over the f32 logits); otherwise over the logits.
+      if (separate_dlogits()) dlogits_ = take({chunk, V}, adt);
+      losses_ = take({N}, DType::f32);
       ids_ = take({N}, DType::i32);
       targets_ = take({N}, DType::i32);
       positions_ = take({N}, DType::i32);
@@ -373,8 +385,7 @@ class DecoderTrainModel final : public TrainModel {
         be_.rms_norm_train(head_view(a.qkv, 0, nh, hd), w.q_norm, eps, q, a.rstd_q);
         be_.rms_norm_train(head_view(a.qkv, qd, nkv, hd), w.k_norm, eps, k, a.rstd_k);
       }
-      be_.rope(q, positions_, cos_sin_);
-      be_.rope(k, positions_, cos_sin_);
+      be_.rope(qk_heads(cfg_.qk_norm ? a.qk : a.qkv), positions_, cos_sin_);
       be_.attention_train(q, k, head_view(a.qkv, qd + kvd, nkv, hd), kv_begin_, scale,
                           head_view(a.attn, 0, nh, hd), a.lse);
       linear_residual(a.attn, w.o, cfg_.o_proj_bias ? &w.o_bias : nullptr, a.x, a.x_mid);
@@ -386,16 +397,22 @@ class DecoderTrainModel final : public TrainModel {
     be_.rms_norm_train(final_x_, g.final_norm, eps, final_h_, final_rstd_);
   }
 
-  // out = residual + x w^T (+ b): the fused op, or with ASTRAI_TRAIN_FUSE=0 the linear and add it
-  // stands for (an A/B switch for benchmarks; the two differ only in bf16 rounding).
+  // out = residual + x w^T (+ b): the fused op, or (fusions_from_env) the linear and add it stands
+  // for (the two differ only in bf16 rounding).
   void linear_residual(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& residual,
                        Tensor out) {
-    if (fuse_) {
+    if (fuse_.residual) {
       be_.linear_residual(x, w, bias, residual, out);
     } else {
       be_.linear(x, w, bias, tmp_);
       be_.add(residual, tmp_, out);
     }
+  }
+
+  // The q and k heads of a [N, q | k | ...] buffer as one [N, heads + kv_heads, head_dim] view: q's
+  // heads end where k's begin, so one rope call rotates both.
+  Tensor qk_heads(const Tensor& buf) const {
+    return head_view(buf, 0, cfg_.num_heads + cfg_.num_kv_heads, cfg_.head_dim);
   }
 
   // The q and k attention reads: the normed copies (Qwen3) or the projections themselves.
@@ -406,7 +423,8 @@ class DecoderTrainModel final : public TrainModel {
   }
 
   // Cross-entropy over the final hidden rows, chunk by chunk: logits = hf Whead^T, loss, and with
-  // backward the chunk's dhf (into dh_) and the head's gradient. Then, with backward, the rest of
+  // backward the chunk's dhf (into dh_) and the head's gradient (the logits buffer is reused by the
+  // next chunk: the stream orders it). Then, with backward, the rest of
   // the model's backward. Returns the mean loss over the batch's targets.
   Result<float> loss_and_head(const TrainBatch& batch, float scale, const LossOptions& opt, bool backward) {
     const int64_t N = n_, targets = batch.num_targets();
@@ -414,24 +432,25 @@ class DecoderTrainModel final : public TrainModel {
     const float grad_scale = targets > 0 ? scale / float(targets) : 0.0f;
     const Tensor& w_head = head(value_globals_);
     Tensor d_head = head(grad_globals_);
-    std::vector<float> chunk_losses(static_cast<size_t>(rows));
-    double total = 0.0;
     if (backward) grads_ready_from(num_values_);
     for (int64_t r0 = 0; r0 < N; r0 += rows) {
       const int64_t r1 = std::min(N, r0 + rows);
-      const Tensor z = logits_.rows(0, r1 - r0), ls = losses_.rows(0, r1 - r0);
+      const Tensor z = logits_.rows(0, r1 - r0), ls = losses_.rows(r0, r1);
+      const Tensor dz = separate_dlogits() ? dlogits_.rows(0, r1 - r0) : z;
       be_.linear(final_h_.rows(r0, r1), w_head, nullptr, z);
-      be_.cross_entropy(z, targets_.rows(r0, r1), opt.label_smoothing, grad_scale, ls);
+      be_.cross_entropy(z, targets_.rows(r0, r1), opt.label_smoothing, grad_scale, ls, dz);
       if (backward) {
         const Tensor dh = dh_.rows(r0, r1);
-        be_.linear_backward(z, final_h_.rows(r0, r1), w_head, &dh, d_head, nullptr);
+        be_.linear_backward(dz, final_h_.rows(r0, r1), w_head, &dh, d_head, nullptr);
       }
-      be_.synchronize();
-      be_.download(chunk_losses.data(), ls);
-      for (int64_t i = 0; i < r1 - r0; ++i) total += double(chunk_losses[size_t(i)]);
     }
     if (backward) backward_body();
+    // The losses of every row, read once at the end (no host round trip between the chunks).
     be_.synchronize();
+    std::vector<float> row_losses(static_cast<size_t>(N));
+    be_.download(row_losses.data(), losses_);
+    double total = 0.0;
+    for (const float l : row_losses) total += double(l);
     return targets > 0 ? float(total / double(targets)) : 0.0f;
   }
 
@@ -462,8 +481,7 @@ class DecoderTrainModel final : public TrainModel {
       be_.attention_train_backward(head_view(dattn_, 0, nh, hd), q, k, head_view(a.qkv, qd + kvd, nkv, hd),
                                    kv_begin_, head_view(a.attn, 0, nh, hd), a.lse, scale, dq, dk,
                                    head_view(dqkv_, qd + kvd, nkv, hd));
-      be_.rope_backward(dq, positions_, cos_sin_);
-      be_.rope_backward(dk, positions_, cos_sin_);
+      be_.rope_backward(qk_heads(dqkv_), positions_, cos_sin_);
       if (cfg_.qk_norm) {  // in place: d(normed q) -> d(projected q)
         be_.rms_norm_backward(dq, head_view(a.qkv, 0, nh, hd), w.q_norm, a.rstd_q, dq, dw.q_norm, false);
         be_.rms_norm_backward(dk, head_view(a.qkv, qd, nkv, hd), w.k_norm, a.rstd_k, dk, dw.k_norm, false);
@@ -478,7 +496,7 @@ class DecoderTrainModel final : public TrainModel {
 
   ModelConfig cfg_;
   Backend& be_;
-  bool fuse_;  // the fused ops (fusion_enabled())
+  Fusions fuse_;
   Buffer values_, grads_, compute_, rope_buf_, acts_buf_;
   DType adt_ = DType::f32;  // the backend's compute dtype: activations and the weights the ops read
   int64_t num_values_ = 0;
@@ -495,7 +513,7 @@ class DecoderTrainModel final : public TrainModel {
   std::vector<LayerActs> acts_;
   Tensor final_x_, final_h_, final_rstd_, tmp_;
   Tensor dres_, dh_, dqkv_, dattn_, dgate_up_, dact_;
-  Tensor logits_, losses_;
+  Tensor logits_, dlogits_, losses_;
   Tensor ids_, targets_, positions_, kv_begin_;
   std::vector<int32_t> kv_begin_host_;
 };

@@ -115,7 +115,7 @@ void Backend::attention_train_backward(const Tensor&, const Tensor&, const Tenso
                                        Tensor) {
   not_implemented(*this, "attention_train_backward");
 }
-void Backend::cross_entropy(Tensor, const Tensor&, float, float, Tensor) {
+void Backend::cross_entropy(const Tensor&, const Tensor&, float, float, Tensor, Tensor) {
   not_implemented(*this, "cross_entropy");
 }
 void Backend::zero(Tensor x) {

@@ -255,12 +255,14 @@ class Backend {
   // label smoothing e over V classes:
   //   lse_r = log sum_j exp(z_rj),  loss_r = (1 - e) * (lse_r - z_r,y) + e * (lse_r - mean_j z_rj)
   //   dz_rj = grad_scale * (softmax(z_r)_j - (1 - e) * [j == y_r] - e / V)
-  //   logits [R, V] is OVERWRITTEN with dz (the gradient needs no second buffer); targets [R] i32;
-  //   losses [R] f32. Rows with target kIgnoreIndex (-100) get loss 0 and dz 0; any other target
-  //   outside [0, V) is an error. The mean over a batch's targets is the caller's grad_scale.
+  //   logits [R, V] f32; dz goes to dlogits [R, V]: the logits themselves (overwritten: the gradient
+  //   needs no second buffer) or, on a backend whose compute dtype is not f32, a separate buffer of
+  //   that dtype (the rounded gradient the head's backward GEMM reads, without a conversion pass);
+  //   targets [R] i32; losses [R] f32. Rows with target kIgnoreIndex (-100) get loss 0 and dz 0; any
+  //   other target outside [0, V) is an error. The mean over a batch's targets is the caller's grad_scale.
   static constexpr int32_t kIgnoreIndex = -100;
-  virtual void cross_entropy(Tensor logits, const Tensor& targets, float label_smoothing, float grad_scale,
-                             Tensor losses);
+  virtual void cross_entropy(const Tensor& logits, const Tensor& targets, float label_smoothing,
+                             float grad_scale, Tensor losses, Tensor dlogits);
 
   // ---- optimizer ops (f32 master weights and state on the backend's device) -------------------
   // Sets every byte of a contiguous tensor to zero (the gradients between optimizer steps). The

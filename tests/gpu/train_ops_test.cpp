@@ -272,21 +272,32 @@ TEST_CASE("cuda attention_train and its backward match the cpu's (GQA, packed do
   check_attention(*p, rng, 2, 1, 96);
 }
 
-TEST_CASE("cuda cross_entropy matches the cpu's (label smoothing, ignored rows)", "[gpu]") {
+TEST_CASE("cuda cross_entropy matches the cpu's (label smoothing, ignored rows; dz in place or bf16 apart)",
+          "[gpu]") {
   auto p = backends();
   if (!p) return;
   Rng rng(fresh_seed());
-  const int64_t R = rng.randint(1, 80), V = rng.randint(2, 5000);
-  std::vector<int32_t> y(static_cast<size_t>(R));
-  for (auto& t : y) t = rng.randint(0, 5) == 0 ? Backend::kIgnoreIndex : rng.randint(0, int(V) - 1);
-  for (float e : {0.0f, 0.1f}) {
-    Both z = both(*p, rng.vec(size_t(R * V), 8.0f), {R, V}, DType::f32);
-    Both t = both_i32(*p, y, {R});
-    Both loss = both(*p, std::vector<float>(size_t(R), -1.0f), {R}, DType::f32);
-    p->cpu->cross_entropy(z.cpu.t, t.cpu.t, e, 0.37f, loss.cpu.t);
-    p->gpu->cross_entropy(z.gpu.t, t.gpu.t, e, 0.37f, loss.gpu.t);
-    same(*p, loss, kF32Op, "cross_entropy losses");
-    same(*p, z, kF32Op, "cross_entropy dz");
+  const int64_t R = rng.randint(1, 80);
+  // A multiple of 4 wide (16-byte loads) and any width.
+  for (const int64_t V : {4 * rng.randint(1, 2000), rng.randint(2, 5000)}) {
+    INFO("R " << R << " V " << V);
+    std::vector<int32_t> y(static_cast<size_t>(R));
+    for (auto& t : y) t = rng.randint(0, 5) == 0 ? Backend::kIgnoreIndex : rng.randint(0, int(V) - 1);
+    for (float e : {0.0f, 0.1f}) {
+      Both z = both(*p, rng.vec(size_t(R * V), 8.0f), {R, V}, DType::f32);
+      Both t = both_i32(*p, y, {R});
+      Both loss = both(*p, std::vector<float>(size_t(R), -1.0f), {R}, DType::f32);
+      // bf16 dz apart from the logits on the GPU (what the model's head backward reads), f32 on the cpu.
+      Both dz = both(*p, std::vector<float>(size_t(R * V), 0.0f), {R, V});
+      p->cpu->cross_entropy(z.cpu.t, t.cpu.t, e, 0.37f, loss.cpu.t, dz.cpu.t);
+      p->gpu->cross_entropy(z.gpu.t, t.gpu.t, e, 0.37f, loss.gpu.t, dz.gpu.t);
+      same(*p, loss, kF32Op, "cross_entropy losses (dz apart)");
+      same(*p, dz, kBf16Out, "cross_entropy bf16 dz");
+      p->cpu->cross_entropy(z.cpu.t, t.cpu.t, e, 0.37f, loss.cpu.t, z.cpu.t);
+      p->gpu->cross_entropy(z.gpu.t, t.gpu.t, e, 0.37f, loss.gpu.t, z.gpu.t);
+      same(*p, loss, kF32Op, "cross_entropy losses");
+      same(*p, z, kF32Op, "cross_entropy dz in place");
+    }
   }
 }
 
@@ -294,7 +305,7 @@ TEST_CASE("cuda adamw and sum_squares match the cpu's", "[gpu]") {
   auto p = backends();
   if (!p) return;
   Rng rng(fresh_seed());
-  const int64_t n = rng.randint(1, 300000), n2 = rng.randint(1, 1000);
+  const int64_t n = rng.randint(2, 300000), n2 = rng.randint(1, 1000);
   Both pv = both(*p, rng.vec(size_t(n)), {n}, DType::f32);
   Both g = both(*p, rng.vec(size_t(n)), {n}, DType::f32);
   Both m = both(*p, rng.vec(size_t(n), 0.1f), {n}, DType::f32);
@@ -311,6 +322,14 @@ TEST_CASE("cuda adamw and sum_squares match the cpu's", "[gpu]") {
   same(*p, pv, kF32Op, "adamw p");
   same(*p, m, kF32Op, "adamw m");
   same(*p, v, kF32Op, "adamw v");
+  // Again on the tensors from their second element (not 16-byte aligned: one element per access).
+  auto tail = [&](const DeviceTensor& d) { return Tensor(offset(d.t, 1), DType::f32, {n - 1}, d.t.device); };
+  s.t = 8;
+  p->cpu->adamw(tail(pv.cpu), tail(g.cpu), tail(m.cpu), tail(v.cpu), s);
+  p->gpu->adamw(tail(pv.gpu), tail(g.gpu), tail(m.gpu), tail(v.gpu), s);
+  same(*p, pv, kF32Op, "adamw p (unaligned)");
+  same(*p, m, kF32Op, "adamw m (unaligned)");
+  same(*p, v, kF32Op, "adamw v (unaligned)");
   Both g2 = both(*p, rng.vec(size_t(n2)), {n2}, DType::f32);
   const double want = p->cpu->sum_squares({g.cpu.t, g2.cpu.t});
   const double got = p->gpu->sum_squares({g.gpu.t, g2.gpu.t});

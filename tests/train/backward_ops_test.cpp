@@ -409,8 +409,9 @@ TEST_CASE("attention_train and its backward match float64 attention over packed 
                       Catch::Contains("kv_begin[1] = 2 outside [0, 1]"));
 }
 
-TEST_CASE("cross_entropy gives PyTorch's smoothed loss per row and overwrites the logits with its gradient",
-          "[unit]") {
+TEST_CASE(
+    "cross_entropy gives PyTorch's smoothed loss per row and its gradient, in place or into a second buffer",
+    "[unit]") {
   auto be = cpu_backend();
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
@@ -424,7 +425,13 @@ TEST_CASE("cross_entropy gives PyTorch's smoothed loss per row and overwrites th
   auto z = to_device(*be, zh, {R, V});
   auto yt = to_device(*be, y, {R});
   auto losses = poisoned(*be, {R});
-  be->cross_entropy(z.t, yt.t, e, gs, losses.t);
+  // Into a second buffer (the logits are left as they were), then in place.
+  auto dz = poisoned(*be, {R, V});
+  be->cross_entropy(z.t, yt.t, e, gs, losses.t, dz.t);
+  REQUIRE(to_host(*be, z.t) == zh);
+  const std::vector<float> dz_apart = to_host(*be, dz.t);
+  be->cross_entropy(z.t, yt.t, e, gs, losses.t, z.t);
+  REQUIRE(to_host(*be, z.t) == dz_apart);
 
   auto row_loss = [&](const Vec& zz, int64_t r) {
     if (y[size_t(r)] == train::kIgnore) return 0.0;
@@ -453,7 +460,7 @@ TEST_CASE("cross_entropy gives PyTorch's smoothed loss per row and overwrites th
 
   std::vector<int32_t> bad{int32_t(V)};
   auto badt = to_device(*be, bad, {1});
-  REQUIRE_THROWS_WITH(be->cross_entropy(z.t.rows(0, 1), badt.t, e, gs, losses.t.rows(0, 1)),
+  REQUIRE_THROWS_WITH(be->cross_entropy(z.t.rows(0, 1), badt.t, e, gs, losses.t.rows(0, 1), z.t.rows(0, 1)),
                       Catch::Contains("target " + std::to_string(V) + " outside"));
 }
 

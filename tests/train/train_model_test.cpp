@@ -434,7 +434,7 @@ TEST_CASE("TrainModel::create refuses a backend without training ops, naming it;
   CHECK(r.status().code() == ErrorCode::unsupported);
   CHECK_THAT(r.status().message(), Catch::Contains("forward-only"));
   Tensor t;
-  CHECK_THROWS_WITH(be.cross_entropy(t, t, 0.0f, 1.0f, t),
+  CHECK_THROWS_WITH(be.cross_entropy(t, t, 0.0f, 1.0f, t, t),
                     "cross_entropy: not implemented on the forward-only backend");
   CHECK_THROWS_WITH(be.gemm(t, false, t, false, 1.0f, 0.0f, t),
                     "gemm: not implemented on the forward-only backend");

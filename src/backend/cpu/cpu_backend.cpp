@@ -133,10 +133,10 @@ class CpuBackend final : public Backend {
     use_thread_count();
     cpu::attention_train_backward(dout, q, k, v, kv_begin, out, lse, scale, dq, dk, dv);
   }
-  void cross_entropy(Tensor logits, const Tensor& targets, float label_smoothing, float grad_scale,
-                     Tensor losses) override {
+  void cross_entropy(const Tensor& logits, const Tensor& targets, float label_smoothing, float grad_scale,
+                     Tensor losses, Tensor dlogits) override {
     use_thread_count();
-    cpu::cross_entropy(logits, targets, label_smoothing, grad_scale, losses);
+    cpu::cross_entropy(logits, targets, label_smoothing, grad_scale, losses, dlogits);
   }
   void zero(Tensor x) override {
     if (x.nbytes()) std::memset(x.data, 0, x.nbytes());

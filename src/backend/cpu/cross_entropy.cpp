@@ -1,5 +1,6 @@
-// Cross-entropy forward and backward over a chunk of logit rows, fused: each row's loss, and the
-// row overwritten with its gradient (softmax minus the smoothed one-hot, times grad_scale). Sums
+// Cross-entropy forward and backward over a chunk of logit rows, fused: each row's loss, and its
+// gradient (softmax minus the smoothed one-hot, times grad_scale) into dlogits (f32, which may be the
+// logits themselves). Sums
 // (the normaliser and the mean logit) are taken in double; the vocabulary can be 150k wide.
 #include <cmath>
 #include <string>
@@ -9,14 +10,18 @@
 
 namespace astrai::cpu {
 
-void cross_entropy(Tensor logits, const Tensor& targets, float label_smoothing, float grad_scale,
-                   Tensor losses) {
+void cross_entropy(const Tensor& logits, const Tensor& targets, float label_smoothing, float grad_scale,
+                   Tensor losses, Tensor dlogits) {
   check_f32(logits, "cross_entropy", "logits");
+  check_f32(dlogits, "cross_entropy", "dlogits");
   check_i32(targets, "cross_entropy", "targets");
   check_f32(losses, "cross_entropy", "losses");
   ASTRAI_OP_CHECK(logits.ndim == 2, "cross_entropy: logits must be [R, V], got " + logits.shape_str());
-  const RowView zv = rows_of(logits, "cross_entropy");
+  ASTRAI_OP_CHECK(dlogits.ndim == 2, "cross_entropy: dlogits must be [R, V], got " + dlogits.shape_str());
+  const RowView zv = rows_of(logits, "cross_entropy"), dv = rows_of(dlogits, "cross_entropy");
   const int64_t R = zv.n_rows, V = zv.width;
+  ASTRAI_OP_CHECK(dv.n_rows == R && dv.width == V, "cross_entropy: dlogits " + dlogits.shape_str() +
+                                                       " differs from logits " + logits.shape_str());
   ASTRAI_OP_CHECK(targets.numel() == R && losses.numel() == R && losses.is_contiguous(),
                   "cross_entropy: targets " + targets.shape_str() + " and losses " + losses.shape_str() +
                       " need one entry per row of " + logits.shape_str());
@@ -32,10 +37,11 @@ void cross_entropy(Tensor logits, const Tensor& targets, float label_smoothing, 
   const float uniform = float(e / double(V)), hit = float(1.0 - e);
 #pragma omp parallel for schedule(static) if (R * V > (1 << 16))
   for (int64_t r = 0; r < R; ++r) {
-    float* z = zv.row(r);
+    const float* z = zv.row(r);
+    float* dz = dv.row(r);  // may be z: each element is read before it is written
     if (y[r] == Backend::kIgnoreIndex) {
       loss[r] = 0.0f;
-      for (int64_t j = 0; j < V; ++j) z[j] = 0.0f;
+      for (int64_t j = 0; j < V; ++j) dz[j] = 0.0f;
       continue;
     }
     float m = z[0];
@@ -49,8 +55,8 @@ void cross_entropy(Tensor logits, const Tensor& targets, float label_smoothing, 
     loss[r] = float((1.0 - e) * (lse - double(z[y[r]])) + e * (lse - zsum / double(V)));
     const float lse_f = float(lse);
 #pragma omp simd
-    for (int64_t j = 0; j < V; ++j) z[j] = grad_scale * (std::exp(z[j] - lse_f) - uniform);
-    z[y[r]] -= grad_scale * hit;
+    for (int64_t j = 0; j < V; ++j) dz[j] = grad_scale * (std::exp(z[j] - lse_f) - uniform);
+    dz[y[r]] -= grad_scale * hit;
   }
 }
 

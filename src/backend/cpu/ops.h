@@ -54,8 +54,8 @@ void attention_train(const Tensor& q, const Tensor& k, const Tensor& v, const Te
 void attention_train_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& kv_begin, const Tensor& out, const Tensor& lse, float scale,
                               Tensor dq, Tensor dk, Tensor dv);
-void cross_entropy(Tensor logits, const Tensor& targets, float label_smoothing, float grad_scale,
-                   Tensor losses);
+void cross_entropy(const Tensor& logits, const Tensor& targets, float label_smoothing, float grad_scale,
+                   Tensor losses, Tensor dlogits);
 // Optimizer ops (optimizer.cpp).
 void adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, const AdamWStep& s);
 double sum_squares(const std::vector<Tensor>& xs);
