@@ -122,8 +122,8 @@ void check_cross_entropy(int64_t R, int64_t V, float e) {
 }
 
 void check_adamw(int64_t n, int64_t skip) {
-  auto p = rand_vec(static_cast<size_t>(n)), g = rand_vec(static_cast<size_t>(n)), m = rand_vec(size_t(n), 0.1f),
-       v = rand_vec(size_t(n), 0.01f);
+  auto p = rand_vec(static_cast<size_t>(n)), g = rand_vec(static_cast<size_t>(n)),
+       m = rand_vec(size_t(n), 0.1f), v = rand_vec(size_t(n), 0.01f);
   for (float& x : v) x = std::abs(x);
   AdamWStep s;
   s.lr = 1e-3f, s.weight_decay = 0.1f, s.grad_scale = 0.5f, s.t = 7;
