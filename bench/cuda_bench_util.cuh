@@ -1,6 +1,6 @@
 // The harness the standalone CUDA benchmarks share (bench/train_attention_bench.cu,
-// bench/prefill_attention_bench.cu): a checked CUDA call, bf16 downloads, relative error against a
-// float64 reference, and the median time of a callable over CUDA events. Needs only CUDA.
+// bench/prefill_attention_bench.cu, bench/gemv_bench.cu): a checked CUDA call, bf16 downloads, relative error
+// against a float64 reference, and the median time of a callable over CUDA events. Needs only CUDA.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #define CK(call)                                                                                 \
@@ -22,6 +23,13 @@
   } while (0)
 
 namespace astrai::bench {
+
+// Whether the command line holds `flag` (e.g. "--quick").
+inline bool has_flag(int argc, char** argv, const char* flag) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], flag) == 0) return true;
+  return false;
+}
 
 // x rounded to bf16 and back: the values the kernels see.
 inline float bf(float x) {

@@ -27,16 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/cuda_bench_util.cuh"
 #include "gpu/device_util.cuh"
-
-#define CK(call)                                                                                 \
-  do {                                                                                           \
-    cudaError_t e_ = (call);                                                                     \
-    if (e_ != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
 
 // to_f32 / from_f32 / unpack8 / warp_sum and the bf16 alias: the kernels' own helpers
 // (header-only, CUDA headers alone).

@@ -418,11 +418,8 @@ void time_case(const Case& c, Rng& rng, int reps, bool variants_too) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, check_only = false;
-  for (int i = 1; i < argc; ++i) {
-    quick = quick || std::strcmp(argv[i], "--quick") == 0;
-    check_only = check_only || std::strcmp(argv[i], "--check-only") == 0;
-  }
+  const bool quick = astrai::bench::has_flag(argc, argv, "--quick");
+  const bool check_only = astrai::bench::has_flag(argc, argv, "--check-only");
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a run cut short by a timeout keeps its lines
   int dev = 0;
   CK(cudaGetDevice(&dev));

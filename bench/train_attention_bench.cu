@@ -422,11 +422,8 @@ void time_shape(const Shape& s, const Variants& vs, int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, check_only = false;
-  for (int i = 1; i < argc; ++i) {
-    quick = quick || std::strcmp(argv[i], "--quick") == 0;
-    check_only = check_only || std::strcmp(argv[i], "--check-only") == 0;
-  }
+  const bool quick = astrai::bench::has_flag(argc, argv, "--quick");
+  const bool check_only = astrai::bench::has_flag(argc, argv, "--check-only");
   std::mt19937 rng(std::random_device{}());
   bool ok = true;
   std::vector<Shape> checks = {
