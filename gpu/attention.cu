@@ -497,6 +497,25 @@ void allow_smem() {
   });
 }
 
+// With splits: the scratch for the splits' partial states (p.part_acc, p.part_ml) of T query rows.
+void set_partials(AttnParams& p, Scratch& scratch, int64_t T) {
+  p.part_acc = p.part_ml = nullptr;
+  if (p.splits == 1) return;
+  const int64_t H = p.heads, D = p.head_dim;
+  float* part = static_cast<float*>(scratch.ensure(size_t(T * H * p.splits * (D + 2)) * sizeof(float)));
+  p.part_acc = part;
+  p.part_ml = part + T * H * p.splits * D;
+}
+
+// With splits: merges them into p.out (one block per query row and head).
+template <typename T>
+void launch_combine(cudaStream_t stream, const AttnParams& p) {
+  if (p.splits == 1) return;
+  const dim3 grid{unsigned(p.q.n_rows / p.heads), unsigned(p.heads), 1};
+  combine_splits_kernel<T><<<grid, kCombineThreads, 0, stream>>>(p);
+  ASTRAI_CUDA_LAUNCH_CHECK(combine_splits_kernel);
+}
+
 template <typename T>
 void launch(cudaStream_t stream, const AttnParams& p, unsigned tiles, int64_t S, const Tensor& k_cache,
             const Tensor& v_cache) {
@@ -505,11 +524,7 @@ void launch(cudaStream_t stream, const AttnParams& p, unsigned tiles, int64_t S,
   paged_attention_kernel<T>
       <<<grid, kWarps * 32, smem_bytes(p.head_dim), stream>>>(p, k_cache.ptr<T>(), v_cache.ptr<T>());
   ASTRAI_CUDA_LAUNCH_CHECK(paged_attention_kernel);
-  if (p.splits == 1) return;
-  const int64_t T_rows = p.q.n_rows / p.heads;
-  const dim3 grid2{unsigned(T_rows), unsigned(p.heads), 1};
-  combine_splits_kernel<T><<<grid2, kCombineThreads, 0, stream>>>(p);
-  ASTRAI_CUDA_LAUNCH_CHECK(combine_splits_kernel);
+  launch_combine<T>(stream, p);
 }
 
 // The decode kernel for this head_dim and group, or nullptr (the general kernel runs).
@@ -618,9 +633,6 @@ void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache
   p.n_pages = k_cache.shape[0] / ps;
   p.scale = scale;
   const int64_t max_q = std::max(1, batch.max_q_len);
-  // Short query runs (decode): the heads of a GQA group share a tile and its K/V loads; prefill:
-  // kTileRows query rows of one head.
-  p.part_acc = p.part_ml = nullptr;
   const DecodeKernel decode = q.dtype == DType::bf16 && batch.max_q_len == 1 && rows_aligned16(p.q) &&
                                       rows_aligned16(rows_of(k_cache, "paged_attention"))
                                   ? decode_kernel_for(D, p.group)
@@ -632,20 +644,15 @@ void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache
     p.splits = int(std::clamp<int64_t>(std::min(want, most), 1, std::min<int64_t>(kMaxSplits, 65535 / S)));
     p.heads_per_tile = int(p.group);
     p.rows_per_tile = 1;
-    if (p.splits > 1) {
-      float* part = static_cast<float*>(scratch.ensure(size_t(T * H * p.splits * (D + 2)) * sizeof(float)));
-      p.part_acc = part;
-      p.part_ml = part + T * H * p.splits * D;
-    }
+    set_partials(p, scratch, T);
     decode<<<dim3(unsigned(KVH), unsigned(S * p.splits)), kDecodeWarps * 32, 0, stream>>>(
         p, k_cache.ptr<bf16>(), v_cache.ptr<bf16>());
     ASTRAI_CUDA_LAUNCH_CHECK(decode_attention_kernel);
-    if (p.splits > 1) {
-      combine_splits_kernel<bf16><<<dim3{unsigned(T), unsigned(H), 1}, kCombineThreads, 0, stream>>>(p);
-      ASTRAI_CUDA_LAUNCH_CHECK(combine_splits_kernel);
-    }
+    launch_combine<bf16>(stream, p);
     return;
   }
+  // Short query runs: the heads of a GQA group share a tile and its K/V loads; prefill: kTileRows
+  // query rows of one head.
   p.heads_per_tile = 1;
   if (max_q < kTileRows / 2)
     for (int64_t d = std::min<int64_t>(p.group, kTileRows / max_q); d >= 1; --d)
@@ -657,11 +664,7 @@ void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache
   const unsigned tiles = unsigned((max_q + p.rows_per_tile - 1) / p.rows_per_tile);
   p.splits = choose_splits(int64_t(tiles) * (H / p.heads_per_tile) * S, batch.max_kv_len);
   if (S * p.splits > 65535) p.splits = int(std::max<int64_t>(1, 65535 / S));
-  if (p.splits > 1) {
-    float* part = static_cast<float*>(scratch.ensure(size_t(T * H * p.splits * (D + 2)) * sizeof(float)));
-    p.part_acc = part;
-    p.part_ml = part + T * H * p.splits * D;
-  }
+  set_partials(p, scratch, T);
   if (q.dtype == DType::bf16)
     launch<bf16>(stream, p, tiles, S, k_cache, v_cache);
   else
