@@ -257,8 +257,7 @@ void Linear::run_add_norm(cudaStream_t stream, const Tensor& residual, const Ten
                        " w " + w.shape_str() + " out " + out.shape_str());
   if (residual.shape[0] == 0) return;
   if (add_rms_norm_linear_gemv(stream, residual, x, norm_w, eps, residual_out, w, bias, out)) return;
-  add(stream, residual, x, residual_out);
-  rms_norm(stream, residual_out, norm_w, eps, h);
+  add_rms_norm(stream, residual, x, norm_w, eps, h, &residual_out);
   run(stream, h, w, bias, out);
 }
 

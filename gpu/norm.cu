@@ -34,34 +34,38 @@ __global__ void rms_norm_kernel(Rows x, const T* __restrict__ w, float eps, Rows
     orow[i] = from_f32<T>(round_to<T>(to_f32(xr[i]) * inv) * to_f32(w[i]));
 }
 
+// sum = residual + x (sum may be residual itself), out = norm(sum).
 template <typename T>
-__global__ void add_rms_norm_kernel(Rows residual, Rows x, const T* __restrict__ w, float eps, Rows out) {
+__global__ void add_rms_norm_kernel(Rows residual, Rows x, const T* __restrict__ w, float eps, Rows out,
+                                    Rows sum) {
   pdl_launch_dependents();
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x;
-  T* res = residual.row<T>(r);
+  const T* res = residual.row<T>(r);
   const T* xr = x.row<T>(r);
+  T* srow = sum.row<T>(r);
   T* orow = out.row<T>(r);
   const int64_t d = residual.width;
   float ss = 0.0f;
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
     const float v = round_to<T>(to_f32(res[i]) + to_f32(xr[i]));
-    res[i] = from_f32<T>(v);
+    srow[i] = from_f32<T>(v);
     ss += v * v;
   }
   const float inv = rsqrtf(block_sum(ss, scratch) / float(d) + eps);
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
-    orow[i] = from_f32<T>(round_to<T>(to_f32(res[i]) * inv) * to_f32(w[i]));
+    orow[i] = from_f32<T>(round_to<T>(to_f32(srow[i]) * inv) * to_f32(w[i]));
 }
 
 // bf16 rows of a multiple of 8 elements on 16-byte boundaries, up to kVecMaxWidth: one thread per
 // 8 elements, held in registers between the reduction and the write (one read of each input).
-// kAdd: the fused residual add (residual += x, then norm the sum), else out = norm(residual).
+// kAdd: the fused residual add (sum = residual + x, then norm the sum), else out = norm(residual).
 constexpr int64_t kVecMaxWidth = 8 * 1024;
 
 template <bool kAdd>
-__global__ void __launch_bounds__(1024) norm_vec8_kernel(Rows residual, Rows x, const bf16* __restrict__ w,
-                                                         float eps, Rows out, float* __restrict__ rstd) {
+__global__ void __launch_bounds__(1024)
+    norm_vec8_kernel(Rows residual, Rows x, const bf16* __restrict__ w, float eps, Rows out, Rows sum,
+                     float* __restrict__ rstd) {
   pdl_launch_dependents();
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x, c = int64_t(threadIdx.x) * 8;
@@ -74,7 +78,7 @@ __global__ void __launch_bounds__(1024) norm_vec8_kernel(Rows residual, Rows x, 
       unpack8(*reinterpret_cast<const uint4*>(x.row<bf16>(r) + c), a);
 #pragma unroll
       for (int i = 0; i < 8; ++i) v[i] = round_to<bf16>(v[i] + a[i]);
-      *reinterpret_cast<uint4*>(residual.row<bf16>(r) + c) = pack8(v);
+      *reinterpret_cast<uint4*>(sum.row<bf16>(r) + c) = pack8(v);
     }
   }
   float ss = 0.0f;
@@ -93,12 +97,14 @@ __global__ void __launch_bounds__(1024) norm_vec8_kernel(Rows residual, Rows x, 
 // The vectorised kernel when the rows allow it; returns false otherwise.
 template <bool kAdd>
 bool launch_vec8(cudaStream_t stream, const Tensor& residual, const Rows& rv, const Rows& xv, const Tensor& w,
-                 float eps, const Rows& ov, float* rstd = nullptr) {
+                 float eps, const Rows& ov, const Rows& sv, float* rstd = nullptr) {
   if (residual.dtype != DType::bf16 || rv.width % 8 != 0 || rv.width > kVecMaxWidth || !rows_aligned16(rv) ||
-      !rows_aligned16(ov) || (kAdd && !rows_aligned16(xv)) || reinterpret_cast<uintptr_t>(w.data) % 16 != 0)
+      !rows_aligned16(ov) || (kAdd && (!rows_aligned16(xv) || !rows_aligned16(sv))) ||
+      reinterpret_cast<uintptr_t>(w.data) % 16 != 0)
     return false;
   const int threads = int((rv.width / 8 + 31) / 32 * 32);
-  norm_vec8_kernel<kAdd><<<unsigned(rv.n_rows), threads, 0, stream>>>(rv, xv, w.ptr<bf16>(), eps, ov, rstd);
+  norm_vec8_kernel<kAdd>
+      <<<unsigned(rv.n_rows), threads, 0, stream>>>(rv, xv, w.ptr<bf16>(), eps, ov, sv, rstd);
   ASTRAI_CUDA_LAUNCH_CHECK(norm_vec8_kernel);
   return true;
 }
@@ -126,7 +132,7 @@ void rms_norm(cudaStream_t stream, const Tensor& x, const Tensor& w, float eps, 
   check_norm(xv, w, ov, "rms_norm");
   if (xv.n_rows == 0 || xv.width == 0) return;
   ASTRAI_GPU_CHECK(xv.n_rows < (int64_t(1) << 31), "rms_norm: too many rows");
-  if (launch_vec8<false>(stream, x, xv, xv, w, eps, ov, rstd)) return;
+  if (launch_vec8<false>(stream, x, xv, xv, w, eps, ov, xv, rstd)) return;
   const int threads = threads_for(xv.width);
   if (x.dtype == DType::bf16)
     rms_norm_kernel<bf16><<<unsigned(xv.n_rows), threads, 0, stream>>>(xv, w.ptr<bf16>(), eps, ov, rstd);
@@ -135,25 +141,30 @@ void rms_norm(cudaStream_t stream, const Tensor& x, const Tensor& w, float eps, 
   ASTRAI_CUDA_LAUNCH_CHECK(rms_norm_kernel);
 }
 
-void add_rms_norm(cudaStream_t stream, Tensor residual, const Tensor& x, const Tensor& w, float eps,
-                  Tensor out) {
+void add_rms_norm(cudaStream_t stream, const Tensor& residual, const Tensor& x, const Tensor& w, float eps,
+                  Tensor out, const Tensor* sum) {
+  const Tensor& s = sum ? *sum : residual;
   check_tensor(residual, "add_rms_norm", "residual", DType::bf16, DType::f32);
   check_tensor(x, "add_rms_norm", "x", residual.dtype);
   check_tensor(w, "add_rms_norm", "w", residual.dtype);
   check_tensor(out, "add_rms_norm", "out", residual.dtype);
+  check_tensor(s, "add_rms_norm", "sum", residual.dtype);
   const Rows rv = rows_of(residual, "add_rms_norm"), xv = rows_of(x, "add_rms_norm"),
-             ov = rows_of(out, "add_rms_norm");
+             ov = rows_of(out, "add_rms_norm"), sv = rows_of(s, "add_rms_norm");
   check_norm(rv, w, ov, "add_rms_norm");
-  ASTRAI_GPU_CHECK(xv.n_rows == rv.n_rows && xv.width == rv.width,
-                   "add_rms_norm: x shape differs from residual");
+  ASTRAI_GPU_CHECK(
+      xv.n_rows == rv.n_rows && xv.width == rv.width && sv.n_rows == rv.n_rows && sv.width == rv.width,
+      "add_rms_norm: x or sum shape differs from residual");
   if (rv.n_rows == 0 || rv.width == 0) return;
   ASTRAI_GPU_CHECK(rv.n_rows < (int64_t(1) << 31), "add_rms_norm: too many rows");
-  if (launch_vec8<true>(stream, residual, rv, xv, w, eps, ov)) return;
+  if (launch_vec8<true>(stream, residual, rv, xv, w, eps, ov, sv)) return;
   const int threads = threads_for(rv.width);
   if (residual.dtype == DType::bf16)
-    add_rms_norm_kernel<bf16><<<unsigned(rv.n_rows), threads, 0, stream>>>(rv, xv, w.ptr<bf16>(), eps, ov);
+    add_rms_norm_kernel<bf16>
+        <<<unsigned(rv.n_rows), threads, 0, stream>>>(rv, xv, w.ptr<bf16>(), eps, ov, sv);
   else
-    add_rms_norm_kernel<float><<<unsigned(rv.n_rows), threads, 0, stream>>>(rv, xv, w.ptr<float>(), eps, ov);
+    add_rms_norm_kernel<float>
+        <<<unsigned(rv.n_rows), threads, 0, stream>>>(rv, xv, w.ptr<float>(), eps, ov, sv);
   ASTRAI_CUDA_LAUNCH_CHECK(add_rms_norm_kernel);
 }
 

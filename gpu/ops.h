@@ -32,8 +32,9 @@ void embedding(cudaStream_t stream, const Tensor& table, const Tensor& ids, Tens
 // rstd (training's rms_norm_train): 1 / sqrt(mean(x^2) + eps) per row into rstd[r] when not null.
 void rms_norm(cudaStream_t stream, const Tensor& x, const Tensor& w, float eps, Tensor out,
               float* rstd = nullptr);
-void add_rms_norm(cudaStream_t stream, Tensor residual, const Tensor& x, const Tensor& w, float eps,
-                  Tensor out);
+// residual + x (rounded to the dtype) goes to *sum when given, else back into residual; out = its norm.
+void add_rms_norm(cudaStream_t stream, const Tensor& residual, const Tensor& x, const Tensor& w, float eps,
+                  Tensor out, const Tensor* sum = nullptr);
 void rope(cudaStream_t stream, Tensor x, const Tensor& positions, const Tensor& cos_sin);
 void swiglu(cudaStream_t stream, const Tensor& gate, const Tensor& up, Tensor out);
 void add(cudaStream_t stream, const Tensor& a, const Tensor& b, Tensor out);

@@ -225,6 +225,8 @@ void add_rms_norm_linear_matches_the_unfused_ops(Backend& be) {
   check_add_rms_norm_linear(be, rng.randint(9, 24), 8 * rng.randint(1, 64), rng.randint(1, 100), false, rng);
   check_add_rms_norm_linear(be, rng.randint(1, 8), rng.randint(1, 100) | 1, rng.randint(1, 50), true,
                             rng);  // odd K
+  // Past the GEMV the CUDA backend adds and norms in one kernel (16-byte rows, and any rows).
+  check_add_rms_norm_linear(be, rng.randint(9, 40), rng.randint(1, 100) | 1, rng.randint(1, 50), false, rng);
 }
 
 }  // namespace
