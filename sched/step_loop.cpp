@@ -7,7 +7,9 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <random>
+#include <string_view>
 #include <thread>
 
 #include "src/backend/backend.h"
@@ -18,6 +20,42 @@ namespace astrai {
 namespace {
 
 using Clock = Metrics::Clock;
+
+double ms(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+}  // namespace
+
+// Per kind of step (decode-only, or with prefill/extend chunks): host time before the forward
+// (schedule + build), the forward's launch, the sample op up to its draws on the host (on a GPU
+// mostly the wait for the device), processing the output, and the gap from the previous step's
+// draws to this step's forward (the host time the device sits idle for, in a loop without overlap).
+struct StepProfile {
+  struct Sums {
+    int64_t steps = 0, rows = 0;
+    double plan = 0, forward = 0, sample = 0, process = 0, gap = 0;
+  };
+  Sums kinds[2];
+  Clock::time_point last_draws{};
+  int64_t total = 0;
+
+  void log() const {
+    const char* names[2] = {"decode", "mixed"};
+    for (int k = 0; k < 2; ++k) {
+      const Sums& s = kinds[k];
+      if (s.steps == 0) continue;
+      const double n = double(s.steps);
+      spdlog::info(
+          "step profile {}: {} steps, {:.1f} rows, ms per step: plan {:.3f} forward {:.3f} sample {:.3f} "
+          "process {:.3f} gap {:.3f}",
+          names[k], s.steps, double(s.rows) / n, s.plan / n, s.forward / n, s.sample / n, s.process / n,
+          s.gap / n);
+    }
+  }
+};
+
+namespace {
 
 std::unordered_set<int32_t> model_stop_ids(const ModelConfig& cfg, const EngineOptions& o) {
   std::unordered_set<int32_t> ids(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end());
@@ -42,7 +80,14 @@ StepLoop::StepLoop(std::unique_ptr<Backend> backend, std::unique_ptr<Model> mode
       output_(scheduler_, metrics_, tasks_, waiting_count_, max_model_len,
               model_stop_ids(runner_.model().config(), o)) {
   metrics_.set_gauges(0, 0, uint64_t(num_pages), 0, 0, o.page_size);
+  if (const char* e = std::getenv("ASTRAI_STEP_PROFILE"); e && std::string_view(e) == "1")
+    profile_ = std::make_unique<StepProfile>();
   thread_ = std::thread([this] { run(); });
+}
+
+StepLoop::~StepLoop() {
+  shutdown();
+  if (profile_) profile_->log();
 }
 
 Status StepLoop::validate(const Request& r) const {
@@ -237,17 +282,37 @@ void StepLoop::step() {
   if (plan.chunks.empty()) return;
   // Build the batch.
   const ForwardBatch& batch = batch_builder_.build(plan);
+  const auto t1 = Clock::now();
   // Run.
   if (Status st = runner_.forward(batch); !st.ok()) {
     spdlog::error("step failed: {}", st.message());
     for (const Chunk& c : plan.chunks) output_.finish(*c.seq, FinishReason::error, {}, st.message());
     return;
   }
+  const auto t2 = Clock::now();
   scheduler_.commit(plan);
   runner_.sample(batch_builder_.samples(), draws_);
+  const auto t3 = Clock::now();
   // Process the output.
   output_.process(plan, batch_builder_.samples(), draws_);
-  metrics_.record_step(int(plan.chunks.size()), std::chrono::duration<double>(Clock::now() - t0).count());
+  const auto t4 = Clock::now();
+  metrics_.record_step(int(plan.chunks.size()), std::chrono::duration<double>(t4 - t0).count());
+  if (profile_) {
+    StepProfile& pr = *profile_;
+    const bool decode = plan.num_tokens == int(plan.chunks.size());
+    StepProfile::Sums& s = pr.kinds[decode ? 0 : 1];
+    ++s.steps;
+    s.rows += plan.num_tokens;
+    s.plan += ms(t0, t1);
+    s.forward += ms(t1, t2);
+    s.sample += ms(t2, t3);
+    s.process += ms(t3, t4);
+    // A step right after another (the loop did not sleep): the device idled from the last draws to
+    // this forward's launch.
+    if (pr.last_draws != Clock::time_point{} && ms(pr.last_draws, t0) < 5.0) s.gap += ms(pr.last_draws, t1);
+    pr.last_draws = t3;
+    if (++pr.total % 4000 == 0) pr.log();
+  }
 }
 
 void StepLoop::update_gauges() {

@@ -35,12 +35,14 @@
 
 namespace astrai {
 
+struct StepProfile;
+
 class StepLoop {
  public:
   // Starts the thread. make_step_loop() validates the options and sizes the cache first.
   StepLoop(std::unique_ptr<Backend> backend, std::unique_ptr<Model> model, const EngineOptions& o,
            int max_model_len, int num_pages, KvCache kv);
-  ~StepLoop() { shutdown(); }
+  ~StepLoop();
 
   // Thread-safe. Fails fast: invalid_argument (bad prompt or params), resource_exhausted (queue full).
   Result<Stream> submit(Request r);
@@ -102,6 +104,9 @@ class StepLoop {
   std::vector<RequestId> to_cancel_;
   std::vector<SampleResult> draws_;
   bool paused_ = false;
+  // ASTRAI_STEP_PROFILE=1: where a step's wall time goes (host phases against the wait for the
+  // device's draws), logged every few thousand steps; null otherwise.
+  std::unique_ptr<StepProfile> profile_;
 
   std::thread thread_;  // last: starts once everything above exists
 };
