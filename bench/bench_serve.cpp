@@ -23,6 +23,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <random>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -43,6 +45,8 @@ struct BenchServeArgs {
   int requests_per_level = 0;  // 0: max(2 * C, 16)
   double level_seconds = 60;   // no new requests after this long
   int threads = 0;
+  int prompt_tokens = 0;   // > 0: /v1/completions with a distinct prompt of this many random token ids
+  std::string server_log;  // keep the server's log (at info level) here; "": a temporary file at warn
 };
 
 struct Sample {
@@ -61,19 +65,21 @@ struct Child {
 
 Child start_server(const BenchServeArgs& a, const std::filesystem::path& log) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  // The child's stdout and stderr go to files (a pipe left unread could block or kill it).
-  const std::string out_path = log.string() + ".out";
+  // The child's stdout and stderr go to files (a pipe left unread could block or kill it); a kept
+  // log (--server-log) takes both, in order.
+  const std::string out_path = a.server_log.empty() ? log.string() + ".out" : log.string();
   Child c;
   c.pid = ::fork();
   if (c.pid == 0) {
-    const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int err = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
+    const int err = a.server_log.empty() ? ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644) : out;
     ::dup2(out, 1);
     ::dup2(err, 2);
     const bool dir = std::filesystem::is_directory(a.model);
-    std::vector<std::string> args = {
-        self,           "serve", dir ? "--model" : "--preset", a.model,  "--port",      "0",
-        "--access-log", "false", "--max-concurrent",           "100000", "--log-level", "warn"};
+    std::vector<std::string> args = {self,           "serve",       dir ? "--model" : "--preset",
+                                     a.model,        "--port",      "0",
+                                     "--access-log", "false",       "--max-concurrent",
+                                     "100000",       "--log-level", a.server_log.empty() ? "warn" : "info"};
     if (a.threads > 0) args.insert(args.end(), {"--threads", std::to_string(a.threads)});
     std::vector<char*> argv;
     for (auto& s : args) argv.push_back(s.data());
@@ -130,8 +136,9 @@ std::pair<double, double> cpu_seconds(pid_t pid) {
 
 // ---- the client ---------------------------------------------------------------------------------
 
-asio::awaitable<void> client(int port, const std::string& request, int count, Clock::time_point stop_at,
-                             std::vector<Sample>& out) {
+// make_request(r): the HTTP request of this client's r-th request.
+asio::awaitable<void> client(int port, std::function<std::string(int)> make_request, int count,
+                             Clock::time_point stop_at, std::vector<Sample>& out) {
   auto ex = co_await asio::this_coro::executor;
   tcp::socket sock(ex);
   auto [cec] = co_await sock.async_connect(tcp::endpoint(asio::ip::address_v4::loopback(), uint16_t(port)),
@@ -142,6 +149,7 @@ asio::awaitable<void> client(int port, const std::string& request, int count, Cl
   char chunk[16384];
   for (int r = 0; r < count && Clock::now() < stop_at; ++r) {
     Sample s;
+    const std::string request = make_request(r);
     const auto t0 = Clock::now();
     auto last = t0;
     auto [wec, wn] =
@@ -164,8 +172,12 @@ asio::awaitable<void> client(int port, const std::string& request, int count, Cl
         if (ev == "data: [DONE]") continue;
         const size_t usage = ev.find("\"completion_tokens\":");
         if (usage != std::string::npos) s.tokens = std::atoi(ev.data() + usage + 20);
-        if (ev.find("\"content\":\"") != std::string::npos &&
-            ev.find("\"content\":\"\"") == std::string::npos) {
+        // A chat chunk's content, or a completion chunk's text, that is not empty.
+        const bool text =
+            (ev.find("\"content\":\"") != std::string::npos &&
+             ev.find("\"content\":\"\"") == std::string::npos) ||
+            (ev.find("\"text\":\"") != std::string::npos && ev.find("\"text\":\"\"") == std::string::npos);
+        if (text) {
           if (s.ttft_ms < 0)
             s.ttft_ms = std::chrono::duration<double, std::milli>(now - t0).count();
           else
@@ -191,8 +203,10 @@ double percentile(std::vector<double> v, double p) {
 }
 
 void run(const BenchServeArgs& a) {
-  const auto log =
-      std::filesystem::temp_directory_path() / ("astrai-bench-serve-" + std::to_string(::getpid()) + ".log");
+  const std::filesystem::path log = a.server_log.empty()
+                                        ? std::filesystem::temp_directory_path() /
+                                              ("astrai-bench-serve-" + std::to_string(::getpid()) + ".log")
+                                        : std::filesystem::path(a.server_log);
   Child child = start_server(a, log);
   // Wait for /health 200 (bounded: 120 s).
   {
@@ -218,15 +232,26 @@ void run(const BenchServeArgs& a) {
     }
   }
 
-  const std::string body =
-      "{\"messages\":[{\"role\":\"user\",\"content\":\"Write a story about a lighthouse.\"}],"
-      "\"max_tokens\":" +
-      std::to_string(a.max_tokens) +
+  // Prompts of random token ids below 256 (inside every tokenizer's vocabulary: the server refuses
+  // ids past it), distinct per request so that the prefix cache does not skip their prefill.
+  auto http = [](const std::string& path, const std::string& body) {
+    return "POST " + path +
+           " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
+           std::to_string(body.size()) + "\r\n\r\n" + body;
+  };
+  const std::string tail =
+      "\"max_tokens\":" + std::to_string(a.max_tokens) +
       ",\"ignore_eos\":true,\"stream\":true,\"stream_options\":{\"include_usage\":true}}";
-  const std::string request =
-      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-      "Content-Length: " +
-      std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string chat_request =
+      http("/v1/chat/completions",
+           "{\"messages\":[{\"role\":\"user\",\"content\":\"Write a story about a lighthouse.\"}]," + tail);
+  auto make_request = [&](uint64_t key) {
+    if (a.prompt_tokens <= 0) return chat_request;
+    std::mt19937_64 rng(key);
+    std::string body = "{\"prompt\":[";
+    for (int i = 0; i < a.prompt_tokens; ++i) body += (i ? "," : "") + std::to_string(rng() % 256);
+    return http("/v1/completions", body + "]," + tail);
+  };
 
   JsonWriter json;
   json.begin_object()
@@ -235,7 +260,9 @@ void run(const BenchServeArgs& a) {
       .key("model")
       .value(a.model)
       .key("max_tokens")
-      .value(a.max_tokens);
+      .value(a.max_tokens)
+      .key("prompt_tokens")
+      .value(a.prompt_tokens);
   json.key("levels").begin_array();
   std::printf("%6s %9s %8s %9s %9s %8s %8s %9s %12s %12s\n", "conc", "requests", "req/s", "ttft_p50",
               "ttft_p99", "itl_p50", "itl_p99", "tok/s", "cpu_us/tok", "net_us/tok");
@@ -248,9 +275,13 @@ void run(const BenchServeArgs& a) {
     const auto stop_at =
         t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.level_seconds));
     const auto cpu0 = cpu_seconds(child.pid);
-    for (int i = 0; i < c; ++i)
-      asio::co_spawn(ioc, client(child.port, request, per_client, stop_at, samples[size_t(i)]),
-                     asio::detached);
+    for (int i = 0; i < c; ++i) {
+      // Every request of the run gets its own key: (level, client, request).
+      auto make = [&make_request, c, i](int r) {
+        return make_request((uint64_t(c) << 40) ^ (uint64_t(i) << 20) ^ uint64_t(r));
+      };
+      asio::co_spawn(ioc, client(child.port, make, per_client, stop_at, samples[size_t(i)]), asio::detached);
+    }
     ioc.run();
     const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
     const auto cpu1 = cpu_seconds(child.pid);
@@ -275,6 +306,7 @@ void run(const BenchServeArgs& a) {
                 double(tokens) / wall, cpu_per_tok, net_per_tok);
     std::fflush(stdout);
     json.begin_object().key("concurrency").value(c).key("requests").value(done).key("failed").value(failed);
+    json.key("tokens").value(int64_t(tokens));
     json.key("requests_per_s").value(done / wall).key("tokens_per_s").value(double(tokens) / wall);
     json.key("ttft_ms_p50").value(percentile(ttft, 50)).key("ttft_ms_p99").value(percentile(ttft, 99));
     json.key("itl_ms_p50").value(percentile(itl, 50)).key("itl_ms_p99").value(percentile(itl, 99));
@@ -287,8 +319,10 @@ void run(const BenchServeArgs& a) {
   int st = 0;
   ::waitpid(child.pid, &st, 0);
   std::error_code ec;
-  std::filesystem::remove(log, ec);
-  std::filesystem::remove(log.string() + ".out", ec);
+  if (a.server_log.empty()) {
+    std::filesystem::remove(log, ec);
+    std::filesystem::remove(log.string() + ".out", ec);
+  }
 }
 
 void register_bench_serve(CLI::App& app) {
@@ -298,6 +332,15 @@ void register_bench_serve(CLI::App& app) {
   sub->add_option("--model", args->model, "Preset name or model directory")->capture_default_str();
   sub->add_option("--concurrency", args->levels, "Concurrency levels")->delimiter(',')->capture_default_str();
   sub->add_option("--max-tokens", args->max_tokens, "Tokens per request (ignore_eos)")->capture_default_str();
+  sub->add_option(
+         "--prompt-tokens", args->prompt_tokens,
+         "Prompt of this many random token ids per request, through /v1/completions (0: a short chat "
+         "prompt)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  sub->add_option(
+      "--server-log", args->server_log,
+      "Keep the server's log (info level) in this file; default: a temporary file at warn level, removed");
   sub->add_option("--requests", args->requests_per_level, "Requests per level (0: max(2*C, 16))");
   sub->add_option("--level-seconds", args->level_seconds, "Time bound per level")->capture_default_str();
   sub->add_option("--threads", args->threads, "Server compute threads (0: all cores)");

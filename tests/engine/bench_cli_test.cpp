@@ -1,4 +1,4 @@
-// `astrai bench prefill` end to end on the CPU: the table's JSON line and its errors.
+// `astrai bench prefill` and `astrai bench serve` end to end on the CPU: the JSON line and the errors.
 #include <simdjson.h>
 
 #include <catch2/catch.hpp>
@@ -54,4 +54,27 @@ TEST_CASE("bench prefill: bad lengths and chunks are refused with the option nam
   const CommandResult longer = run_command(base + "--prompt-len 1000000");
   CHECK(longer.exit_code != 0);
   CHECK_THAT(longer.err, Catch::Contains("exceeds the model's context"));
+}
+
+TEST_CASE("bench serve: token-id prompts through /v1/completions stream every requested token",
+          "[integration]") {
+  const CommandResult r = run_command(astrai_bin() +
+                                      " bench serve --model tiny --threads 1 --concurrency 2 --requests 4 "
+                                      "--max-tokens 5 --prompt-tokens 40 --level-seconds 60");
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  simdjson::dom::parser parser;
+  const simdjson::dom::element doc = parser.parse(last_line(r.out));
+  CHECK(std::string_view(doc["bench"]) == "serve");
+  CHECK(int64_t(doc["prompt_tokens"]) == 40);
+  const simdjson::dom::array levels = doc["levels"];
+  REQUIRE(levels.size() == 1);
+  for (simdjson::dom::element e : levels) {
+    CHECK(int64_t(e["concurrency"]) == 2);
+    CHECK(int64_t(e["requests"]) == 4);
+    CHECK(int64_t(e["failed"]) == 0);
+    // ignore_eos: every request streams its 5 tokens (the usage chunks' counts).
+    CHECK(int64_t(e["tokens"]) == 4 * 5);
+    CHECK(double(e["tokens_per_s"]) > 0);
+  }
 }
