@@ -1,12 +1,12 @@
 // astrai bench decode: decode throughput of Model::forward on one device (or --tp N of them).
 //   astrai bench decode --device cpu --preset tiny|qwen3-0.6b|... (or --model DIR)
 //                       [--batch 1,8,32] [--prompt-len 128] [--tokens 64] [--no-cuda-graphs]
-//                       [--max-model-len N] [--host-sampling] [--tp N]
+//                       [--max-model-len N] [--temperature T] [--host-sampling] [--tp N]
 // For each batch size B: B random prompts prefilled (chunks of up to 512 tokens per step), then
-// --tokens decode steps of B sequences in lockstep (greedy next token by the backend's sample op,
-// as the step loop does: only the ids come back; --host-sampling downloads the logits and takes the
-// argmax on the host instead, the path before the op), timed. Prints a table and one JSON line. As
-// in the engine, the step buffers are reserved for B sequences of the whole length (or
+// --tokens decode steps of B sequences in lockstep (greedy next token by the backend's sample op, or
+// drawn at --temperature, as the step loop does: only the ids come back; --host-sampling downloads
+// the logits and takes the argmax on the host instead, the path before the op), timed. Prints a table and one
+// JSON line. As in the engine, the step buffers are reserved for B sequences of the whole length (or
 // --max-model-len, as the engine's context would) up front and, on a GPU, decode steps replay a
 // CUDA graph per batch bucket (captured before the prefill; --no-cuda-graphs runs them eagerly).
 //
@@ -45,6 +45,7 @@ struct DecodeBenchOptions {
   bool no_cuda_graphs = false;
   int max_model_len = 0;  // 0: prompt + tokens
   bool host_sampling = false;
+  float temperature = 0.0f;  // > 0: the sample op draws (seeded per sequence and step) instead of argmax
   int tp = 1;
 };
 
@@ -79,7 +80,7 @@ struct BatchResult {
 };
 
 BatchResult run_batch(Model& model, int B, int prompt_len, int steps, uint64_t seed, bool graphs,
-                      int max_model_len, bool host_sampling) {
+                      int max_model_len, bool host_sampling, float temperature) {
   const ModelConfig& cfg = model.config();
   const int page_size = 16;
   const int total_len = prompt_len + steps;
@@ -119,11 +120,13 @@ BatchResult run_batch(Model& model, int B, int prompt_len, int steps, uint64_t s
       host_sampling ? be.alloc_host_pinned(size_t(B) * size_t(cfg.vocab_size) * sizeof(float)) : Buffer();
   std::vector<int32_t> next(static_cast<size_t>(B));
   double forward_s = 0;  // forward + synchronize: the device's share of the decode steps
-  // The sample op's buffers, at the largest step (B rows): greedy rows, the output, the workspace.
+  // The sample op's buffers, at the largest step (B rows): the rows (greedy, or drawn at
+  // --temperature with sequence r's own seed), the output, the workspace.
   std::vector<SampleRowParams> rows(static_cast<size_t>(B));
   for (int r = 0; r < B; ++r) {
     rows[size_t(r)].src_row = r;
-    rows[size_t(r)].temperature = 0.0f;
+    rows[size_t(r)].seed = seed * 1000003 + uint64_t(r);
+    rows[size_t(r)].temperature = temperature;
   }
   Buffer rows_buf = be.alloc(rows.size() * sizeof(SampleRowParams));
   Buffer out_buf = be.alloc(size_t(B) * sizeof(int32_t) * sample_out_words(0));
@@ -149,7 +152,8 @@ BatchResult run_batch(Model& model, int B, int prompt_len, int steps, uint64_t s
     SampleBatch sb;
     sb.logits = lt;
     sb.rows = rows_buf.as(DType::i32, {R, kSampleRowWords});
-    be.upload(sb.rows, rows.data());  // per step, as the step runner does
+    for (SampleRowParams& p : rows) ++p.index;  // the next token's draw
+    be.upload(sb.rows, rows.data());            // per step, as the step runner does
     sb.out = out_buf.as(DType::i32, {R, sample_out_words(0)});
     if (ws_bytes) sb.workspace = ws_buf.as(DType::i32, {int64_t(ws_bytes / 4)});
     be.sample(sb);
@@ -214,8 +218,9 @@ void run(const DecodeBenchOptions& o) {
   if (read_s > 0)
     std::printf("weight read: %.1f ms (%.1f GB/s) = decode floor of %.1f ms/step at batch 1\n", read_s * 1e3,
                 gbps, read_s * 1e3);
-  std::printf("prompt %d tokens, %d decode steps, CUDA graphs %s, greedy %s\n\n", o.prompt_len, o.tokens,
-              !o.no_cuda_graphs && backend->supports_graphs() ? "on" : "off",
+  const std::string draw = o.temperature > 0 ? "temperature " + std::to_string(o.temperature) : "greedy";
+  std::printf("prompt %d tokens, %d decode steps, CUDA graphs %s, %s %s\n\n", o.prompt_len, o.tokens,
+              !o.no_cuda_graphs && backend->supports_graphs() ? "on" : "off", draw.c_str(),
               o.host_sampling ? "on the host (logits downloaded)" : "by the backend's sample op");
   // fwd ms/step: the forward alone (to the logits on the device), without the sampling and the copy
   // of its result to the host.
@@ -224,7 +229,7 @@ void run(const DecodeBenchOptions& o) {
   std::vector<BatchResult> results;
   for (int B : batches) {
     BatchResult r = run_batch(*model, B, o.prompt_len, o.tokens, o.seed, !o.no_cuda_graphs, o.max_model_len,
-                              o.host_sampling);
+                              o.host_sampling, o.temperature);
     const double ms = r.decode_s * 1e3 / o.tokens;
     // The floor is measured only on the CPU backend (a timed read of the f32 weights); elsewhere the
     // column says so rather than print 0 (on a GPU, measure the copy bandwidth:
@@ -258,6 +263,8 @@ void run(const DecodeBenchOptions& o) {
       .value(!o.no_cuda_graphs && backend->supports_graphs())
       .key("sampling")
       .value(o.host_sampling ? "host" : "op")
+      .key("temperature")
+      .value(double(o.temperature))
       .key("weight_bytes")
       .value(int64_t(wbytes))
       .key("weight_read_ms")
@@ -297,8 +304,14 @@ void register_bench_decode(CLI::App& app) {
   sub->add_option("--max-model-len", o->max_model_len,
                   "Context the step buffers are sized for (default: prompt + tokens; serve uses the model's)")
       ->check(CLI::NonNegativeNumber);
+  CLI::Option* temperature =
+      sub->add_option("--temperature", o->temperature,
+                      "Draw each token at this temperature with the sample op (0: greedy)")
+          ->check(CLI::Range(0.0f, 100.0f))
+          ->capture_default_str();
   sub->add_flag("--host-sampling", o->host_sampling,
-                "Download the logits and take the argmax on the host (the path before the sample op)");
+                "Download the logits and take the argmax on the host (the path before the sample op)")
+      ->excludes(temperature);
   sub->add_option("--tp", o->tp, "Tensor-parallel ranks: the model is split over GPUs 0..tp-1")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
