@@ -212,7 +212,8 @@ void run(const BenchServeArgs& a) {
   {
     const auto deadline = Clock::now() + std::chrono::seconds(120);
     bool ok = false;
-    while (!ok && Clock::now() < deadline) {
+    std::string failed;  // /health's answer once the model failed to load: no point waiting on
+    while (!ok && failed.empty() && Clock::now() < deadline) {
       asio::io_context ioc;
       tcp::socket s(ioc);
       boost::system::error_code ec;
@@ -220,15 +221,19 @@ void run(const BenchServeArgs& a) {
       if (!ec) {
         const std::string req = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
         asio::write(s, asio::buffer(req), ec);
-        char b[64] = {};
-        s.read_some(asio::buffer(b, sizeof b - 1), ec);
-        ok = std::string(b).rfind("HTTP/1.1 200", 0) == 0;
+        std::string reply;
+        char b[4096];
+        for (size_t n; (n = s.read_some(asio::buffer(b), ec)) > 0 || !ec;) reply.append(b, n);
+        ok = reply.rfind("HTTP/1.1 200", 0) == 0;
+        if (const size_t at = reply.find("\"status\":\"error\""); at != std::string::npos)
+          failed = reply.substr(at);
       }
-      if (!ok) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (!ok && failed.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     if (!ok) {
       ::kill(child.pid, SIGKILL);
-      throw Error(io_error("astrai serve never became ready; see " + log.string()));
+      throw Error(io_error(failed.empty() ? "astrai serve never became ready; see " + log.string()
+                                          : "astrai serve could not load the model: {" + failed));
     }
   }
 

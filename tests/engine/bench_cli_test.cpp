@@ -78,3 +78,22 @@ TEST_CASE("bench serve: token-id prompts through /v1/completions stream every re
     CHECK(double(e["tokens_per_s"]) > 0);
   }
 }
+
+TEST_CASE("bench serve: a model the server cannot load fails the bench at once, with the server's reason",
+          "[integration]") {
+  TempDir dir("bench-serve-bad");
+  const std::string model = (dir / "m").string();
+  REQUIRE(run_command(astrai_bin() + " init --preset tiny --out " + model).exit_code == 0);
+  // A vocabulary smaller than the tokenizer's ids: the server starts, then fails to load the model.
+  std::string config = read_file(dir / "m" / "config.json");
+  const size_t at = config.find("\"vocab_size\"");
+  REQUIRE(at != std::string::npos);
+  const size_t colon = config.find(':', at), end = config.find_first_of(",}", colon);
+  config.replace(colon + 1, end - colon - 1, " 100");
+  write_file(dir / "m" / "config.json", config);
+  const CommandResult r = run_command(astrai_bin() + " bench serve --model " + model +
+                                      " --threads 1 --concurrency 1 --max-tokens 2");
+  INFO(r.out << r.err);
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.err, Catch::Contains("could not load the model") && Catch::Contains("vocab_size = 100"));
+}
