@@ -47,6 +47,7 @@ struct BenchServeArgs {
   int threads = 0;
   int prompt_tokens = 0;   // > 0: /v1/completions with a distinct prompt of this many random token ids
   std::string server_log;  // keep the server's log (at info level) here; "": a temporary file at warn
+  std::vector<std::string> server_options;  // "key=value": `--key value` on the server's command line
 };
 
 struct Sample {
@@ -81,6 +82,11 @@ Child start_server(const BenchServeArgs& a, const std::filesystem::path& log) {
                                      "--access-log", "false",       "--max-concurrent",
                                      "100000",       "--log-level", a.server_log.empty() ? "warn" : "info"};
     if (a.threads > 0) args.insert(args.end(), {"--threads", std::to_string(a.threads)});
+    for (const std::string& kv : a.server_options) {
+      const size_t eq = kv.find('=');
+      args.push_back("--" + kv.substr(0, eq));
+      if (eq != std::string::npos) args.push_back(kv.substr(eq + 1));
+    }
     std::vector<char*> argv;
     for (auto& s : args) argv.push_back(s.data());
     argv.push_back(nullptr);
@@ -346,6 +352,9 @@ void register_bench_serve(CLI::App& app) {
   sub->add_option(
       "--server-log", args->server_log,
       "Keep the server's log (info level) in this file; default: a temporary file at warn level, removed");
+  sub->add_option(
+      "--server-option", args->server_options,
+      "KEY=VALUE: pass --KEY VALUE to the server (repeatable), e.g. --server-option max-batch-size=512");
   sub->add_option("--requests", args->requests_per_level, "Requests per level (0: max(2*C, 16))");
   sub->add_option("--level-seconds", args->level_seconds, "Time bound per level")->capture_default_str();
   sub->add_option("--threads", args->threads, "Server compute threads (0: all cores)");

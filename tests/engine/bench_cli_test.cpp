@@ -60,7 +60,7 @@ TEST_CASE("bench serve: token-id prompts through /v1/completions stream every re
           "[integration]") {
   const CommandResult r = run_command(astrai_bin() +
                                       " bench serve --model tiny --threads 1 --concurrency 2 --requests 4 "
-                                      "--max-tokens 5 --prompt-tokens 40 --level-seconds 60");
+                                      "--max-tokens 5 --prompt-tokens 40 --level-seconds 60 --server-option max-batch-size=1");
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   simdjson::dom::parser parser;
