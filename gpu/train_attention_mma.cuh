@@ -457,12 +457,17 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 #pragma unroll
         for (int r = 0; r < 2; ++r)
           l[mb][r] = l[mb][r] * alpha[r] + ((part[r][0] + part[r][1]) + (part[r][2] + part[r][3]));
+        // Past the first tiles a row's maximum rarely moves, so alpha is mostly exactly 1: the warp
+        // skips the kD / 2 multiplies per thread of the rescale unless one of its rows needs it
+        // (x * 1 == x, so the result has the same bits either way).
+        if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-        for (int nt = 0; nt < kD / 8; ++nt) {
-          o[mb][nt][0] *= alpha[0];
-          o[mb][nt][1] *= alpha[0];
-          o[mb][nt][2] *= alpha[1];
-          o[mb][nt][3] *= alpha[1];
+          for (int nt = 0; nt < kD / 8; ++nt) {
+            o[mb][nt][0] *= alpha[0];
+            o[mb][nt][1] *= alpha[0];
+            o[mb][nt][2] *= alpha[1];
+            o[mb][nt][3] *= alpha[1];
+          }
         }
       }
       gemm_pb<kMb, kT, kD, kP>(s, vt, o);
