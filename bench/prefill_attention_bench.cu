@@ -78,11 +78,12 @@ cudaError_t config(cudaStream_t s, const Rows& q, const am::PagedKv& kv, int seq
   return am::paged_forward<kD>(s, q, kv, seqs, max_q, g, out, g_sms);
 }
 
-template <int kD, int kW, int kMb, int kT, int kS, int kB>
+// kO: the overlapped loop (the next tile's scores before this tile's softmax), named "o".
+template <int kD, int kW, int kMb, int kT, int kS, int kB, bool kO = false>
 Variant variant() {
   return {"w" + std::to_string(kW) + " mb" + std::to_string(kMb) + " k" + std::to_string(kT) + " s" +
-              std::to_string(kS) + " b" + std::to_string(kB),
-          am::launch_paged_forward<kD, kW, kMb, kT, kS, kB>};
+              std::to_string(kS) + " b" + std::to_string(kB) + (kO ? " o" : ""),
+          am::launch_paged_forward<kD, kW, kMb, kT, kS, kB, kO>};
 }
 
 template <int kD>
@@ -98,7 +99,10 @@ std::vector<Variant> variants<64>() {
           variant<64, 4, 2, 64, 3, 1>(),
           variant<64, 4, 2, 32, 2, 2>(),
           variant<64, 4, 2, 128, 2, 1>(),
-          variant<64, 8, 2, 64, 2, 1>()};
+          variant<64, 8, 2, 64, 2, 1>(),
+          variant<64, 4, 2, 64, 3, 1, true>(),
+          variant<64, 4, 2, 32, 3, 1, true>(),
+          variant<64, 4, 1, 64, 3, 3, true>()};
 }
 template <>
 std::vector<Variant> variants<96>() {
@@ -118,7 +122,10 @@ std::vector<Variant> variants<128>() {
           variant<128, 4, 1, 64, 2, 2>(),
           variant<128, 4, 2, 32, 3, 1>(),
           variant<128, 4, 2, 64, 2, 1>(),
-          variant<128, 8, 2, 32, 2, 1>()};
+          variant<128, 8, 2, 32, 2, 1>(),
+          variant<128, 4, 2, 32, 3, 1, true>(),
+          variant<128, 4, 1, 32, 3, 3, true>(),
+          variant<128, 4, 1, 64, 3, 2, true>()};
 }
 
 std::vector<Variant> variants_of(int d) {

@@ -355,8 +355,11 @@ constexpr size_t forward_smem() {
 }
 
 // Block: kWarps warps of 16 kMb query rows (tile kv.query_tile()) of head kv.head() of the span
-// kv.span(); key tiles of kT in a ring of kStages buffers (see the loop). lse may be null.
-template <int kD, int kWarps, int kMb, int kT, int kStages, int kMinBlocks, typename Kv>
+// kv.span(); key tiles of kT in a ring of kStages buffers (see the loop). lse may be null. kOverlap:
+// the scores of the next tile are computed before the softmax of this one (same arithmetic, same
+// bits; needs kStages >= 3).
+template <int kD, int kWarps, int kMb, int kT, int kStages, int kMinBlocks, typename Kv,
+          bool kOverlap = false>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     forward_kernel(Rows q, Kv kv, Geo g, Rows out, float* __restrict__ lse) {
   constexpr int kWr = 16 * kMb, kRows = kWr * kWarps, kThreads = 32 * kWarps, kP = kPitch<kD>;
@@ -404,73 +407,115 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 #pragma unroll
   for (int mb = 0; mb < kMb; ++mb) m[mb][0] = m[mb][1] = -INFINITY, l[mb][0] = l[mb][1] = 0.0f;
 
-  for (int it = 0; it < tiles; ++it) {
+  using Scores = float[kMb][kT / 8][4];
+  // Whether tile it has a key the warp's rows see (otherwise all its keys are in their future).
+  auto active = [&](int it) { return j_first + int64_t(it) * kT < wp0 + kWr && w0 < sp.n_q; };
+  // s = the raw scores q . k of tile it.
+  auto scores = [&](int it, Scores& s) {
+#pragma unroll
+    for (int mb = 0; mb < kMb; ++mb)
+#pragma unroll
+      for (int nt = 0; nt < kT / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mb][nt][e] = 0.0f;
+    gemm_abt<kMb, kD, kT, kP>(qs, warp * kWr, ks + (it % kStages) * kT * kP, s);
+  };
+  // Masks tile it's scores, folds them into the online softmax (m, l, o rescaled) and adds p v to o.
+  auto consume = [&](int it, Scores& s) {
     const int64_t j0 = j_first + int64_t(it) * kT;
-    const int buf = it % kStages;
-    next_stage<kStages>(it, tiles, load_tile);
-    if (j0 < wp0 + kWr && w0 < sp.n_q) {  // otherwise every key of the tile is in the warp's future
-      const bf16* kt = ks + buf * kT * kP;
-      const bf16* vt = vs + buf * kT * kP;
-      float s[kMb][kT / 8][4] = {};
-      gemm_abt<kMb, kD, kT, kP>(qs, warp * kWr, kt, s);
-      const bool edge = j0 + kT - 1 > wp0 || j0 < kv_hi || j0 + kT > sp.n_kv;
+    const bool edge = j0 + kT - 1 > wp0 || j0 < kv_hi || j0 + kT > sp.n_kv;
 #pragma unroll
-      for (int mb = 0; mb < kMb; ++mb) {
-        if (edge) {
-#pragma unroll
-          for (int nt = 0; nt < kT / 8; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int r = e / 2, j = int(j0) + nt * 8 + qc * 2 + (e & 1);
-              if (j > t_row[mb][r] || j < kvb_row[mb][r] || j >= sp.n_kv) s[mb][nt][e] = -INFINITY;
-            }
-        }
-        // Row maxima of the raw scores (scale > 0 keeps the order), in four independent chains.
-        float mx[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          float part[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
-#pragma unroll
-          for (int nt = 0; nt < kT / 8; ++nt) {
-            part[(2 * nt) % 4] = fmaxf(part[(2 * nt) % 4], s[mb][nt][2 * r]);
-            part[(2 * nt + 1) % 4] = fmaxf(part[(2 * nt + 1) % 4], s[mb][nt][2 * r + 1]);
-          }
-          mx[r] = fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3]));
-        }
-        float m_use[2], alpha[2];  // m in log2 units
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const float m_new = fmaxf(m[mb][r], quad_max(mx[r]) * g.scale_log2);
-          m_use[r] = m_new == -INFINITY ? 0.0f : m_new;  // a row that has seen no key yet: p = 0, not NaN
-          alpha[r] = fast_exp2(m[mb][r] - m_use[r]);
-          m[mb][r] = m_new;
-        }
-        float part[2][4] = {};  // row sums in four independent chains, added in a fixed order
+    for (int mb = 0; mb < kMb; ++mb) {
+      if (edge) {
 #pragma unroll
         for (int nt = 0; nt < kT / 8; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const float p = fast_exp2(fmaf(s[mb][nt][e], g.scale_log2, -m_use[e / 2]));
-            s[mb][nt][e] = p;
-            part[e / 2][(2 * nt + (e & 1)) % 4] += p;
+            const int r = e / 2, j = int(j0) + nt * 8 + qc * 2 + (e & 1);
+            if (j > t_row[mb][r] || j < kvb_row[mb][r] || j >= sp.n_kv) s[mb][nt][e] = -INFINITY;
           }
+      }
+      // Row maxima of the raw scores (scale > 0 keeps the order), in four independent chains.
+      float mx[2];
 #pragma unroll
-        for (int r = 0; r < 2; ++r)
-          l[mb][r] = l[mb][r] * alpha[r] + ((part[r][0] + part[r][1]) + (part[r][2] + part[r][3]));
-        // Past the first tiles a row's maximum rarely moves, so alpha is mostly exactly 1: the warp
-        // skips the kD / 2 multiplies per thread of the rescale unless one of its rows needs it
-        // (x * 1 == x, so the result has the same bits either way).
-        if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+      for (int r = 0; r < 2; ++r) {
+        float part[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
 #pragma unroll
-          for (int nt = 0; nt < kD / 8; ++nt) {
-            o[mb][nt][0] *= alpha[0];
-            o[mb][nt][1] *= alpha[0];
-            o[mb][nt][2] *= alpha[1];
-            o[mb][nt][3] *= alpha[1];
-          }
+        for (int nt = 0; nt < kT / 8; ++nt) {
+          part[(2 * nt) % 4] = fmaxf(part[(2 * nt) % 4], s[mb][nt][2 * r]);
+          part[(2 * nt + 1) % 4] = fmaxf(part[(2 * nt + 1) % 4], s[mb][nt][2 * r + 1]);
+        }
+        mx[r] = fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3]));
+      }
+      float m_use[2], alpha[2];  // m in log2 units
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float m_new = fmaxf(m[mb][r], quad_max(mx[r]) * g.scale_log2);
+        m_use[r] = m_new == -INFINITY ? 0.0f : m_new;  // a row that has seen no key yet: p = 0, not NaN
+        alpha[r] = fast_exp2(m[mb][r] - m_use[r]);
+        m[mb][r] = m_new;
+      }
+      float part[2][4] = {};  // row sums in four independent chains, added in a fixed order
+#pragma unroll
+      for (int nt = 0; nt < kT / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float p = fast_exp2(fmaf(s[mb][nt][e], g.scale_log2, -m_use[e / 2]));
+          s[mb][nt][e] = p;
+          part[e / 2][(2 * nt + (e & 1)) % 4] += p;
+        }
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        l[mb][r] = l[mb][r] * alpha[r] + ((part[r][0] + part[r][1]) + (part[r][2] + part[r][3]));
+      // Past the first tiles a row's maximum rarely moves, so alpha is mostly exactly 1: the warp
+      // skips the kD / 2 multiplies per thread of the rescale unless one of its rows needs it
+      // (x * 1 == x, so the result has the same bits either way).
+      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+        for (int nt = 0; nt < kD / 8; ++nt) {
+          o[mb][nt][0] *= alpha[0];
+          o[mb][nt][1] *= alpha[0];
+          o[mb][nt][2] *= alpha[1];
+          o[mb][nt][3] *= alpha[1];
         }
       }
-      gemm_pb<kMb, kT, kD, kP>(s, vt, o);
+    }
+    gemm_pb<kMb, kT, kD, kP>(s, vs + (it % kStages) * kT * kP, o);
+  };
+  if constexpr (!kOverlap) {
+    for (int it = 0; it < tiles; ++it) {
+      next_stage<kStages>(it, tiles, load_tile);
+      if (active(it)) {
+        Scores s;
+        scores(it, s);
+        consume(it, s);
+      }
+    }
+  } else {
+    // Tile it + 1's scores are issued before tile it's softmax, which does not wait for them: the
+    // tensor cores work on the next products while the softmax runs. Two score tiles live in
+    // registers (sa, sb: the loop is unrolled by two so that both stay registers), and tile it + 1
+    // must be in shared memory at step it, so the ring holds at least three tiles.
+    static_assert(kStages >= 3, "the overlapped loop reads a tile ahead");
+    Scores sa, sb;
+    if (tiles > 0) {
+      cp_async_wait<kStages - 2>();  // tile 0
+      __syncthreads();
+      if (active(0)) scores(0, sa);
+    }
+    // Waits for tile it + 1 and issues tile it + kStages - 1 into the buffer of tile it - 1 (whose
+    // products every warp finished before the barrier).
+    auto step = [&](int it, Scores& cur, Scores& next) {
+      cp_async_wait<kStages - 3>();
+      __syncthreads();
+      if (it + kStages - 1 < tiles) load_tile(it + kStages - 1);
+      cp_async_commit();
+      if (it + 1 < tiles && active(it + 1)) scores(it + 1, next);
+      if (active(it)) consume(it, cur);
+    };
+    for (int it = 0; it < tiles; it += 2) {
+      step(it, sa, sb);
+      if (it + 1 < tiles) step(it + 1, sb, sa);
     }
   }
 
@@ -768,12 +813,12 @@ cudaError_t launch_forward(cudaStream_t stream, const Rows& q, const Rows& k, co
 
 // The paged forward over num_seqs sequences of at most max_q queries each (a bound: the lengths are
 // read on the device). g.n is unused; no lse.
-template <int kD, int kWarps, int kMb, int kT, int kStages, int kMinBlocks>
+template <int kD, int kWarps, int kMb, int kT, int kStages, int kMinBlocks, bool kOverlap = false>
 cudaError_t launch_paged_forward(cudaStream_t stream, const Rows& q, const PagedKv& kv, int num_seqs,
                                  int64_t max_q, const Geo& g, const Rows& out) {
   constexpr size_t smem = forward_smem<kD, kWarps, kMb, kT, kStages>();
   constexpr int kRows = 16 * kMb * kWarps;
-  auto* kernel = forward_kernel<kD, kWarps, kMb, kT, kStages, kMinBlocks, PagedKv>;
+  auto* kernel = forward_kernel<kD, kWarps, kMb, kT, kStages, kMinBlocks, PagedKv, kOverlap>;
   if (const cudaError_t e = allow_smem(kernel, smem); e != cudaSuccess) return e;
   const dim3 grid(unsigned(g.heads), unsigned((max_q + kRows - 1) / kRows), unsigned(num_seqs));
   kernel<<<grid, kWarps * 32, smem, stream>>>(q, kv, g, out, nullptr);
