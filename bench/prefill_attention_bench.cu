@@ -79,11 +79,17 @@ cudaError_t config(cudaStream_t s, const Rows& q, const am::PagedKv& kv, int seq
 }
 
 // kO: the overlapped loop (the next tile's scores before this tile's softmax), named "o".
+// -DPREFILL_BENCH_OLD_HEADER builds against a train_attention_mma.cuh from before kOverlap (an A/B
+// of two trees' kernels): the overlapped variants are left out.
 template <int kD, int kW, int kMb, int kT, int kS, int kB, bool kO = false>
 Variant variant() {
-  return {"w" + std::to_string(kW) + " mb" + std::to_string(kMb) + " k" + std::to_string(kT) + " s" +
-              std::to_string(kS) + " b" + std::to_string(kB) + (kO ? " o" : ""),
-          am::launch_paged_forward<kD, kW, kMb, kT, kS, kB, kO>};
+  const std::string name = "w" + std::to_string(kW) + " mb" + std::to_string(kMb) + " k" +
+                           std::to_string(kT) + " s" + std::to_string(kS) + " b" + std::to_string(kB);
+#ifdef PREFILL_BENCH_OLD_HEADER
+  return {name, am::launch_paged_forward<kD, kW, kMb, kT, kS, kB>};
+#else
+  return {name + (kO ? " o" : ""), am::launch_paged_forward<kD, kW, kMb, kT, kS, kB, kO>};
+#endif
 }
 
 template <int kD>
@@ -91,18 +97,21 @@ std::vector<Variant> variants();
 template <>
 std::vector<Variant> variants<64>() {
   using C = am::Config<64>;
-  return {{"config", config<64>},
-          variant<64, C::kPagedWarps, C::kPagedMb, C::kPagedT, C::kPagedStages, C::kPagedBlocks>(),
-          variant<64, C::kPagedSmallWarps, C::kPagedSmallMb, C::kPagedSmallT, C::kPagedSmallStages,
-                  C::kPagedSmallBlocks>(),
-          variant<64, 4, 1, 64, 2, 2>(),
-          variant<64, 4, 2, 64, 3, 1>(),
-          variant<64, 4, 2, 32, 2, 2>(),
-          variant<64, 4, 2, 128, 2, 1>(),
-          variant<64, 8, 2, 64, 2, 1>(),
-          variant<64, 4, 2, 64, 3, 1, true>(),
-          variant<64, 4, 2, 32, 3, 1, true>(),
-          variant<64, 4, 1, 64, 3, 3, true>()};
+  std::vector<Variant> v = {
+      {"config", config<64>},
+      variant<64, C::kPagedWarps, C::kPagedMb, C::kPagedT, C::kPagedStages, C::kPagedBlocks>(),
+      variant<64, C::kPagedSmallWarps, C::kPagedSmallMb, C::kPagedSmallT, C::kPagedSmallStages,
+              C::kPagedSmallBlocks>(),
+      variant<64, 4, 1, 64, 2, 2>(),
+      variant<64, 4, 2, 64, 3, 1>(),
+      variant<64, 4, 2, 32, 2, 2>(),
+      variant<64, 4, 2, 128, 2, 1>(),
+      variant<64, 8, 2, 64, 2, 1>()};
+#ifndef PREFILL_BENCH_OLD_HEADER
+  v.insert(v.end(), {variant<64, 4, 2, 64, 3, 1, true>(), variant<64, 4, 2, 32, 3, 1, true>(),
+                     variant<64, 4, 1, 64, 3, 3, true>()});
+#endif
+  return v;
 }
 template <>
 std::vector<Variant> variants<96>() {
@@ -114,18 +123,21 @@ std::vector<Variant> variants<96>() {
 template <>
 std::vector<Variant> variants<128>() {
   using C = am::Config<128>;
-  return {{"config", config<128>},
-          variant<128, C::kPagedWarps, C::kPagedMb, C::kPagedT, C::kPagedStages, C::kPagedBlocks>(),
-          variant<128, C::kPagedSmallWarps, C::kPagedSmallMb, C::kPagedSmallT, C::kPagedSmallStages,
-                  C::kPagedSmallBlocks>(),
-          variant<128, 8, 1, 32, 2, 2>(),
-          variant<128, 4, 1, 64, 2, 2>(),
-          variant<128, 4, 2, 32, 3, 1>(),
-          variant<128, 4, 2, 64, 2, 1>(),
-          variant<128, 8, 2, 32, 2, 1>(),
-          variant<128, 4, 2, 32, 3, 1, true>(),
-          variant<128, 4, 1, 32, 3, 3, true>(),
-          variant<128, 4, 1, 64, 3, 2, true>()};
+  std::vector<Variant> v = {
+      {"config", config<128>},
+      variant<128, C::kPagedWarps, C::kPagedMb, C::kPagedT, C::kPagedStages, C::kPagedBlocks>(),
+      variant<128, C::kPagedSmallWarps, C::kPagedSmallMb, C::kPagedSmallT, C::kPagedSmallStages,
+              C::kPagedSmallBlocks>(),
+      variant<128, 8, 1, 32, 2, 2>(),
+      variant<128, 4, 1, 64, 2, 2>(),
+      variant<128, 4, 2, 32, 3, 1>(),
+      variant<128, 4, 2, 64, 2, 1>(),
+      variant<128, 8, 2, 32, 2, 1>()};
+#ifndef PREFILL_BENCH_OLD_HEADER
+  v.insert(v.end(), {variant<128, 4, 2, 32, 3, 1, true>(), variant<128, 4, 1, 32, 3, 3, true>(),
+                     variant<128, 4, 1, 64, 3, 2, true>()});
+#endif
+  return v;
 }
 
 std::vector<Variant> variants_of(int d) {
