@@ -78,17 +78,18 @@ cudaError_t config(cudaStream_t s, const Rows& q, const am::PagedKv& kv, int seq
   return am::paged_forward<kD>(s, q, kv, seqs, max_q, g, out, g_sms);
 }
 
-// kO: the overlapped loop (the next tile's scores before this tile's softmax), named "o".
-// -DPREFILL_BENCH_OLD_HEADER builds against a train_attention_mma.cuh from before kOverlap (an A/B
-// of two trees' kernels): the overlapped variants are left out.
-template <int kD, int kW, int kMb, int kT, int kS, int kB, bool kO = false>
+// kO: the kernel's options (am::kOptOverlap, named "o"; am::kOptBf16Exp, named "e").
+// -DPREFILL_BENCH_OLD_HEADER builds against a train_attention_mma.cuh from before kOpt (an A/B of
+// two trees' kernels): the variants with options are left out.
+template <int kD, int kW, int kMb, int kT, int kS, int kB, int kO = 0>
 Variant variant() {
   const std::string name = "w" + std::to_string(kW) + " mb" + std::to_string(kMb) + " k" +
                            std::to_string(kT) + " s" + std::to_string(kS) + " b" + std::to_string(kB);
 #ifdef PREFILL_BENCH_OLD_HEADER
   return {name, am::launch_paged_forward<kD, kW, kMb, kT, kS, kB>};
 #else
-  return {name + (kO ? " o" : ""), am::launch_paged_forward<kD, kW, kMb, kT, kS, kB, kO>};
+  return {name + (kO & am::kOptOverlap ? " o" : "") + (kO & am::kOptBf16Exp ? " e" : ""),
+          am::launch_paged_forward<kD, kW, kMb, kT, kS, kB, kO>};
 #endif
 }
 
@@ -108,8 +109,10 @@ std::vector<Variant> variants<64>() {
       variant<64, 4, 2, 128, 2, 1>(),
       variant<64, 8, 2, 64, 2, 1>()};
 #ifndef PREFILL_BENCH_OLD_HEADER
-  v.insert(v.end(), {variant<64, 4, 2, 64, 3, 1, true>(), variant<64, 4, 2, 32, 3, 1, true>(),
-                     variant<64, 4, 1, 64, 3, 3, true>()});
+  constexpr int kO = am::kOptOverlap, kE = am::kOptBf16Exp;
+  v.insert(v.end(), {variant<64, 4, 2, 64, 3, 1, kO>(), variant<64, 4, 2, 32, 3, 1, kO>(),
+                     variant<64, 4, 1, 64, 3, 3, kO>(), variant<64, 4, 2, 64, 2, 1, kE>(),
+                     variant<64, 4, 2, 32, 3, 1, kO | kE>(), variant<64, 4, 2, 64, 3, 1, kO | kE>()});
 #endif
   return v;
 }
@@ -134,8 +137,10 @@ std::vector<Variant> variants<128>() {
       variant<128, 4, 2, 64, 2, 1>(),
       variant<128, 8, 2, 32, 2, 1>()};
 #ifndef PREFILL_BENCH_OLD_HEADER
-  v.insert(v.end(), {variant<128, 4, 2, 32, 3, 1, true>(), variant<128, 4, 1, 32, 3, 3, true>(),
-                     variant<128, 4, 1, 64, 3, 2, true>()});
+  constexpr int kO = am::kOptOverlap, kE = am::kOptBf16Exp;
+  v.insert(v.end(), {variant<128, 4, 2, 32, 3, 1, kO>(), variant<128, 4, 1, 32, 3, 3, kO>(),
+                     variant<128, 4, 1, 64, 3, 2, kO>(), variant<128, 4, 2, 32, 2, 1, kE>(),
+                     variant<128, 4, 2, 32, 3, 1, kO | kE>(), variant<128, 4, 1, 64, 3, 2, kO | kE>()});
 #endif
   return v;
 }

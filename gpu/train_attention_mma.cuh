@@ -101,6 +101,13 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// 2^x of both halves of a bf16x2 (sm_90).
+__device__ __forceinline__ uint32_t fast_exp2_bf16x2(uint32_t x) {
+  uint32_t y;
+  asm("ex2.approx.ftz.bf16x2 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
@@ -163,6 +170,23 @@ __device__ __forceinline__ void gemm_abt(const bf16* a, int r0, const bf16* b, f
   }
 }
 
+// c[kMb][16][kN] += A B over k block kk (rows [16 kk, 16 kk + 16) of B[k][n] = b[k][n]), A given as
+// the kMb A fragments fa of that block.
+template <int kMb, int kN, int kP>
+__device__ __forceinline__ void gemm_pb_block(const uint32_t (*fa)[4], int kk, const bf16* b,
+                                              float (*c)[kN / 8][4]) {
+#pragma unroll
+  for (int np = 0; np < kN / 16; ++np) {
+    uint32_t fb[4];
+    load_b_trans<kP>(b, kk * 16, np * 16, fb);
+#pragma unroll
+    for (int mb = 0; mb < kMb; ++mb) {
+      mma(c[mb][2 * np], fa[mb], fb[0], fb[1]);
+      mma(c[mb][2 * np + 1], fa[mb], fb[2], fb[3]);
+    }
+  }
+}
+
 // c[kMb][16][kN] += P[16 kMb][kK] B, P held as accumulators p[kMb][kK / 8][4], B[k][n] = b[k][n].
 template <int kMb, int kK, int kN, int kP>
 __device__ __forceinline__ void gemm_pb(const float (*p)[kK / 8][4], const bf16* b, float (*c)[kN / 8][4]) {
@@ -171,16 +195,22 @@ __device__ __forceinline__ void gemm_pb(const float (*p)[kK / 8][4], const bf16*
     uint32_t fa[kMb][4];
 #pragma unroll
     for (int mb = 0; mb < kMb; ++mb) acc_to_a(p[mb], kk, fa[mb]);
+    gemm_pb_block<kMb, kN, kP>(fa, kk, b, c);
+  }
+}
+
+// The same with P given as A fragments pa[kMb][kK / 16][4] (bf16 already).
+template <int kMb, int kK, int kN, int kP>
+__device__ __forceinline__ void gemm_pb(const uint32_t (*pa)[kK / 16][4], const bf16* b,
+                                        float (*c)[kN / 8][4]) {
 #pragma unroll
-    for (int np = 0; np < kN / 16; ++np) {
-      uint32_t fb[4];
-      load_b_trans<kP>(b, kk * 16, np * 16, fb);
+  for (int kk = 0; kk < kK / 16; ++kk) {
+    uint32_t fa[kMb][4];
 #pragma unroll
-      for (int mb = 0; mb < kMb; ++mb) {
-        mma(c[mb][2 * np], fa[mb], fb[0], fb[1]);
-        mma(c[mb][2 * np + 1], fa[mb], fb[2], fb[3]);
-      }
-    }
+    for (int mb = 0; mb < kMb; ++mb)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) fa[mb][i] = pa[mb][kk][i];
+    gemm_pb_block<kMb, kN, kP>(fa, kk, b, c);
   }
 }
 
@@ -349,20 +379,27 @@ struct PagedKv {
   }
 };
 
+// Options of the forward kernel (bits of kOpt), for the paged instance; training uses none.
+//   kOptOverlap: tile it + 1's scores are computed before tile it's softmax (same arithmetic and
+//     bits; the ring needs kStages >= 3).
+//   kOptBf16Exp: p = 2^x on bf16 pairs (x rounded to bf16 first; p is rounded to bf16 for the p v
+//     product anyway), one MUFU op per two scores, and the row sums l on the tensor cores as one more
+//     product column (p times ones, so l sums the bf16 p that the p v product uses).
+enum : int { kOptOverlap = 1, kOptBf16Exp = 2 };
+
 template <int kD, int kWarps, int kMb, int kT, int kStages>
 constexpr size_t forward_smem() {
   return size_t(16 * kMb * kWarps + 2 * kStages * kT) * kPitch<kD> * sizeof(bf16);
 }
 
 // Block: kWarps warps of 16 kMb query rows (tile kv.query_tile()) of head kv.head() of the span
-// kv.span(); key tiles of kT in a ring of kStages buffers (see the loop). lse may be null. kOverlap:
-// the scores of the next tile are computed before the softmax of this one (same arithmetic, same
-// bits; needs kStages >= 3).
-template <int kD, int kWarps, int kMb, int kT, int kStages, int kMinBlocks, typename Kv,
-          bool kOverlap = false>
+// kv.span(); key tiles of kT in a ring of kStages buffers (see the loop). lse may be null. kOpt:
+// kOptOverlap, kOptBf16Exp (above).
+template <int kD, int kWarps, int kMb, int kT, int kStages, int kMinBlocks, typename Kv, int kOpt = 0>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     forward_kernel(Rows q, Kv kv, Geo g, Rows out, float* __restrict__ lse) {
   constexpr int kWr = 16 * kMb, kRows = kWr * kWarps, kThreads = 32 * kWarps, kP = kPitch<kD>;
+  constexpr bool kOverlap = (kOpt & kOptOverlap) != 0, kBf16Exp = (kOpt & kOptBf16Exp) != 0;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* qs = reinterpret_cast<bf16*>(smem);
   bf16* ks = qs + kRows * kP;  // kStages buffers each
@@ -406,6 +443,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   float m[kMb][2], l[kMb][2];
 #pragma unroll
   for (int mb = 0; mb < kMb; ++mb) m[mb][0] = m[mb][1] = -INFINITY, l[mb][0] = l[mb][1] = 0.0f;
+  float l_mma[kMb][4] = {};  // kBf16Exp: the row sums as a product column (rows gr, gr + 8 at [0], [2])
 
   using Scores = float[kMb][kT / 8][4];
   // Whether tile it has a key the warp's rows see (otherwise all its keys are in their future).
@@ -423,6 +461,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   // Masks tile it's scores, folds them into the online softmax (m, l, o rescaled) and adds p v to o.
   auto consume = [&](int it, Scores& s) {
     const int64_t j0 = j_first + int64_t(it) * kT;
+    uint32_t pa[kMb][kT / 16][4];  // kBf16Exp: p as the A fragments of the p v product
     const bool edge = j0 + kT - 1 > wp0 || j0 < kv_hi || j0 + kT > sp.n_kv;
 #pragma unroll
     for (int mb = 0; mb < kMb; ++mb) {
@@ -455,18 +494,31 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
         alpha[r] = fast_exp2(m[mb][r] - m_use[r]);
         m[mb][r] = m_new;
       }
-      float part[2][4] = {};  // row sums in four independent chains, added in a fixed order
+      if constexpr (kBf16Exp) {
+        // Fragment i of k block kk holds n-block 2 kk + i / 2, row gr + 8 (i % 2) (acc_to_a's layout).
 #pragma unroll
-      for (int nt = 0; nt < kT / 8; ++nt)
+        for (int kk = 0; kk < kT / 16; ++kk)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float p = fast_exp2(fmaf(s[mb][nt][e], g.scale_log2, -m_use[e / 2]));
-          s[mb][nt][e] = p;
-          part[e / 2][(2 * nt + (e & 1)) % 4] += p;
-        }
+          for (int i = 0; i < 4; ++i) {
+            const float* c = s[mb][2 * kk + i / 2];
+            const int r = i % 2;
+            pa[mb][kk][i] = fast_exp2_bf16x2(pack_bf16(fmaf(c[2 * r], g.scale_log2, -m_use[r]),
+                                                       fmaf(c[2 * r + 1], g.scale_log2, -m_use[r])));
+          }
+      } else {
+        float part[2][4] = {};  // row sums in four independent chains, added in a fixed order
 #pragma unroll
-      for (int r = 0; r < 2; ++r)
-        l[mb][r] = l[mb][r] * alpha[r] + ((part[r][0] + part[r][1]) + (part[r][2] + part[r][3]));
+        for (int nt = 0; nt < kT / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float p = fast_exp2(fmaf(s[mb][nt][e], g.scale_log2, -m_use[e / 2]));
+            s[mb][nt][e] = p;
+            part[e / 2][(2 * nt + (e & 1)) % 4] += p;
+          }
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          l[mb][r] = l[mb][r] * alpha[r] + ((part[r][0] + part[r][1]) + (part[r][2] + part[r][3]));
+      }
       // Past the first tiles a row's maximum rarely moves, so alpha is mostly exactly 1: the warp
       // skips the kD / 2 multiplies per thread of the rescale unless one of its rows needs it
       // (x * 1 == x, so the result has the same bits either way).
@@ -478,9 +530,22 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
           o[mb][nt][2] *= alpha[1];
           o[mb][nt][3] *= alpha[1];
         }
+        if constexpr (kBf16Exp) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) l_mma[mb][e] *= alpha[e / 2];
+        }
       }
     }
-    gemm_pb<kMb, kT, kD, kP>(s, vs + (it % kStages) * kT * kP, o);
+    if constexpr (kBf16Exp) {
+      gemm_pb<kMb, kT, kD, kP>(pa, vs + (it % kStages) * kT * kP, o);
+      constexpr uint32_t kOnes = 0x3f803f80u;  // bf16 1.0 twice: every column of p . ones is a row sum
+#pragma unroll
+      for (int mb = 0; mb < kMb; ++mb)
+#pragma unroll
+        for (int kk = 0; kk < kT / 16; ++kk) mma(l_mma[mb], pa[mb][kk], kOnes, kOnes);
+    } else {
+      gemm_pb<kMb, kT, kD, kP>(s, vs + (it % kStages) * kT * kP, o);
+    }
   };
   if constexpr (!kOverlap) {
     for (int it = 0; it < tiles; ++it) {
@@ -523,7 +588,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   for (int mb = 0; mb < kMb; ++mb)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const float lr = quad_sum(l[mb][r]);
+      const float lr = kBf16Exp ? l_mma[mb][2 * r] : quad_sum(l[mb][r]);
       const int64_t t = w0 + 16 * mb + gr + 8 * r;
       if (t >= sp.n_q) continue;
       const float inv = lr > 0.0f ? 1.0f / lr : 0.0f;
@@ -813,12 +878,12 @@ cudaError_t launch_forward(cudaStream_t stream, const Rows& q, const Rows& k, co
 
 // The paged forward over num_seqs sequences of at most max_q queries each (a bound: the lengths are
 // read on the device). g.n is unused; no lse.
-template <int kD, int kWarps, int kMb, int kT, int kStages, int kMinBlocks, bool kOverlap = false>
+template <int kD, int kWarps, int kMb, int kT, int kStages, int kMinBlocks, int kOpt = 0>
 cudaError_t launch_paged_forward(cudaStream_t stream, const Rows& q, const PagedKv& kv, int num_seqs,
                                  int64_t max_q, const Geo& g, const Rows& out) {
   constexpr size_t smem = forward_smem<kD, kWarps, kMb, kT, kStages>();
   constexpr int kRows = 16 * kMb * kWarps;
-  auto* kernel = forward_kernel<kD, kWarps, kMb, kT, kStages, kMinBlocks, PagedKv, kOverlap>;
+  auto* kernel = forward_kernel<kD, kWarps, kMb, kT, kStages, kMinBlocks, PagedKv, kOpt>;
   if (const cudaError_t e = allow_smem(kernel, smem); e != cudaSuccess) return e;
   const dim3 grid(unsigned(g.heads), unsigned((max_q + kRows - 1) / kRows), unsigned(num_seqs));
   kernel<<<grid, kWarps * 32, smem, stream>>>(q, kv, g, out, nullptr);
