@@ -925,15 +925,17 @@ cudaError_t launch_dkdv(cudaStream_t stream, const Rows& dout, const Rows& q, co
 
 // The configurations the backend uses, the fastest of bench/train_attention_bench.cu's variants on
 // an H200 (docs/performance.md): warps per block, 16-row blocks per warp, keys per tile (forward,
-// dq) or query rows per step (dk/dv), pipeline stages, and blocks per SM asked of the register
-// allocator. kPaged*: the paged forward (bench/prefill_attention_bench.cu), large tiles for long
-// prompts and kPagedSmall* where those leave SMs idle (see paged_forward).
+// dq) or query rows per step (dk/dv), pipeline stages, blocks per SM asked of the register
+// allocator, and (kPagedOpt) the forward's options. kPaged*: the paged forward
+// (bench/prefill_attention_bench.cu), large tiles for long prompts and kPagedSmall* where those
+// leave SMs idle (see paged_forward).
 template <int kD>
 struct Config;
 template <>
 struct Config<64> {
   static constexpr int kFwdWarps = 4, kFwdMb = 2, kFwdT = 64, kFwdStages = 2, kFwdBlocks = 1;
-  static constexpr int kPagedWarps = 4, kPagedMb = 2, kPagedT = 64, kPagedStages = 2, kPagedBlocks = 1;
+  static constexpr int kPagedWarps = 4, kPagedMb = 2, kPagedT = 64, kPagedStages = 2, kPagedBlocks = 1,
+                       kPagedOpt = 0;
   static constexpr int kPagedSmallWarps = 8, kPagedSmallMb = 1, kPagedSmallT = 64, kPagedSmallStages = 2,
                        kPagedSmallBlocks = 2;
   static constexpr int kDqWarps = 8, kDqMb = 1, kDqT = 64, kDqStages = 2, kDqBlocks = 2;
@@ -942,13 +944,15 @@ struct Config<64> {
 // head_dim 96 (no model we train has it) only serves paged_attention.
 template <>
 struct Config<96> {
-  static constexpr int kPagedWarps = 4, kPagedMb = 2, kPagedT = 32, kPagedStages = 2, kPagedBlocks = 1;
+  static constexpr int kPagedWarps = 4, kPagedMb = 2, kPagedT = 32, kPagedStages = 2, kPagedBlocks = 1,
+                       kPagedOpt = 0;
   static constexpr int kPagedSmallWarps = 0;  // not measured: one configuration
 };
 template <>
 struct Config<128> {
   static constexpr int kFwdWarps = 4, kFwdMb = 2, kFwdT = 32, kFwdStages = 2, kFwdBlocks = 1;
-  static constexpr int kPagedWarps = 4, kPagedMb = 2, kPagedT = 32, kPagedStages = 2, kPagedBlocks = 1;
+  static constexpr int kPagedWarps = 4, kPagedMb = 2, kPagedT = 32, kPagedStages = 2, kPagedBlocks = 1,
+                       kPagedOpt = 0;
   static constexpr int kPagedSmallWarps = 8, kPagedSmallMb = 1, kPagedSmallT = 64, kPagedSmallStages = 2,
                        kPagedSmallBlocks = 1;
   static constexpr int kDqWarps = 4, kDqMb = 2, kDqT = 32, kDqStages = 2, kDqBlocks = 1;
@@ -978,8 +982,8 @@ cudaError_t paged_forward(cudaStream_t stream, const Rows& q, const PagedKv& kv,
                                   C::kPagedSmallStages, C::kPagedSmallBlocks>(stream, q, kv, num_seqs, max_q,
                                                                               g, out);
   }
-  return launch_paged_forward<kD, C::kPagedWarps, C::kPagedMb, C::kPagedT, C::kPagedStages, C::kPagedBlocks>(
-      stream, q, kv, num_seqs, max_q, g, out);
+  return launch_paged_forward<kD, C::kPagedWarps, C::kPagedMb, C::kPagedT, C::kPagedStages, C::kPagedBlocks,
+                              C::kPagedOpt>(stream, q, kv, num_seqs, max_q, g, out);
 }
 
 // `delta` holds n * heads floats.
