@@ -6,7 +6,7 @@
 //   nvcc -O3 -std=c++20 --expt-relaxed-constexpr -I. -gencode=arch=compute_90a,code=sm_90a \
 //        bench/prefill_attention_bench.cu gpu/attention.cu gpu/rows.cpp gpu/scratch.cpp \
 //        src/backend/rows.cpp src/core/tensor.cpp src/core/dtype.cpp -o prefill_attention_bench
-//   ./prefill_attention_bench [--quick] [--check-only]
+//   ./prefill_attention_bench [--quick] [--check-only | --prefill-only]
 //
 // The bench defines paged_attention_mma (gpu/paged_attention_mma.cu, not linked) as "not taken", so
 // astrai::gpu::paged_attention runs the CUDA-core kernel: "cuda-core" below is today's prefill path.
@@ -78,11 +78,19 @@ cudaError_t config(cudaStream_t s, const Rows& q, const am::PagedKv& kv, int seq
   return am::paged_forward<kD>(s, q, kv, seqs, max_q, g, out, g_sms);
 }
 
-template <int kD, int kW, int kMb, int kT, int kS, int kB>
+// kO: the kernel's options (am::kOptOverlap, named "o"; am::kOptBf16Exp, named "e").
+// -DPREFILL_BENCH_OLD_HEADER builds against a train_attention_mma.cuh from before kOpt (an A/B of
+// two trees' kernels): the variants with options are left out.
+template <int kD, int kW, int kMb, int kT, int kS, int kB, int kO = 0>
 Variant variant() {
-  return {"w" + std::to_string(kW) + " mb" + std::to_string(kMb) + " k" + std::to_string(kT) + " s" +
-              std::to_string(kS) + " b" + std::to_string(kB),
-          am::launch_paged_forward<kD, kW, kMb, kT, kS, kB>};
+  const std::string name = "w" + std::to_string(kW) + " mb" + std::to_string(kMb) + " k" +
+                           std::to_string(kT) + " s" + std::to_string(kS) + " b" + std::to_string(kB);
+#ifdef PREFILL_BENCH_OLD_HEADER
+  return {name, am::launch_paged_forward<kD, kW, kMb, kT, kS, kB>};
+#else
+  return {name + (kO & am::kOptOverlap ? " o" : "") + (kO & am::kOptBf16Exp ? " e" : ""),
+          am::launch_paged_forward<kD, kW, kMb, kT, kS, kB, kO>};
+#endif
 }
 
 template <int kD>
@@ -90,13 +98,23 @@ std::vector<Variant> variants();
 template <>
 std::vector<Variant> variants<64>() {
   using C = am::Config<64>;
-  return {{"config", config<64>},
-          variant<64, C::kPagedWarps, C::kPagedMb, C::kPagedT, C::kPagedStages, C::kPagedBlocks>(),
-          variant<64, C::kPagedSmallWarps, C::kPagedSmallMb, C::kPagedSmallT, C::kPagedSmallStages,
-                  C::kPagedSmallBlocks>(),
-          variant<64, 4, 1, 64, 2, 2>(),
-          variant<64, 4, 2, 64, 3, 1>(),
-          variant<64, 4, 2, 32, 2, 2>()};
+  std::vector<Variant> v = {
+      {"config", config<64>},
+      variant<64, C::kPagedWarps, C::kPagedMb, C::kPagedT, C::kPagedStages, C::kPagedBlocks>(),
+      variant<64, C::kPagedSmallWarps, C::kPagedSmallMb, C::kPagedSmallT, C::kPagedSmallStages,
+              C::kPagedSmallBlocks>(),
+      variant<64, 4, 1, 64, 2, 2>(),
+      variant<64, 4, 2, 64, 3, 1>(),
+      variant<64, 4, 2, 32, 2, 2>(),
+      variant<64, 4, 2, 128, 2, 1>(),
+      variant<64, 8, 2, 64, 2, 1>()};
+#ifndef PREFILL_BENCH_OLD_HEADER
+  constexpr int kO = am::kOptOverlap, kE = am::kOptBf16Exp;
+  v.insert(v.end(), {variant<64, 4, 2, 64, 3, 1, kO>(), variant<64, 4, 2, 32, 3, 1, kO>(),
+                     variant<64, 4, 1, 64, 3, 3, kO>(), variant<64, 4, 2, 64, 2, 1, kE>(),
+                     variant<64, 4, 2, 32, 3, 1, kO | kE>(), variant<64, 4, 2, 64, 3, 1, kO | kE>()});
+#endif
+  return v;
 }
 template <>
 std::vector<Variant> variants<96>() {
@@ -108,13 +126,23 @@ std::vector<Variant> variants<96>() {
 template <>
 std::vector<Variant> variants<128>() {
   using C = am::Config<128>;
-  return {{"config", config<128>},
-          variant<128, C::kPagedWarps, C::kPagedMb, C::kPagedT, C::kPagedStages, C::kPagedBlocks>(),
-          variant<128, C::kPagedSmallWarps, C::kPagedSmallMb, C::kPagedSmallT, C::kPagedSmallStages,
-                  C::kPagedSmallBlocks>(),
-          variant<128, 8, 1, 32, 2, 2>(),
-          variant<128, 4, 1, 64, 2, 2>(),
-          variant<128, 4, 2, 32, 3, 1>()};
+  std::vector<Variant> v = {
+      {"config", config<128>},
+      variant<128, C::kPagedWarps, C::kPagedMb, C::kPagedT, C::kPagedStages, C::kPagedBlocks>(),
+      variant<128, C::kPagedSmallWarps, C::kPagedSmallMb, C::kPagedSmallT, C::kPagedSmallStages,
+              C::kPagedSmallBlocks>(),
+      variant<128, 8, 1, 32, 2, 2>(),
+      variant<128, 4, 1, 64, 2, 2>(),
+      variant<128, 4, 2, 32, 3, 1>(),
+      variant<128, 4, 2, 64, 2, 1>(),
+      variant<128, 8, 2, 32, 2, 1>()};
+#ifndef PREFILL_BENCH_OLD_HEADER
+  constexpr int kO = am::kOptOverlap, kE = am::kOptBf16Exp;
+  v.insert(v.end(), {variant<128, 4, 2, 32, 3, 1, kO>(), variant<128, 4, 1, 32, 3, 3, kO>(),
+                     variant<128, 4, 1, 64, 3, 2, kO>(), variant<128, 4, 2, 32, 2, 1, kE>(),
+                     variant<128, 4, 2, 32, 3, 1, kO | kE>(), variant<128, 4, 1, 64, 3, 2, kO | kE>()});
+#endif
+  return v;
 }
 
 std::vector<Variant> variants_of(int d) {
@@ -397,13 +425,14 @@ double causal_flop(const Problem& p) {
   return 4.0 * pairs * p.c.d * p.c.heads;
 }
 
-void time_case(const Case& c, Rng& rng, int reps, bool variants_too) {
+// cuda_core false: the CUDA-core kernel is not timed (reported as 0).
+void time_case(const Case& c, Rng& rng, int reps, bool variants_too, bool cuda_core = true) {
   const Problem p = make_problem(c, rng);
   Device dev(p);
   const double flop = causal_flop(p);
   const std::vector<Variant> vs = variants_of(c.d);
   const int old_reps = p.max_kv >= 16384 ? 1 : reps;
-  const double old_ms = median_ms([&] { dev.cuda_core(); }, old_reps);
+  const double old_ms = cuda_core ? median_ms([&] { dev.cuda_core(); }, old_reps) : 0.0;
   const double new_ms = median_ms([&] { dev.tensor_core(vs[0]); }, reps);
   std::printf("time %-58s tensor-core %8.3f ms %6.1f TFLOP/s | cuda-core %8.3f ms %6.1f TFLOP/s | x%.1f\n",
               describe(c).c_str(), new_ms, flop / new_ms * 1e-9, old_ms, flop / old_ms * 1e-9,
@@ -420,6 +449,8 @@ void time_case(const Case& c, Rng& rng, int reps, bool variants_too) {
 int main(int argc, char** argv) {
   const bool quick = astrai::bench::has_flag(argc, argv, "--quick");
   const bool check_only = astrai::bench::has_flag(argc, argv, "--check-only");
+  // --prefill-only: no checks; the tensor-core prefills alone (to compare two builds of the header).
+  const bool prefill_only = astrai::bench::has_flag(argc, argv, "--prefill-only");
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a run cut short by a timeout keeps its lines
   int dev = 0;
   CK(cudaGetDevice(&dev));
@@ -440,11 +471,17 @@ int main(int argc, char** argv) {
       {"8k prefill", 8, 2, 128, 16, {{8192, 8192}}, 1024},
       {"32k prefill", 4, 1, 64, 16, {{32768, 32768}}, 192},
   };
+  const int reps = quick ? 3 : 10;
+  if (prefill_only) {
+    for (int d : {128, 64})
+      for (int n : {1024, 8192, 32768})
+        time_case({"prefill", 32, 8, d, 16, {{n, n}}}, rng, reps, true, false);
+    return 0;
+  }
   bool ok = true;
   for (size_t i = 0; i < checks.size(); ++i) ok = check_case(checks[i], rng, i < 8) && ok;
   std::printf("correctness: %s\n", ok ? "all ok" : "FAILURES");
   if (check_only) return ok ? 0 : 1;
-  const int reps = quick ? 3 : 10;
   for (int d : {128, 64})
     for (int n : {1024, 2048, 8192, 32768}) time_case({"prefill", 32, 8, d, 16, {{n, n}}}, rng, reps, true);
   // Extends (chunks after a cached prefix) to place paged_attention's dispatch threshold.

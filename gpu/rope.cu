@@ -4,27 +4,29 @@
 // cos and sin are rounded to the storage dtype T and each product and the sum round to T.
 //
 // rope_kv_store: the attention prologue of a decoder layer in one kernel (Backend::rope_kv_store),
-// one warp per (token, head) over the q, k and v heads: the k and q heads are RMS-normed (when the
+// a group of lanes per (token, head) over the q, k and v heads: the k and q heads are RMS-normed (when the
 // model has q/k norms), rotated and written back, the k heads also into their cache slot, and the v
 // heads copied into theirs. Each step rounds to T where the unfused rms_norm, rope and kv_store
 // kernels round, so the two paths differ only where the norm's sum of squares adds in another
 // order (an ulp of the f32 scale, rarely a bf16 rounding step).
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "gpu/check.h"
 #include "gpu/device_util.cuh"
 #include "gpu/ops.h"
 #include "gpu/rows.h"
+#include "gpu/rows_map.cuh"
 #include "gpu/train_ops.h"
 
 namespace astrai::gpu {
 namespace {
 
-// x rotated: the pair (x1, x2) of dims (i, i + D/2) at the angle whose (cos, sin) is cs[i], cs[half + i].
+// The pair (x1, x2) of dims (i, i + D/2) rotated by the angle whose f32 (cos, sin) is (cos_f, sin_f).
 template <typename T>
-__device__ __forceinline__ void rotate(float& x1, float& x2, const float* cs, int64_t half, int64_t i) {
-  const float c = round_to<T>(cs[i]), s = round_to<T>(cs[half + i]);
+__device__ __forceinline__ void rotate(float& x1, float& x2, float cos_f, float sin_f) {
+  const float c = round_to<T>(cos_f), s = round_to<T>(sin_f);
   const float a = round_to<T>(round_to<T>(x1 * c) - round_to<T>(x2 * s));
   x2 = round_to<T>(round_to<T>(x2 * c) + round_to<T>(x1 * s));
   x1 = a;
@@ -65,7 +67,7 @@ __global__ void rope_kernel(HeadRows x, const int32_t* __restrict__ positions,
         x1 = d1 * c + x2 * s;
         x2 = x2 * c - d1 * s;
       } else {
-        rotate<T>(x1, x2, cs, half, i);
+        rotate<T>(x1, x2, cs[i], cs[half + i]);
       }
       a[i] = from_f32<T>(x1);
       a[half + i] = from_f32<T>(x2);
@@ -102,8 +104,10 @@ void launch_rope(cudaStream_t stream, const Tensor& x, const Tensor& positions, 
 }
 
 struct RopeKvParams {
-  Rows q, k, v;
-  int64_t heads, kv_heads, head_dim, n_rows;  // n_rows: T * (heads + 2 * kv_heads) warps of work
+  Rows q, k, v;  // [T, heads or kv_heads, D]: head h of token t at t * s_outer + h * s_inner
+  int heads, kv_heads, head_dim;
+  int lanes_log2;  // log2 of the lanes that share one head (a power of two, at most 32)
+  int64_t tokens;
   float eps;
   const int32_t* positions;
   const float* cos_sin;
@@ -112,56 +116,100 @@ struct RopeKvParams {
   int64_t n_slots;
 };
 
+// Head h of token t of x.
 template <typename T>
+__device__ __forceinline__ T* head_ptr(const Rows& x, int64_t t, int h) {
+  return reinterpret_cast<T*>(x.base + (t * x.s_outer + int64_t(h) * x.s_inner) * x.esize);
+}
+
+// N consecutive f32 (N > 1: 16-byte aligned, loaded 4 at a time).
+template <int N>
+__device__ __forceinline__ void load_f32(const float* p, float* f) {
+#pragma unroll
+  for (int i = 0; i < N; i += 4) {
+    if constexpr (N == 1) {
+      f[0] = *p;
+    } else {
+      const float4 v = *reinterpret_cast<const float4*>(p + i);
+      f[i] = v.x, f[i + 1] = v.y, f[i + 2] = v.z, f[i + 3] = v.w;
+    }
+  }
+}
+
+// blockIdx.y walks tokens; the threads of blockIdx.x walk the token's heads (q, then k, then v), a
+// group of 2^lanes_log2 lanes per head, each lane N elements at a time (N > 1: 16-byte vectors): no
+// division anywhere, and rows of 64 or 128 dims take one 16-byte load per lane and half.
+template <typename T, int N>
 __global__ void rope_kv_store_kernel(RopeKvParams p, const T* __restrict__ q_norm,
                                      const T* __restrict__ k_norm, T* __restrict__ k_cache,
                                      T* __restrict__ v_cache) {
-  const int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;  // warp-uniform
-  const int lane = threadIdx.x % 32;
-  if (r >= p.n_rows) return;
-  const int64_t per = p.heads + 2 * p.kv_heads, t = r / per, j = r % per, D = p.head_dim, half = D / 2;
-  const int32_t slot = p.slots[t];
-  const bool slot_ok = slot >= 0 && slot < p.n_slots;  // validated by the model; never write outside
-  if (j >= p.heads + p.kv_heads) {                     // a v head: copy into the cache
-    const int64_t h = j - p.heads - p.kv_heads;
-    if (!slot_ok) return;
-    const T* src = p.v.row<T>(t * p.kv_heads + h);
-    T* dst = v_cache + (int64_t(slot) * p.kv_heads + h) * D;
-    for (int64_t i = lane; i < D; i += 32) dst[i] = src[i];
-    return;
-  }
-  const bool is_q = j < p.heads;
-  const int64_t h = is_q ? j : j - p.heads;
-  T* a = is_q ? p.q.row<T>(t * p.heads + h) : p.k.row<T>(t * p.kv_heads + h);
+  const int lanes = 1 << p.lanes_log2, lane = threadIdx.x & (lanes - 1);
+  const int j = int(blockIdx.x) * (int(blockDim.x) >> p.lanes_log2) + (int(threadIdx.x) >> p.lanes_log2);
+  if (j >= p.heads + 2 * p.kv_heads) return;  // the whole lane group: its shuffles stay within it
+  const unsigned group_mask =
+      lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1u) << ((threadIdx.x % 32) & ~unsigned(lanes - 1));
+  const int D = p.head_dim, half = D / 2, step = lanes * N;
+  const bool is_v = j >= p.heads + p.kv_heads, is_q = j < p.heads;
+  const int h = is_q ? j : is_v ? j - p.heads - p.kv_heads : j - p.heads;
   const T* w = is_q ? q_norm : k_norm;
-  float inv = 1.0f;
-  if (w) {
-    float ss = 0.0f;
-    for (int64_t i = lane; i < D; i += 32) {
-      const float x = to_f32(a[i]);
-      ss += x * x;
+  for (int64_t t = blockIdx.y; t < p.tokens; t += gridDim.y) {
+    const int32_t slot = p.slots[t];
+    const bool slot_ok = slot >= 0 && slot < p.n_slots;  // validated by the model; never write outside
+    const int64_t cache_row = (int64_t(slot) * p.kv_heads + h) * D;
+    if (is_v) {  // copy into the cache
+      if (!slot_ok) continue;
+      const T* src = head_ptr<T>(p.v, t, h);
+      float x[N];
+      for (int i = lane * N; i < D; i += step) {
+        load_vec<T, N>(src + i, x);
+        store_vec<T, N>(v_cache + cache_row + i, x);
+      }
+      continue;
     }
-    inv = rsqrtf(warp_sum(ss) / float(D) + p.eps);  // every read of a is done before any write
-  }
-  // The value the unfused rms_norm would have stored.
-  auto normed = [&](int64_t i) {
-    const float x = to_f32(a[i]);
-    return w ? round_to<T>(round_to<T>(x * inv) * to_f32(w[i])) : x;
-  };
-  const int32_t pos = p.positions[t];
-  T* cache = !is_q && slot_ok ? k_cache + (int64_t(slot) * p.kv_heads + h) * D : nullptr;
-  for (int64_t i = lane; i < half; i += 32) {
-    float x1 = normed(i), x2 = normed(half + i);
-    if (pos < 0 || pos >= p.max_pos) {  // the model validated positions; never read outside the table
-      x1 = x2 = __int_as_float(0x7fc00000);
-    } else {
-      rotate<T>(x1, x2, p.cos_sin + int64_t(pos) * D, half, i);
+    T* a = is_q ? head_ptr<T>(p.q, t, h) : head_ptr<T>(p.k, t, h);
+    float inv = 1.0f;
+    if (w) {
+      float ss = 0.0f, x[N];
+      for (int i = lane * N; i < D; i += step) {
+        load_vec<T, N>(a + i, x);
+#pragma unroll
+        for (int e = 0; e < N; ++e) ss += x[e] * x[e];
+      }
+      for (int o = lanes / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(group_mask, ss, o);
+      inv = rsqrtf(ss / float(D) + p.eps);  // every read of the group's row is done before any write
     }
-    a[i] = from_f32<T>(x1);
-    a[half + i] = from_f32<T>(x2);
-    if (cache) {
-      cache[i] = from_f32<T>(x1);
-      cache[half + i] = from_f32<T>(x2);
+    const int32_t pos = p.positions[t];
+    const bool pos_ok = pos >= 0 && pos < p.max_pos;  // validated by the model; never read outside
+    const float* cs = p.cos_sin + int64_t(pos_ok ? pos : 0) * D;
+    T* cache = !is_q && slot_ok ? k_cache + cache_row : nullptr;
+    for (int i = lane * N; i < half; i += step) {
+      float x1[N], x2[N], c[N], s[N], w1[N], w2[N];
+      load_vec<T, N>(a + i, x1);
+      load_vec<T, N>(a + half + i, x2);
+      load_f32<N>(cs + i, c);
+      load_f32<N>(cs + half + i, s);
+      if (w) {
+        load_vec<T, N>(w + i, w1);
+        load_vec<T, N>(w + half + i, w2);
+      }
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        if (w) {  // the value the unfused rms_norm would have stored
+          x1[e] = round_to<T>(round_to<T>(x1[e] * inv) * w1[e]);
+          x2[e] = round_to<T>(round_to<T>(x2[e] * inv) * w2[e]);
+        }
+        if (pos_ok) {
+          rotate<T>(x1[e], x2[e], c[e], s[e]);
+        } else {
+          x1[e] = x2[e] = __int_as_float(0x7fc00000);
+        }
+      }
+      store_vec<T, N>(a + i, x1);
+      store_vec<T, N>(a + half + i, x2);
+      if (cache) {
+        store_vec<T, N>(cache + i, x1);
+        store_vec<T, N>(cache + half + i, x2);
+      }
     }
   }
 }
@@ -206,30 +254,51 @@ void rope_kv_store(cudaStream_t stream, Tensor q, Tensor k, const Tensor& v, con
   check_cache(v_cache, "v_cache", q.dtype, KVH, D);
   ASTRAI_GPU_CHECK(k_cache.shape[0] == v_cache.shape[0],
                    "rope_kv_store: k_cache and v_cache differ in slots");
+  if (T == 0) return;
+  ASTRAI_GPU_CHECK((H + 2 * KVH) * D < (int64_t(1) << 30), "rope_kv_store: too many heads");
   RopeKvParams p{rows_of(q, "rope_kv_store"),
                  rows_of(k, "rope_kv_store"),
                  rows_of(v, "rope_kv_store"),
-                 H,
-                 KVH,
-                 D,
-                 T * (H + 2 * KVH),
+                 int(H),
+                 int(KVH),
+                 int(D),
+                 0,
+                 T,
                  eps,
                  positions.ptr<int32_t>(),
                  cos_sin.ptr<float>(),
                  cos_sin.shape[0],
                  slots.ptr<int32_t>(),
                  k_cache.shape[0]};
-  if (p.n_rows == 0) return;
-  constexpr int kWarpsPerBlock = 4;
-  const unsigned blocks = unsigned((p.n_rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  if (q.dtype == DType::bf16)
-    rope_kv_store_kernel<bf16><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
-        p, q_norm ? q_norm->ptr<bf16>() : nullptr, k_norm ? k_norm->ptr<bf16>() : nullptr,
-        k_cache.ptr<bf16>(), v_cache.ptr<bf16>());
-  else
-    rope_kv_store_kernel<float><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
-        p, q_norm ? q_norm->ptr<float>() : nullptr, k_norm ? k_norm->ptr<float>() : nullptr,
-        k_cache.ptr<float>(), v_cache.ptr<float>());
+  // 16 bytes per lane when every row, table row and weight allows it, else one element.
+  const int64_t vec = 16 / int64_t(dtype_size(q.dtype));
+  auto aligned16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  bool use_vec = (D / 2) % vec == 0 && rows_aligned16(p.q) && rows_aligned16(p.k) && rows_aligned16(p.v) &&
+                 aligned16(cos_sin.data) && aligned16(k_cache.data) && aligned16(v_cache.data);
+  for (const Tensor* w : {q_norm, k_norm}) use_vec = use_vec && (!w || aligned16(w->data));
+  // Lanes per head: the power of two (at most a warp) nearest below the vectors in half a row.
+  const int64_t chunks = (D / 2) / (use_vec ? vec : 1);
+  while (p.lanes_log2 < 5 && (int64_t(2) << p.lanes_log2) <= chunks) ++p.lanes_log2;
+  constexpr int kThreads = 128;
+  const int64_t heads_per_block = kThreads >> p.lanes_log2;
+  const dim3 grid(unsigned((H + 2 * KVH + heads_per_block - 1) / heads_per_block),
+                  unsigned(std::min<int64_t>(T, 65535)));
+  auto launch = [&]<typename E, int N>() {
+    rope_kv_store_kernel<E, N><<<grid, kThreads, 0, stream>>>(p, q_norm ? q_norm->ptr<E>() : nullptr,
+                                                              k_norm ? k_norm->ptr<E>() : nullptr,
+                                                              k_cache.ptr<E>(), v_cache.ptr<E>());
+  };
+  if (q.dtype == DType::bf16) {
+    if (use_vec)
+      launch.template operator()<bf16, 8>();
+    else
+      launch.template operator()<bf16, 1>();
+  } else {
+    if (use_vec)
+      launch.template operator()<float, 4>();
+    else
+      launch.template operator()<float, 1>();
+  }
   ASTRAI_CUDA_LAUNCH_CHECK(rope_kv_store_kernel);
 }
 

@@ -24,9 +24,11 @@ std::vector<float> rope_table(int64_t max_pos, int64_t D) {
   return cs;
 }
 
-void check_rope_kv_store(Backend& be, bool qk_norm, Rng& rng) {
-  const int64_t T = rng.randint(1, 12), KVH = rng.randint(1, 4), H = KVH * rng.randint(1, 4);
-  const int64_t D = 2 * rng.randint(1, 72), max_pos = 200, n_slots = 64;
+// head_dim 0: a random even one (mostly rows the CUDA kernel reads element by element); 64 and 128
+// take its 16-byte path, with more tokens than one block row.
+void check_rope_kv_store(Backend& be, bool qk_norm, Rng& rng, int64_t head_dim = 0) {
+  const int64_t T = rng.randint(1, head_dim ? 40 : 12), KVH = rng.randint(1, 4), H = KVH * rng.randint(1, 4);
+  const int64_t D = head_dim ? head_dim : 2 * rng.randint(1, 72), max_pos = 200, n_slots = 64;
   const int64_t ld = (H + 2 * KVH) * D;  // one token's row of the qkv buffer: q | k | v heads
   const float eps = 1e-6f;
   INFO("T " << T << " H " << H << " KVH " << KVH << " D " << D << " qk_norm " << qk_norm);
@@ -108,6 +110,10 @@ void rope_kv_store_matches_the_unfused_ops(Backend& be) {
   for (int rep = 0; rep < 4; ++rep) {
     check_rope_kv_store(be, false, rng);
     check_rope_kv_store(be, true, rng);
+  }
+  for (const int64_t D : {64, 128}) {
+    check_rope_kv_store(be, false, rng, D);
+    check_rope_kv_store(be, true, rng, D);
   }
 }
 
