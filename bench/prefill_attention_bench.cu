@@ -27,8 +27,8 @@
 // 3. Mixed steps (decode rows and a prefill chunk, as when a serving step admits a request): checked
 //    through the dispatch with the decode rows on the tensor cores (one kernel) and on the decode
 //    kernel (AttentionBatch::num_decode_seqs: two kernels), and timed both ways at B = 8, 31, 63
-//    decode rows of 512 or 4k keys plus a chunk of 128 or 2k queries after 2k keys; --mixed: the
-//    mixed checks and times only.
+//    decode rows of 512 or 4k keys plus a chunk of 128 or 2k queries after 2k keys, beside each
+//    part alone and both parts on two streams at once; --mixed: the mixed checks and times only.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -289,6 +289,8 @@ struct Device {
   bf16 *q, *kc, *vc, *out;
   int32_t *q_start, *kv_len, *pt;
   astrai::gpu::Scratch scratch;
+  cudaStream_t side = nullptr;  // overlapped(): the decode rows' stream
+  cudaEvent_t fork = nullptr, join = nullptr;
 
   explicit Device(const Problem& pr)
       : p(pr),
@@ -303,6 +305,11 @@ struct Device {
   ~Device() {
     for (void* x : {(void*)q, (void*)kc, (void*)vc, (void*)out, (void*)q_start, (void*)kv_len, (void*)pt})
       cudaFree(x);
+    if (side != nullptr) {
+      cudaStreamDestroy(side);
+      cudaEventDestroy(fork);
+      cudaEventDestroy(join);
+    }
   }
   Rows q_rows() const {
     return Rows{reinterpret_cast<char*>(q), 2, int64_t(p.T) * p.c.heads, p.c.d, p.c.heads, p.ld, p.c.d};
@@ -339,13 +346,28 @@ struct Device {
   // the step's leading one-query sequences as AttentionBatch::num_decode_seqs, or 0: one kernel.
   // the step's leading one-query sequences as AttentionBatch::num_decode_seqs, or 0: one kernel;
   // over sequences [s0, s0 + n) of the step (n < 0: to the end), to time a part of it alone.
-  void dispatch(int num_decode_seqs, int s0 = 0, int n = -1) {
+  void dispatch(int num_decode_seqs, int s0 = 0, int n = -1, cudaStream_t stream = nullptr) {
     astrai::gpu::g_tensor_cores = true;
-    paged_attention(num_decode_seqs, s0, n);
+    paged_attention(num_decode_seqs, s0, n, stream);
     astrai::gpu::g_tensor_cores = false;
   }
-  void cuda_core() { paged_attention(0, 0, -1); }
-  void paged_attention(int num_decode_seqs, int s0, int n) {
+  // The two parts of a mixed step at once: its nd leading decode rows on a second stream, the rest
+  // on tensor cores (an experiment: does the decode kernel fill the tensor-core launch's idle SMs?).
+  void overlapped(int nd) {
+    if (side == nullptr) {
+      CK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));  // no implicit sync with stream 0
+      CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+      CK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+    }
+    CK(cudaEventRecord(fork, nullptr));
+    CK(cudaStreamWaitEvent(side, fork));
+    dispatch(0, 0, nd, side);
+    dispatch(0, nd, -1, nullptr);
+    CK(cudaEventRecord(join, side));
+    CK(cudaStreamWaitEvent(nullptr, join));
+  }
+  void cuda_core() { paged_attention(0, 0, -1, nullptr); }
+  void paged_attention(int num_decode_seqs, int s0, int n, cudaStream_t stream) {
     using astrai::DType;
     using astrai::Tensor;
     const auto dev = astrai::Device::cuda;
@@ -370,7 +392,7 @@ struct Device {
                              max_q,
                              max_kv,
                              num_decode_seqs};
-    astrai::gpu::paged_attention(nullptr, qt, kt, vt, b, p.scale, ot, scratch);
+    astrai::gpu::paged_attention(stream, qt, kt, vt, b, p.scale, ot, scratch);
   }
 };
 
@@ -424,6 +446,7 @@ bool check_case(const Case& c, Rng& rng, bool all_variants) {
   if (const int nd = leading_decodes(c); nd > 0) {
     ok = check_one(dev, pk, ref, "dispatch, one kernel", [&] { dev.dispatch(0); }) && ok;
     ok = check_one(dev, pk, ref, "dispatch, two kernels", [&] { dev.dispatch(nd); }) && ok;
+    ok = check_one(dev, pk, ref, "two streams", [&] { dev.overlapped(nd); }) && ok;
   }
   return ok;
 }
@@ -467,10 +490,11 @@ void time_mixed(int d, int B, int decode_kv, int chunk_q, int chunk_prefix, Rng&
   const double two = median_ms([&] { dev.dispatch(B); }, reps);
   const double dec = median_ms([&] { dev.dispatch(0, 0, B); }, reps);
   const double chunk = median_ms([&] { dev.dispatch(0, B, 1); }, reps);
+  const double streams = median_ms([&] { dev.overlapped(B); }, reps);
   std::printf(
       "mixed d%-3d %2d decodes at %5d keys + chunk %4d after %4d: one kernel %7.3f ms | two %7.3f ms "
-      "(x%.2f) | decodes alone %7.3f + chunk alone %7.3f = %7.3f ms\n",
-      d, B, decode_kv, chunk_q, chunk_prefix, one, two, one / two, dec, chunk, dec + chunk);
+      "(x%.2f) | decodes alone %7.3f + chunk alone %7.3f = %7.3f ms | two streams %7.3f ms\n",
+      d, B, decode_kv, chunk_q, chunk_prefix, one, two, one / two, dec, chunk, dec + chunk, streams);
 }
 
 }  // namespace
