@@ -539,14 +539,15 @@ int main(int argc, char** argv) {
   std::printf("correctness: %s\n", ok ? "all ok" : "FAILURES");
   if (check_only) return ok ? 0 : 1;
   const int reps = quick ? 3 : 10;
-  // Serving steps that admit a request: B decode rows and one prefill chunk.
-  for (int d : {64, 128})
-    for (int B : {8, 31, 63})
-      for (int kv : {512, 4096})
-        for (int q : {128, 2048}) {
-          if (d == 128 && (kv == 512 || B == 8)) continue;  // qwen3-8b: the long contexts only
-          time_mixed(d, B, kv, q, 2048, rng, 20);
-        }
+  // Serving steps that admit a request: B decode rows and one prefill chunk after 2k keys; the
+  // session's reference case (31 decodes at 4k + 2k queries) first, qwen3-8b's d128 at 4k only.
+  time_mixed(128, 31, 4096, 2048, 2048, rng, 20);
+  for (int q : {2048, 128})
+    for (int kv : {4096, 512})
+      for (int B : {31, 8, 63}) time_mixed(64, B, kv, q, 2048, rng, 20);
+  for (int q : {2048, 128})
+    for (int B : {31, 63})
+      if (q != 2048 || B != 31) time_mixed(128, B, 4096, q, 2048, rng, 20);
   if (mixed_only) return ok ? 0 : 1;
   for (int d : {128, 64})
     for (int n : {1024, 2048, 8192, 32768}) time_case({"prefill", 32, 8, d, 16, {{n, n}}}, rng, reps, true);
