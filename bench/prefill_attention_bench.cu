@@ -6,10 +6,12 @@
 //   nvcc -O3 -std=c++20 --expt-relaxed-constexpr -I. -gencode=arch=compute_90a,code=sm_90a \
 //        bench/prefill_attention_bench.cu gpu/attention.cu gpu/rows.cpp gpu/scratch.cpp \
 //        src/backend/rows.cpp src/core/tensor.cpp src/core/dtype.cpp -o prefill_attention_bench
-//   ./prefill_attention_bench [--quick] [--check-only | --prefill-only]
+//   ./prefill_attention_bench [--quick] [--check-only | --prefill-only | --mixed]
 //
-// The bench defines paged_attention_mma (gpu/paged_attention_mma.cu, not linked) as "not taken", so
-// astrai::gpu::paged_attention runs the CUDA-core kernel: "cuda-core" below is today's prefill path.
+// The bench includes gpu/paged_attention_mma.cu under another name and defines the
+// paged_attention_mma that astrai::gpu::paged_attention calls as "not taken" unless a call asks for
+// tensor cores: "cuda-core" below is the CUDA-core kernel for the whole step, "dispatch" the
+// backend's choice.
 //
 // 1. Checks the tensor-core path (the backend's Config and the variants timed below) and the
 //    CUDA-core kernel against a float64 host reference over the same paged inputs: random
@@ -22,6 +24,11 @@
 //    to place the dispatch threshold): CUDA events, median of the repetitions, TFLOP/s counting
 //    the causal pairs only (4 * pairs * D * H). bench/torch_attention.py --prefill times PyTorch's
 //    SDPA on the same shapes.
+// 3. Mixed steps (decode rows and a prefill chunk, as when a serving step admits a request): checked
+//    through the dispatch with the decode rows on the tensor cores (one kernel) and on the decode
+//    kernel (AttentionBatch::num_decode_seqs: two kernels), and timed both ways at B = 8, 31, 63
+//    decode rows of 512 or 4k keys plus a chunk of 128 or 2k queries after 2k keys, beside each
+//    part alone and both parts on two streams at once; --mixed: the mixed checks and times only.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -40,11 +47,16 @@
 #include "gpu/ops.h"
 #include "gpu/train_attention_mma.cuh"
 
+// The backend's tensor-core entry under another name, so that the one the dispatch calls can choose.
+#define paged_attention_mma paged_attention_mma_backend
+#include "gpu/paged_attention_mma.cu"
+#undef paged_attention_mma
+
 namespace astrai::gpu {
-// The CUDA-core kernel of gpu/attention.cu for every step (see the header comment).
-bool paged_attention_mma(cudaStream_t, const Tensor&, const Tensor&, const Tensor&, const AttentionBatch&,
-                         float, Tensor, int) {
-  return false;
+bool g_tensor_cores = false;  // false: the CUDA-core kernel of gpu/attention.cu for every step
+bool paged_attention_mma(cudaStream_t s, const Tensor& q, const Tensor& k, const Tensor& v,
+                         const AttentionBatch& b, float scale, Tensor out, int sms) {
+  return g_tensor_cores && paged_attention_mma_backend(s, q, k, v, b, scale, out, sms);
 }
 }  // namespace astrai::gpu
 
@@ -305,6 +317,8 @@ struct Device {
   bf16 *q, *kc, *vc, *out;
   int32_t *q_start, *kv_len, *pt;
   astrai::gpu::Scratch scratch;
+  cudaStream_t side = nullptr;  // overlapped(): the decode rows' stream
+  cudaEvent_t fork = nullptr, join = nullptr;
 
   explicit Device(const Problem& pr)
       : p(pr),
@@ -319,6 +333,11 @@ struct Device {
   ~Device() {
     for (void* x : {(void*)q, (void*)kc, (void*)vc, (void*)out, (void*)q_start, (void*)kv_len, (void*)pt})
       cudaFree(x);
+    if (side != nullptr) {
+      cudaStreamDestroy(side);
+      cudaEventDestroy(fork);
+      cudaEventDestroy(join);
+    }
   }
   Rows q_rows() const {
     return Rows{reinterpret_cast<char*>(q), 2, int64_t(p.T) * p.c.heads, p.c.d, p.c.heads, p.ld, p.c.d};
@@ -351,25 +370,57 @@ struct Device {
     kv.n_pages = p.n_pages;
     CK(v.fn(nullptr, q_rows(), kv, p.S, p.max_q, geo(), out_rows()));
   }
-  void cuda_core() {
+  // astrai::gpu::paged_attention as the backend runs it (tensor cores for long query runs), with
+  // the step's leading one-query sequences as AttentionBatch::num_decode_seqs, or 0: one kernel.
+  // the step's leading one-query sequences as AttentionBatch::num_decode_seqs, or 0: one kernel;
+  // over sequences [s0, s0 + n) of the step (n < 0: to the end), to time a part of it alone.
+  void dispatch(int num_decode_seqs, int s0 = 0, int n = -1, cudaStream_t stream = nullptr) {
+    astrai::gpu::g_tensor_cores = true;
+    paged_attention(num_decode_seqs, s0, n, stream);
+    astrai::gpu::g_tensor_cores = false;
+  }
+  // The two parts of a mixed step at once: its nd leading decode rows on a second stream, the rest
+  // on tensor cores (an experiment: does the decode kernel fill the tensor-core launch's idle SMs?).
+  void overlapped(int nd) {
+    if (side == nullptr) {
+      CK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));  // no implicit sync with stream 0
+      CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+      CK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+    }
+    CK(cudaEventRecord(fork, nullptr));
+    CK(cudaStreamWaitEvent(side, fork));
+    dispatch(0, 0, nd, side);
+    dispatch(0, nd, -1, nullptr);
+    CK(cudaEventRecord(join, side));
+    CK(cudaStreamWaitEvent(nullptr, join));
+  }
+  void cuda_core() { paged_attention(0, 0, -1, nullptr); }
+  void paged_attention(int num_decode_seqs, int s0, int n, cudaStream_t stream) {
     using astrai::DType;
     using astrai::Tensor;
     const auto dev = astrai::Device::cuda;
     const int64_t T = p.T, H = p.c.heads, KVH = p.c.kv_heads, D = p.c.d;
     const int64_t slots = int64_t(p.n_pages) * p.c.page_size;
+    if (n < 0) n = p.S - s0;
+    int max_q = 0, max_kv = 0;
+    for (int s = s0; s < s0 + n; ++s) {
+      max_q = std::max(max_q, p.c.seqs[size_t(s)].q_len);
+      max_kv = std::max(max_kv, p.c.seqs[size_t(s)].kv_len);
+    }
     Tensor qt(q, DType::bf16, {T, H, D}, dev);
     qt.stride = {p.ld, D, 1, 0};
     Tensor kt(kc, DType::bf16, {slots, KVH, D}, dev), vt(vc, DType::bf16, {slots, KVH, D}, dev);
     Tensor ot(out, DType::bf16, {T, H, D}, dev);
-    astrai::AttentionBatch b{Tensor(q_start, DType::i32, {p.S + 1}, dev),
-                             Tensor(kv_len, DType::i32, {p.S}, dev),
-                             Tensor(pt, DType::i32, {p.S, p.max_pages}, dev),
-                             p.S,
+    astrai::AttentionBatch b{Tensor(q_start + s0, DType::i32, {n + 1}, dev),
+                             Tensor(kv_len + s0, DType::i32, {n}, dev),
+                             Tensor(pt + int64_t(s0) * p.max_pages, DType::i32, {n, p.max_pages}, dev),
+                             n,
                              p.max_pages,
                              p.c.page_size,
-                             p.max_q,
-                             p.max_kv};
-    astrai::gpu::paged_attention(nullptr, qt, kt, vt, b, p.scale, ot, scratch);
+                             max_q,
+                             max_kv,
+                             num_decode_seqs};
+    astrai::gpu::paged_attention(stream, qt, kt, vt, b, p.scale, ot, scratch);
   }
 };
 
@@ -393,6 +444,13 @@ bool check_one(Device& dev, const std::vector<std::pair<int, int>>& pk, const st
   return ok;
 }
 
+// The case's leading one-query sequences (AttentionBatch::num_decode_seqs).
+int leading_decodes(const Case& c) {
+  int n = 0;
+  while (n < int(c.seqs.size()) && c.seqs[size_t(n)].q_len == 1) ++n;
+  return n;
+}
+
 std::string describe(const Case& c) {
   std::string d = c.what + ": heads " + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + " d " +
                   std::to_string(c.d) + " page " + std::to_string(c.page_size) + " (q, kv)";
@@ -413,6 +471,11 @@ bool check_case(const Case& c, Rng& rng, bool all_variants) {
   for (size_t i = 0; i < (all_variants ? vs.size() : 1); ++i)
     ok = check_one(dev, pk, ref, "tensor-core " + vs[i].name, [&] { dev.tensor_core(vs[i]); }) && ok;
   if (p.max_kv <= 10000) ok = check_one(dev, pk, ref, "cuda-core", [&] { dev.cuda_core(); }) && ok;
+  if (const int nd = leading_decodes(c); nd > 0) {
+    ok = check_one(dev, pk, ref, "dispatch, one kernel", [&] { dev.dispatch(0); }) && ok;
+    ok = check_one(dev, pk, ref, "dispatch, two kernels", [&] { dev.dispatch(nd); }) && ok;
+    ok = check_one(dev, pk, ref, "two streams", [&] { dev.overlapped(nd); }) && ok;
+  }
   return ok;
 }
 
@@ -444,6 +507,25 @@ void time_case(const Case& c, Rng& rng, int reps, bool variants_too, bool cuda_c
   }
 }
 
+// A mixed step (B decode rows, then one chunk): paged_attention's dispatch on one kernel (tensor
+// cores for every sequence, as before num_decode_seqs) and on two (the decode kernel for the decode
+// rows, tensor cores for the chunk), and each part alone.
+void time_mixed(int d, int B, int decode_kv, int chunk_q, int chunk_prefix, Rng& rng, int reps) {
+  std::vector<Seq> seqs(size_t(B), Seq{decode_kv, 1});
+  seqs.push_back({chunk_prefix + chunk_q, chunk_q});
+  const Problem p = make_problem({"mixed", 32, 8, d, 16, seqs}, rng);
+  Device dev(p);
+  const double one = median_ms([&] { dev.dispatch(0); }, reps);
+  const double two = median_ms([&] { dev.dispatch(B); }, reps);
+  const double dec = median_ms([&] { dev.dispatch(0, 0, B); }, reps);
+  const double chunk = median_ms([&] { dev.dispatch(0, B, 1); }, reps);
+  const double streams = median_ms([&] { dev.overlapped(B); }, reps);
+  std::printf(
+      "mixed d%-3d %2d decodes at %5d keys + chunk %4d after %4d: one kernel %7.3f ms | two %7.3f ms "
+      "(x%.2f) | decodes alone %7.3f + chunk alone %7.3f = %7.3f ms | two streams %7.3f ms\n",
+      d, B, decode_kv, chunk_q, chunk_prefix, one, two, one / two, dec, chunk, dec + chunk, streams);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -451,6 +533,7 @@ int main(int argc, char** argv) {
   const bool check_only = astrai::bench::has_flag(argc, argv, "--check-only");
   // --prefill-only: no checks; the tensor-core prefills alone (to compare two builds of the header).
   const bool prefill_only = astrai::bench::has_flag(argc, argv, "--prefill-only");
+  const bool mixed_only = astrai::bench::has_flag(argc, argv, "--mixed");
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a run cut short by a timeout keeps its lines
   int dev = 0;
   CK(cudaGetDevice(&dev));
@@ -478,10 +561,31 @@ int main(int argc, char** argv) {
         time_case({"prefill", 32, 8, d, 16, {{n, n}}}, rng, reps, true, false);
     return 0;
   }
+  // Mixed steps: leading decode rows, then chunks (and more decode rows, which stay with the chunks).
+  std::vector<Seq> mixed31(31, Seq{4096, 1}), mixed8(8, Seq{700, 1});
+  mixed31.push_back({4096, 2048});
+  mixed8.insert(mixed8.end(), {{2000, 100}, {17, 17}, {513, 1}, {90, 1}});
+  const std::vector<Case> mixed_checks = {
+      {"mixed", 32, 8, 64, 16, mixed31, 8192},   {"mixed", 32, 8, 128, 16, mixed31, 8192},
+      {"mixed", 8, 2, 64, 3, mixed8, 4096},      {"mixed", 8, 2, 128, 16, mixed8, 4096},
+      {"mixed 1:1", 4, 4, 64, 16, mixed8, 4096}, {"mixed 1:1", 4, 4, 128, 3, mixed8, 4096},
+  };
   bool ok = true;
-  for (size_t i = 0; i < checks.size(); ++i) ok = check_case(checks[i], rng, i < 8) && ok;
+  if (!mixed_only)
+    for (size_t i = 0; i < checks.size(); ++i) ok = check_case(checks[i], rng, i < 8) && ok;
+  for (const Case& c : mixed_checks) ok = check_case(c, rng, false) && ok;
   std::printf("correctness: %s\n", ok ? "all ok" : "FAILURES");
   if (check_only) return ok ? 0 : 1;
+  // Serving steps that admit a request: B decode rows and one prefill chunk after 2k keys; the
+  // session's reference case (31 decodes at 4k + 2k queries) first, qwen3-8b's d128 at 4k only.
+  time_mixed(128, 31, 4096, 2048, 2048, rng, 20);
+  for (int q : {2048, 128})
+    for (int kv : {4096, 512})
+      for (int B : {31, 8, 63}) time_mixed(64, B, kv, q, 2048, rng, 20);
+  for (int q : {2048, 128})
+    for (int B : {31, 63})
+      if (q != 2048 || B != 31) time_mixed(128, B, 4096, q, 2048, rng, 20);
+  if (mixed_only) return ok ? 0 : 1;
   for (int d : {128, 64})
     for (int n : {1024, 2048, 8192, 32768}) time_case({"prefill", 32, 8, d, 16, {{n, n}}}, rng, reps, true);
   // Extends (chunks after a cached prefix) to place paged_attention's dispatch threshold.

@@ -550,6 +550,39 @@ DecodeKernel decode_kernel_for(int64_t D, int64_t group) {
   return D == 64 ? decode_kernel_for<64>(group) : D == 128 ? decode_kernel_for<128>(group) : nullptr;
 }
 
+// The leading one-query sequences of a mixed step that run apart from the tensor-core launch (0:
+// the whole step on one kernel). ASTRAI_MIXED_ATTENTION=one: always 0 (for A/B timing).
+int mixed_decode_seqs(const AttentionBatch& b) {
+  static const bool one = [] {
+    const char* e = std::getenv("ASTRAI_MIXED_ATTENTION");
+    return e != nullptr && std::string(e) == "one";
+  }();
+  return one ? 0 : std::clamp(b.num_decode_seqs, 0, b.num_seqs - 1);  // the tail keeps a sequence
+}
+
+// Sequences [0, n) of b (one query each) and [n, num_seqs): views of the same device arrays
+// (q_start holds absolute rows, so either part addresses q and out as the whole step does).
+AttentionBatch head_of(const AttentionBatch& b, int n) {
+  AttentionBatch h = b;
+  h.q_start = b.q_start.rows(0, n + 1);
+  h.kv_len = b.kv_len.rows(0, n);
+  h.page_table = Tensor(b.page_table.data, DType::i32, {n, b.max_pages}, b.page_table.device);
+  h.num_seqs = n;
+  h.max_q_len = 1;
+  h.num_decode_seqs = n;
+  return h;
+}
+AttentionBatch tail_of(const AttentionBatch& b, int n) {
+  AttentionBatch t = b;
+  t.q_start = b.q_start.rows(n, b.num_seqs + 1);
+  t.kv_len = b.kv_len.rows(n, b.num_seqs);
+  t.page_table = Tensor(b.page_table.ptr<int32_t>() + int64_t(n) * b.max_pages, DType::i32,
+                        {b.num_seqs - n, b.max_pages}, b.page_table.device);
+  t.num_seqs = b.num_seqs - n;
+  t.num_decode_seqs = 0;
+  return t;
+}
+
 void check_cache(const Tensor& c, const char* op, const char* name, DType dt) {
   check_tensor(c, op, name, dt);
   ASTRAI_GPU_CHECK(
@@ -614,9 +647,18 @@ void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache
   ASTRAI_GPU_CHECK(S >= 1, "paged_attention: tokens but no sequences");
   // Prefill and extend steps whose sequences bring many queries run on tensor cores
   // (paged_attention_mma.cu); decode and short extends stay here, where split-KV fills the GPU.
-  if (batch.max_q_len >= kMmaMinQueries &&
-      paged_attention_mma(stream, q, k_cache, v_cache, batch, scale, out, sm_count()))
-    return;
+  if (batch.max_q_len >= kMmaMinQueries) {
+    // A mixed step: its leading one-query sequences take the decode path below, the rest the
+    // tensor cores, each writing its own rows of out.
+    const int nd = mixed_decode_seqs(batch);
+    if (nd == 0) {
+      if (paged_attention_mma(stream, q, k_cache, v_cache, batch, scale, out, sm_count())) return;
+    } else if (paged_attention_mma(stream, q, k_cache, v_cache, tail_of(batch, nd), scale, out, sm_count())) {
+      paged_attention(stream, q.rows(0, nd), k_cache, v_cache, head_of(batch, nd), scale, out.rows(0, nd),
+                      scratch);
+      return;
+    }
+  }
   AttnParams p;
   p.q = rows_of(q, "paged_attention");
   p.out = rows_of(out, "paged_attention");

@@ -29,6 +29,11 @@ struct AttentionBatch {
   int page_size = 16;
   int max_q_len = 0;   // longest query run (launch sizing on the GPU)
   int max_kv_len = 0;  // longest kv_len
+  // A host count of leading one-query sequences: sequences [0, num_decode_seqs) have one query
+  // each (rows 0 .. num_decode_seqs - 1). A hint for kernel choice (the CUDA backend runs them on
+  // its decode kernel in a step that also has long query runs); 0 always works, and the result
+  // does not depend on it beyond rounding.
+  int num_decode_seqs = 0;
 };
 
 // ---- sampling -----------------------------------------------------------------------------------

@@ -325,6 +325,7 @@ class DecoderModel final : public Model {
     int64_t T = 0, S = 0, R = 0;  // rows, sequences, logit rows
     int max_q_len = 0;            // longest query run
     int max_kv_len = 0;           // longest kv_len; a bucket: the page table's capacity (fixed grid)
+    int num_decode_seqs = 0;      // leading one-query sequences (AttentionBatch::num_decode_seqs)
     bool bucketed = false;
   };
 
@@ -337,12 +338,18 @@ class DecoderModel final : public Model {
       sh.max_q_len = std::max(sh.max_q_len, b.q_start[size_t(s) + 1] - b.q_start[size_t(s)]);
       sh.max_kv_len = std::max(sh.max_kv_len, b.kv_len[size_t(s)]);
     }
+    // The scheduler plans running sequences oldest first and admits new ones after them, so a
+    // mixed step's decode rows usually lead (the CUDA backend runs them on its decode kernel).
+    while (sh.num_decode_seqs < sh.S &&
+           b.q_start[size_t(sh.num_decode_seqs) + 1] - b.q_start[size_t(sh.num_decode_seqs)] == 1)
+      ++sh.num_decode_seqs;
     bool decode =
         !buckets_.empty() && kv.scratch_page >= 0 && sh.T == sh.S && sh.R == sh.S && sh.S <= buckets_.back();
     for (int64_t r = 0; decode && r < sh.R; ++r) decode = b.logit_rows[size_t(r)] == r;
     if (decode) {
       sh.bucketed = true;
       sh.T = sh.S = sh.R = *std::lower_bound(buckets_.begin(), buckets_.end(), sh.S);
+      sh.num_decode_seqs = int(sh.S);  // the padding rows are one-query sequences too
     }
     return sh;
   }
@@ -386,6 +393,7 @@ class DecoderModel final : public Model {
     ab.page_size = kv.page_size;
     ab.max_q_len = sh.max_q_len;
     ab.max_kv_len = sh.max_kv_len;
+    ab.num_decode_seqs = sh.num_decode_seqs;
 
     const int64_t qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), F = cfg_.intermediate_size;
     const int64_t nh = cfg_.num_heads, nkv = cfg_.num_kv_heads, hd = cfg_.head_dim;

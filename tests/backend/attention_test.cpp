@@ -32,6 +32,9 @@ struct BatchShape {
   int checked_rows = 0;   // query rows compared with the reference (0: all), always each sequence's last
   int kv_capacity = 0;    // AttentionBatch::max_kv_len when above the longest sequence (a graph's grid)
   bool decode = false;    // a decode step: q rows mostly at 16-byte strides (see the pad below)
+  // A mixed step: AttentionBatch::num_decode_seqs names the leading one-query sequences, and q rows
+  // are mostly at 16-byte strides (the CUDA backend's decode and tensor-core kernels split the step).
+  bool mixed = false;
 };
 
 void run_batch(Backend& be, Rng& rng, BatchShape shape);
@@ -111,7 +114,8 @@ void run_batch(Backend& be, Rng& rng, BatchShape shape) {
   // q as a column slice of a wider [T, H*D + pad] buffer.
   // Decode cases: mostly rows at 16-byte strides (the CUDA decode kernel's 16-byte loads), some not
   // (the general kernel takes them).
-  const int pad = shape.decode ? (rng.randint(0, 3) == 0 ? 3 : 8 * rng.randint(0, 1)) : rng.randint(0, 5);
+  const int pad =
+      shape.decode || shape.mixed ? (rng.randint(0, 3) == 0 ? 3 : 8 * rng.randint(0, 1)) : rng.randint(0, 5);
   const int64_t ldq = int64_t(H) * D + pad;
   auto qh = rng.vec(size_t(T * ldq), 2.0f);
 
@@ -141,6 +145,9 @@ void run_batch(Backend& be, Rng& rng, BatchShape shape) {
                        max_pages, ps,     0,      *std::max_element(kv_len.begin(), kv_len.end())};
   for (int s = 0; s < S; ++s) batch.max_q_len = std::max(batch.max_q_len, seqs[s].q_len);
   batch.max_kv_len = std::max(batch.max_kv_len, shape.kv_capacity);
+  if (shape.mixed)
+    while (batch.num_decode_seqs < S && seqs[size_t(batch.num_decode_seqs)].q_len == 1)
+      ++batch.num_decode_seqs;
   auto out = poisoned(be, {T, H, D});
   const float scale = 1.0f / std::sqrt(float(D));
   be.paged_attention(q, k_cache.t, v_cache.t, batch, scale, out.t);
@@ -186,7 +193,8 @@ void run_batch(Backend& be, Rng& rng, BatchShape shape) {
     }
   }
   INFO("S " << S << " T " << T << " H " << H << " KVH " << KVH << " D " << D << " group " << group
-            << " page_size " << ps << " max_kv_len " << batch.max_kv_len);
+            << " page_size " << ps << " max_kv_len " << batch.max_kv_len << " num_decode_seqs "
+            << batch.num_decode_seqs << " q pad " << pad);
   // Every row is written, also the ones not compared (the output was poisoned with NaN).
   REQUIRE(std::all_of(got.begin(), got.end(), [](float x) { return std::isfinite(x); }));
   // Outputs are convex combinations of V rows in [-1, 1]: an absolute bound.
@@ -248,6 +256,43 @@ void attention_extend_after_long_prefix(Backend& be) {
   run_batch(be, rng, BatchShape{1, 4, 64, 3, seqs, 64});
 }
 
+// Mixed steps (decode rows with prefill and extend chunks, as a serving step that admits a request
+// has): the leading decode rows named by num_decode_seqs (the CUDA backend's decode kernel) and the
+// rest (its tensor cores, or everything on one kernel when no decode row leads), ragged, in several
+// orders, GQA 4:1 and 1:1, head_dim 64 and 128, a grid sized from a capacity as well.
+void attention_mixed(Backend& be) {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Rng rng(seed);
+  auto decodes = [&](int n, int max_kv) {
+    std::vector<Seq> v(static_cast<size_t>(n));
+    for (auto& s : v) s = {rng.randint(1, max_kv), 1};
+    return v;
+  };
+  auto cat = [](std::vector<std::vector<Seq>> parts) {
+    std::vector<Seq> v;
+    for (auto& p : parts) v.insert(v.end(), p.begin(), p.end());
+    return v;
+  };
+  for (int d : {64, 128})
+    for (int group : {4, 1}) {
+      const int kvh = group == 4 ? 2 : 4;
+      const std::vector<std::vector<Seq>> orders = {
+          cat({decodes(31, 700), {{400, 128}}}),                             // decodes first, one chunk
+          cat({decodes(8, 3000), {{2000, 100}, {17, 17}}, decodes(3, 90)}),  // decodes after the chunks too
+          cat({decodes(5, 300), {{600, 5}, {48, 40}}}),                      // a short extend in the tail
+          cat({{{64, 64}}, decodes(6, 500)}),                                // no decode row leads
+          cat({decodes(1, 20), {{1000, 1000}}}),                             // one decode row, a full prefill
+      };
+      for (const auto& seqs : orders) {
+        BatchShape b{kvh, group, d, std::vector<int>{3, 16}[size_t(rng.randint(0, 1))], seqs, 48};
+        b.mixed = true;
+        b.kv_capacity = rng.randint(0, 2) == 0 ? 4096 : 0;
+        run_batch(be, rng, std::move(b));
+      }
+    }
+}
+
 // Long prompts (8k and 32k) on the CUDA backend only: the CPU backend's f32 loops would take minutes.
 void attention_long_prefill(Backend& be) {
   const uint64_t seed = fresh_seed();
@@ -283,6 +328,8 @@ ASTRAI_BACKEND_TEST("paged_attention matches float64 attention for ragged prefil
                     attention_prefill_ragged)
 ASTRAI_BACKEND_TEST("paged_attention matches float64 attention for extends after long cached prefixes",
                     attention_extend_after_long_prefix)
+ASTRAI_BACKEND_TEST("paged_attention matches float64 attention in mixed decode and prefill steps, any order",
+                    attention_mixed)
 ASTRAI_BACKEND_TEST("paged_attention rejects mismatched head counts and head dims", attention_rejects_shapes)
 
 TEST_CASE("paged_attention matches float64 attention for 8k and 32k prompts (cuda)", "[gpu]") {

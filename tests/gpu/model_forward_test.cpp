@@ -1,7 +1,8 @@
 // The decoder forward on the CUDA backend (bf16) against the CPU backend (f32) on the same random
 // bf16 weights: logits of a full prefill, of token-by-token decode through the paged cache, and of
-// random chunks of two sequences packed into one batch, each within bf16 tolerance of the CPU's
-// full-prefill logits. Skips itself (with a warning) without a GPU.
+// random chunks of two sequences packed into one batch, and of mixed steps (one sequence's decode
+// row leading the other's prefill chunks), each within bf16 tolerance of the CPU's full-prefill
+// logits. Skips itself (with a warning) without a GPU.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
@@ -101,6 +102,34 @@ void check_gpu_against_cpu(const ModelConfig& cfg) {
     }
     const double err = std::max(max_row_rel_error(got_a, ref_a, V), max_row_rel_error(got_b, ref_b, V));
     std::printf("%s gpu vs cpu, ragged chunks: max row rel error %.3g\n", cfg.architecture.c_str(), err);
+    CHECK(err <= kTol);
+  }
+  {  // mixed steps as serving has them: b decodes one token per step (the leading sequence, which
+     // the CUDA backend runs on its decode kernel) while a prefills in chunks of 16 or more
+    auto pages = random_pages({na, nb}, page_size, num_pages, rng);
+    std::vector<float> got_a;
+    std::vector<float> got_b = run_forward(*model, make_batch({{&b, &pages[1], 0, 1}}), kv);
+    int64_t pa = 0, pb = 1;
+    std::uniform_int_distribution<int64_t> chunk(16, 48);
+    while (pa < na) {
+      const int64_t ea = std::min(na, pa + chunk(rng));
+      std::vector<Chunk> chunks;
+      if (pb < nb) chunks.push_back({&b, &pages[1], pb, pb + 1});
+      chunks.push_back({&a, &pages[0], pa, ea});
+      auto got = run_forward(*model, make_batch(chunks), kv);
+      const size_t nb_rows = pb < nb ? size_t(V) : 0;
+      got_b.insert(got_b.end(), got.begin(), got.begin() + long(nb_rows));
+      got_a.insert(got_a.end(), got.begin() + long(nb_rows), got.end());
+      pa = ea;
+      if (pb < nb) ++pb;
+    }
+    for (; pb < nb; ++pb) {
+      auto row = run_forward(*model, make_batch({{&b, &pages[1], pb, pb + 1}}), kv);
+      got_b.insert(got_b.end(), row.begin(), row.end());
+    }
+    const double err = std::max(max_row_rel_error(got_a, ref_a, V), max_row_rel_error(got_b, ref_b, V));
+    std::printf("%s gpu vs cpu, decode rows + chunks: max row rel error %.3g\n", cfg.architecture.c_str(),
+                err);
     CHECK(err <= kTol);
   }
 }

@@ -1,15 +1,18 @@
 // The scheduler's policy (sched/scheduler.h), step by step on one thread: chunked prefill, the
-// watermark, FCFS admission, preemption and out-of-memory.
+// watermark, FCFS admission, preemption and out-of-memory, and the order of a step's chunks.
 #include "sched/scheduler.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "sched/kv_pool.h"
 #include "sched/metrics.h"
 #include "sched/radix_cache.h"
 #include "sched/sequence.h"
+#include "tools/test_util.h"
 
 using namespace astrai;
 
@@ -205,4 +208,50 @@ TEST_CASE("scheduler reports out_of_memory when the only running sequence cannot
   CHECK(t.sched.idle());
   CHECK(t.metrics.snapshot().preemptions == 0);
   REQUIRE(t.sched.check().ok());
+}
+
+// The CUDA backend runs a step's leading one-query sequences on its decode kernel
+// (AttentionBatch::num_decode_seqs): that pays when a running sequence's decode row never follows
+// a prefill chunk. Running sequences are planned oldest first and a sequence still prefilling is
+// always newer than every decoding one, so random traffic (chunked prefill, preemption) keeps it.
+TEST_CASE("scheduler plans the decode rows of running sequences before every prefill chunk", "[unit]") {
+  const uint64_t seed = astrai::test::fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int mixed_steps = 0;
+  for (int round = 0; round < 20; ++round) {
+    const int budget = std::vector<int>{0, 3, 8, 16}[size_t(pick(0, 3))];
+    Setup t(/*pages=*/pick(12, 40), budget, /*watermark=*/pick(0, 2), /*with_cache=*/false);
+    std::vector<int> stop_after;  // per sequence (t.seqs order): output tokens before it finishes
+    int decode_rows_after_chunks = 0;
+    for (int step = 0; step < 150; ++step) {
+      for (int n = pick(0, 3) == 0 ? pick(1, 2) : 0; n > 0; --n) {
+        t.enqueue(pick(2, 30));
+        stop_after.push_back(pick(1, 40));
+      }
+      std::vector<const Sequence*> was_running;
+      for (const auto& s : t.seqs)
+        if (s->running) was_running.push_back(s.get());
+      const StepPlan plan = t.step();
+      bool chunk_seen = false, decode_seen = false;
+      for (const Chunk& c : plan.chunks) {
+        const bool running = std::find(was_running.begin(), was_running.end(), c.seq) != was_running.end();
+        if (c.len > 1) chunk_seen = true;
+        if (c.len == 1 && running) {
+          decode_seen = true;
+          decode_rows_after_chunks += chunk_seen;
+        }
+      }
+      mixed_steps += chunk_seen && decode_seen;
+      for (size_t i = 0; i < t.seqs.size(); ++i) {
+        Sequence* s = t.seqs[i].get();
+        if (s->running && int(s->tokens.size()) - s->num_prompt >= stop_after[i]) t.sched.remove(s);
+      }
+      REQUIRE(t.sched.check().ok());
+    }
+    INFO("round " << round << " budget " << budget);
+    CHECK(decode_rows_after_chunks == 0);
+  }
+  CHECK(mixed_steps > 100);  // the property was tested: steps with decode rows and prefill chunks
 }
