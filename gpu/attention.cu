@@ -310,13 +310,9 @@ __global__ void __launch_bounds__(kCombineThreads) combine_splits_kernel(AttnPar
 // block takes per iteration) keys, so short contexts use few splits whatever the grid's capacity.
 constexpr int kDecodeWarps = 8;
 constexpr int64_t kDecodeMinKeys = 64;
-// Groups of keys per iteration for W warps at head_dim D: kDecodeMinKeys keys per iteration with
-// kDecodeWarps warps; 2 with the earlier 4 warps (ASTRAI_DECODE_ATTENTION=w4, for A/B timing).
-constexpr int decode_unroll(int D, int W) {
-  return W == kDecodeWarps ? int(kDecodeMinKeys) / (W * (32 / (D / 8))) : 2;
-}
-
-template <int D, int G, int W, int U = decode_unroll(D, W)>
+// U (groups of keys per iteration): kDecodeMinKeys keys per iteration with kDecodeWarps warps; 2
+// with the narrow blocks of 4 warps.
+template <int D, int G, int W, int U = (W == kDecodeWarps ? int(kDecodeMinKeys) / (W * (32 / (D / 8))) : 2)>
 __global__ void __launch_bounds__(W * 32)
     decode_attention_kernel(AttnParams p, const bf16* __restrict__ k_cache,
                             const bf16* __restrict__ v_cache) {
@@ -545,9 +541,11 @@ const std::string& decode_attention_env() {
   return v;
 }
 
-// Warps per block of the decode kernel.
-int decode_warps() {
-  return decode_attention_env() == "w4" ? 4 : kDecodeWarps;
+// Warps per block of the decode kernel for `blocks` (sequence, KV head) pairs: kDecodeWarps while
+// they are few (small batches: the wide blocks need up to 226 registers a thread, so a
+// multiprocessor holds one of them), 4 once they fill half the GPU.
+int decode_warps(int64_t blocks) {
+  return decode_attention_env() == "w4" || 2 * blocks > sm_count() ? 4 : kDecodeWarps;
 }
 
 // The decode kernel for this head_dim and group, or nullptr (the general kernel runs).
@@ -564,13 +562,15 @@ DecodeKernel decode_kernel_for(int64_t group) {
 }
 
 template <int D>
-DecodeKernel decode_kernel_for(int64_t group) {
-  return decode_warps() == 4 ? decode_kernel_for<D, 4>(group) : decode_kernel_for<D, kDecodeWarps>(group);
+DecodeKernel decode_kernel_for(int64_t group, int warps) {
+  return warps == 4 ? decode_kernel_for<D, 4>(group) : decode_kernel_for<D, kDecodeWarps>(group);
 }
 
-DecodeKernel decode_kernel_for(int64_t D, int64_t group) {
+DecodeKernel decode_kernel_for(int64_t D, int64_t group, int warps) {
   if (decode_attention_env() == "general") return nullptr;
-  return D == 64 ? decode_kernel_for<64>(group) : D == 128 ? decode_kernel_for<128>(group) : nullptr;
+  return D == 64    ? decode_kernel_for<64>(group, warps)
+         : D == 128 ? decode_kernel_for<128>(group, warps)
+                    : nullptr;
 }
 
 void check_cache(const Tensor& c, const char* op, const char* name, DType dt) {
@@ -658,20 +658,23 @@ void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache
   p.n_pages = k_cache.shape[0] / ps;
   p.scale = scale;
   const int64_t max_q = std::max(1, batch.max_q_len);
+  const int decode_w = decode_warps(S * KVH);
   const DecodeKernel decode = q.dtype == DType::bf16 && batch.max_q_len == 1 && rows_aligned16(p.q) &&
                                       rows_aligned16(rows_of(k_cache, "paged_attention"))
-                                  ? decode_kernel_for(D, p.group)
+                                  ? decode_kernel_for(D, p.group, decode_w)
                                   : nullptr;
   if (decode != nullptr) {
-    // Enough blocks for about two per multiprocessor, each split at least kDecodeMinKeys keys.
-    const int64_t blocks = S * KVH, want = (2 * int64_t(sm_count()) + blocks - 1) / blocks;
+    // Enough blocks for about two per multiprocessor (one of the wide blocks), each split at least
+    // kDecodeMinKeys keys.
+    const int64_t blocks = S * KVH, per_sm = decode_w == 4 ? 2 : 1;
+    const int64_t want = (per_sm * sm_count() + blocks - 1) / blocks;
     const int64_t most = (batch.max_kv_len + kDecodeMinKeys - 1) / kDecodeMinKeys;
     p.splits = int(std::clamp<int64_t>(std::min(want, most), 1, std::min<int64_t>(kMaxSplits, 65535 / S)));
     p.heads_per_tile = int(p.group);
     p.rows_per_tile = 1;
     set_partials(p, scratch, T);
-    decode<<<dim3(unsigned(KVH), unsigned(S * p.splits)), decode_warps() * 32, 0, stream>>>(
-        p, k_cache.ptr<bf16>(), v_cache.ptr<bf16>());
+    decode<<<dim3(unsigned(KVH), unsigned(S * p.splits)), decode_w * 32, 0, stream>>>(p, k_cache.ptr<bf16>(),
+                                                                                      v_cache.ptr<bf16>());
     ASTRAI_CUDA_LAUNCH_CHECK(decode_attention_kernel);
     if (partials && p.splits > 1) {  // the caller merges them (in the o projection's GEMV)
       partials->acc = p.part_acc;

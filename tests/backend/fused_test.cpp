@@ -359,6 +359,14 @@ void attention_linear_matches_attention_then_projection(Backend& be) {
   sh.n = 45;
   check_attention_linear(be, sh, rng);
   sh = {};
+  sh.seqs = 36;  // enough (sequence, KV head) pairs that the CUDA decode kernel takes its narrow blocks
+  sh.kv_heads = 2;
+  sh.group = 4;
+  sh.head_dim = 128;
+  sh.max_kv = 150;
+  sh.n = 17;
+  check_attention_linear(be, sh, rng);
+  sh = {};
   sh.seqs = 2;  // prefill rows: no decode kernel, no partials
   sh.q_len = rng.randint(2, 20);
   sh.group = 4;
