@@ -497,11 +497,19 @@ bool attention_linear_gemv(cudaStream_t stream, const AttentionPartials& parts, 
   cb.splits = parts.splits;
   // x and the merge's table in the default 48 KB of shared memory: at B = 1 (and up to 8 rows of
   // llama-1b's 2,048 columns) it fits; larger rows keep the combine kernel.
+  // Every block reads all of the partials (M x K x splits floats) from L2: past
+  // ASTRAI_ATTN_COMBINE_MAX_X elements of x (M x K; default: no bound but the shared memory's) the
+  // combine kernel, which reads them once, runs instead.
   constexpr int64_t kMaxSmem = 48 * 1024;
   static const bool never = env_is("ASTRAI_ATTN_COMBINE", "unfused");
-  if (never || M < 1 || M > kGemvMaxRows || parts.splits < 2 || parts.splits > kCombineMaxSplits ||
-      parts.head_dim % 8 != 0 || w.shape[1] != K || out.stride[1] != 1 || !aligned16(w.data) ||
-      !aligned16(parts.acc) || M * K * int64_t(sizeof(bf16)) + combine_table_bytes(M, cb) > kMaxSmem)
+  static const int64_t max_x = [] {
+    const char* e = std::getenv("ASTRAI_ATTN_COMBINE_MAX_X");
+    return e && *e ? std::atoll(e) : int64_t(1) << 40;
+  }();
+  if (never || M * K > max_x || M < 1 || M > kGemvMaxRows || parts.splits < 2 ||
+      parts.splits > kCombineMaxSplits || parts.head_dim % 8 != 0 || w.shape[1] != K || out.stride[1] != 1 ||
+      !aligned16(w.data) || !aligned16(parts.acc) ||
+      M * K * int64_t(sizeof(bf16)) + combine_table_bytes(M, cb) > kMaxSmem)
     return false;
   dispatch_gemv<kCombine>(stream, nullptr, 0, M, w, bias, out, ldo, {}, cb);
   return true;
