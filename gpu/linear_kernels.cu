@@ -495,12 +495,13 @@ bool attention_linear_gemv(cudaStream_t stream, const AttentionPartials& parts, 
   cb.heads = int(parts.heads);
   cb.head_dim = int(parts.head_dim);
   cb.splits = parts.splits;
-  // x and the merge's table in the default 48 KB of shared memory: at B = 1 (and up to 8 rows of
-  // llama-1b's 2,048 columns) it fits; larger rows keep the combine kernel.
+  // x and the merge's table within the default 48 KB of shared memory, less the kernel's static
+  // `partial` (8 KB at 16 warps): at B = 1 (and up to 8 rows of llama-1b's 2,048 columns) it fits;
+  // larger rows keep the combine kernel.
   // Every block reads all of the partials (M x K x splits floats) from L2: past
   // ASTRAI_ATTN_COMBINE_MAX_X elements of x (M x K; default: no bound but the shared memory's) the
   // combine kernel, which reads them once, runs instead.
-  constexpr int64_t kMaxSmem = 48 * 1024;
+  constexpr int64_t kMaxSmem = 40 * 1024;
   static const bool never = env_is("ASTRAI_ATTN_COMBINE", "unfused");
   static const int64_t max_x = [] {
     const char* e = std::getenv("ASTRAI_ATTN_COMBINE_MAX_X");
