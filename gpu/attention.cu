@@ -295,28 +295,32 @@ __global__ void __launch_bounds__(kCombineThreads) combine_splits_kernel(AttnPar
 }
 
 // Decode (one query per sequence, bf16, head_dim 64 or 128, GQA group 1, 2, 4 or 8): a block of
-// kDecodeWarps warps per (KV head, sequence, split) computes the group's heads together, so each
-// K/V row is read once for all of them, straight from global memory into registers: no shared
-// memory staging and no barrier inside the key loop. A key row is D / 8 lanes wide (16-byte
-// loads, 8 dims a lane), so a warp takes 32 / (D / 8) keys at once and kDecodeUnroll such groups
-// per iteration, all loads issued before any is used. Each lane group keeps its own online-softmax
-// state (in the log2 domain: q is pre-scaled by scale * log2 e) over the keys it saw; lane groups
-// then merge through shuffles and the warps through shared memory, in a fixed order. With splits
-// the block writes its unnormalised state as the general kernel does (m in natural-log units) and
-// combine_splits_kernel merges; a split gets max(kDecodeMinKeys, its share rounded up to the keys
-// a block takes per iteration) keys, so short contexts use few splits whatever the grid's capacity.
-constexpr int kDecodeWarps = 4, kDecodeUnroll = 2;
+// W warps per (KV head, sequence, split) computes the group's heads together, so each K/V row is
+// read once for all of them, straight from global memory into registers: no shared memory staging
+// and no barrier inside the key loop. A key row is D / 8 lanes wide (16-byte loads, 8 dims a lane),
+// so a warp takes 32 / (D / 8) keys at once and U such groups per iteration, all loads issued
+// before any is used. kDecodeWarps warps take kDecodeMinKeys keys per iteration at both head dims,
+// so a minimal split is one round of loads: at batch 1 the kernel is a chain of dependent loads
+// (lengths, page table, K/V), not bandwidth, and the earlier blocks of 4 warps took 4 rounds for
+// 64 keys at D = 128. Each lane group keeps its own online-softmax state (in the log2 domain: q is
+// pre-scaled by scale * log2 e) over the keys it saw; lane groups then merge through shuffles and
+// the warps through shared memory, in a fixed order. With splits the block writes its unnormalised
+// state as the general kernel does (m in natural-log units) and combine_splits_kernel (or the o
+// projection's GEMV) merges; a split gets max(kDecodeMinKeys, its share rounded up to the keys a
+// block takes per iteration) keys, so short contexts use few splits whatever the grid's capacity.
+constexpr int kDecodeWarps = 8;
 constexpr int64_t kDecodeMinKeys = 64;
-
-template <int D, int G>
-__global__ void __launch_bounds__(kDecodeWarps * 32)
+// U (groups of keys per iteration): kDecodeMinKeys keys per iteration with kDecodeWarps warps; 2
+// with the narrow blocks of 4 warps.
+template <int D, int G, int W, int U = (W == kDecodeWarps ? int(kDecodeMinKeys) / (W * (32 / (D / 8))) : 2)>
+__global__ void __launch_bounds__(W * 32)
     decode_attention_kernel(AttnParams p, const bf16* __restrict__ k_cache,
                             const bf16* __restrict__ v_cache) {
   pdl_launch_dependents();  // the o projection's GEMV may start loading its weights
   constexpr int kLanesPerKey = D / 8, kKeysPerWarp = 32 / kLanesPerKey;
-  constexpr int kKeysPerIter = kDecodeWarps * kKeysPerWarp * kDecodeUnroll;
-  __shared__ float ml_s[kDecodeWarps][G][2];
-  __shared__ float acc_s[kDecodeWarps][G][D];
+  constexpr int kKeysPerIter = W * kKeysPerWarp * U;
+  __shared__ float ml_s[W][G][2];
+  __shared__ float acc_s[W][G][D];
   const int kvh = blockIdx.x;
   const int s = blockIdx.y / p.splits, split = blockIdx.y % p.splits;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -358,11 +362,11 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   const int32_t* pages = p.page_table + int64_t(s) * p.max_pages;
   // The loop bounds are uniform over the block (shuffles below need the whole warp).
   for (int64_t base = j0; base < j1; base += kKeysPerIter) {
-    uint4 kr[kDecodeUnroll], vr[kDecodeUnroll];
-    bool ok[kDecodeUnroll];
+    uint4 kr[U], vr[U];
+    bool ok[U];
 #pragma unroll
-    for (int u = 0; u < kDecodeUnroll; ++u) {
-      const int64_t key = base + (u * kDecodeWarps + warp) * kKeysPerWarp + sub;
+    for (int u = 0; u < U; ++u) {
+      const int64_t key = base + (u * W + warp) * kKeysPerWarp + sub;
       ok[u] = false;
       if (key < j1) {
         const int64_t pg = key / p.page_size;
@@ -377,7 +381,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
       }
     }
 #pragma unroll
-    for (int u = 0; u < kDecodeUnroll; ++u) {
+    for (int u = 0; u < U; ++u) {
       float kf[8], vf[8];
       unpack8(kr[u], kf);
       unpack8(vr[u], vf);
@@ -431,10 +435,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     const int g = e / D, i = e % D;
     float M = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kDecodeWarps; ++w) M = fmaxf(M, ml_s[w][g][0]);
+    for (int w = 0; w < W; ++w) M = fmaxf(M, ml_s[w][g][0]);
     float L = 0.0f, A = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kDecodeWarps; ++w) {
+    for (int w = 0; w < W; ++w) {
       const float c = M == -INFINITY ? 0.0f : exp2f(ml_s[w][g][0] - M);
       L += ml_s[w][g][1] * c;
       A += acc_s[w][g][i] * c;
@@ -527,27 +531,46 @@ void launch(cudaStream_t stream, const AttnParams& p, unsigned tiles, int64_t S,
   launch_combine<T>(stream, p);
 }
 
+// ASTRAI_DECODE_ATTENTION (for A/B timing): "general" sends every step through the general
+// kernel, "w4" runs the decode kernel's earlier blocks of 4 warps.
+const std::string& decode_attention_env() {
+  static const std::string v = [] {
+    const char* e = std::getenv("ASTRAI_DECODE_ATTENTION");
+    return std::string(e ? e : "");
+  }();
+  return v;
+}
+
+// Warps per block of the decode kernel for `blocks` (sequence, KV head) pairs: kDecodeWarps while
+// they are few (small batches: the wide blocks need up to 226 registers a thread, so a
+// multiprocessor holds one of them), 4 once they fill half the GPU.
+int decode_warps(int64_t blocks) {
+  return decode_attention_env() == "w4" || 2 * blocks > sm_count() ? 4 : kDecodeWarps;
+}
+
 // The decode kernel for this head_dim and group, or nullptr (the general kernel runs).
 using DecodeKernel = void (*)(AttnParams, const bf16*, const bf16*);
-template <int D>
+template <int D, int W>
 DecodeKernel decode_kernel_for(int64_t group) {
   switch (group) {
-    case 1: return decode_attention_kernel<D, 1>;
-    case 2: return decode_attention_kernel<D, 2>;
-    case 4: return decode_attention_kernel<D, 4>;
-    case 8: return decode_attention_kernel<D, 8>;
+    case 1: return decode_attention_kernel<D, 1, W>;
+    case 2: return decode_attention_kernel<D, 2, W>;
+    case 4: return decode_attention_kernel<D, 4, W>;
+    case 8: return decode_attention_kernel<D, 8, W>;
     default: return nullptr;
   }
 }
 
-DecodeKernel decode_kernel_for(int64_t D, int64_t group) {
-  // ASTRAI_DECODE_ATTENTION=general: every step through the general kernel (for A/B timing).
-  static const bool off = [] {
-    const char* e = std::getenv("ASTRAI_DECODE_ATTENTION");
-    return e != nullptr && std::string(e) == "general";
-  }();
-  if (off) return nullptr;
-  return D == 64 ? decode_kernel_for<64>(group) : D == 128 ? decode_kernel_for<128>(group) : nullptr;
+template <int D>
+DecodeKernel decode_kernel_for(int64_t group, int warps) {
+  return warps == 4 ? decode_kernel_for<D, 4>(group) : decode_kernel_for<D, kDecodeWarps>(group);
+}
+
+DecodeKernel decode_kernel_for(int64_t D, int64_t group, int warps) {
+  if (decode_attention_env() == "general") return nullptr;
+  return D == 64    ? decode_kernel_for<64>(group, warps)
+         : D == 128 ? decode_kernel_for<128>(group, warps)
+                    : nullptr;
 }
 
 // The leading one-query sequences of a mixed step that run apart from the tensor-core launch (0:
@@ -620,7 +643,9 @@ void kv_store(cudaStream_t stream, const Tensor& k, const Tensor& v, const Tenso
 }
 
 void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                     const AttentionBatch& batch, float scale, Tensor out, Scratch& scratch) {
+                     const AttentionBatch& batch, float scale, Tensor out, Scratch& scratch,
+                     AttentionPartials* partials) {
+  if (partials) *partials = {};
   check_tensor(q, "paged_attention", "q", DType::bf16, DType::f32);
   check_tensor(out, "paged_attention", "out", q.dtype);
   check_cache(k_cache, "paged_attention", "k_cache", q.dtype);
@@ -675,21 +700,33 @@ void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache
   p.n_pages = k_cache.shape[0] / ps;
   p.scale = scale;
   const int64_t max_q = std::max(1, batch.max_q_len);
+  const int decode_w = decode_warps(S * KVH);
   const DecodeKernel decode = q.dtype == DType::bf16 && batch.max_q_len == 1 && rows_aligned16(p.q) &&
                                       rows_aligned16(rows_of(k_cache, "paged_attention"))
-                                  ? decode_kernel_for(D, p.group)
+                                  ? decode_kernel_for(D, p.group, decode_w)
                                   : nullptr;
   if (decode != nullptr) {
-    // Enough blocks for about two per multiprocessor, each split at least kDecodeMinKeys keys.
-    const int64_t blocks = S * KVH, want = (2 * int64_t(sm_count()) + blocks - 1) / blocks;
+    // Enough blocks for about two per multiprocessor (one of the wide blocks), each split at least
+    // kDecodeMinKeys keys.
+    const int64_t blocks = S * KVH, per_sm = decode_w == 4 ? 2 : 1;
+    const int64_t want = (per_sm * sm_count() + blocks - 1) / blocks;
     const int64_t most = (batch.max_kv_len + kDecodeMinKeys - 1) / kDecodeMinKeys;
     p.splits = int(std::clamp<int64_t>(std::min(want, most), 1, std::min<int64_t>(kMaxSplits, 65535 / S)));
     p.heads_per_tile = int(p.group);
     p.rows_per_tile = 1;
     set_partials(p, scratch, T);
-    decode<<<dim3(unsigned(KVH), unsigned(S * p.splits)), kDecodeWarps * 32, 0, stream>>>(
-        p, k_cache.ptr<bf16>(), v_cache.ptr<bf16>());
+    decode<<<dim3(unsigned(KVH), unsigned(S * p.splits)), decode_w * 32, 0, stream>>>(p, k_cache.ptr<bf16>(),
+                                                                                      v_cache.ptr<bf16>());
     ASTRAI_CUDA_LAUNCH_CHECK(decode_attention_kernel);
+    if (partials && p.splits > 1) {  // the caller merges them (in the o projection's GEMV)
+      partials->acc = p.part_acc;
+      partials->ml = p.part_ml;
+      partials->rows = T;
+      partials->heads = H;
+      partials->head_dim = D;
+      partials->splits = p.splits;
+      return;
+    }
     launch_combine<bf16>(stream, p);
     return;
   }
@@ -711,6 +748,23 @@ void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache
     launch<bf16>(stream, p, tiles, S, k_cache, v_cache);
   else
     launch<float>(stream, p, tiles, S, k_cache, v_cache);
+}
+
+void merge_attention_partials(cudaStream_t stream, const AttentionPartials& parts, Tensor out) {
+  check_tensor(out, "merge_attention_partials", "out", DType::bf16);
+  ASTRAI_GPU_CHECK(out.ndim == 3 && out.shape[0] == parts.rows && out.shape[1] == parts.heads &&
+                       out.shape[2] == parts.head_dim,
+                   "merge_attention_partials: out " + out.shape_str() + " for partials of " +
+                       std::to_string(parts.rows) + " rows, " + std::to_string(parts.heads) + " heads");
+  if (parts.splits == 0 || parts.rows == 0) return;
+  AttnParams p{};
+  p.out = p.q = rows_of(out, "merge_attention_partials");
+  p.heads = parts.heads;
+  p.head_dim = parts.head_dim;
+  p.splits = parts.splits;
+  p.part_acc = const_cast<float*>(parts.acc);  // the combine kernel only reads them
+  p.part_ml = const_cast<float*>(parts.ml);
+  launch_combine<bf16>(stream, p);
 }
 
 }  // namespace astrai::gpu

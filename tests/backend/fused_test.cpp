@@ -1,7 +1,8 @@
 // The fused forward ops (backend.h) against float64 loops of the ops they replace, on every backend:
 // rope_kv_store (q/k RMSNorm, RoPE and the KV-cache write) on q/k/v slices of one qkv buffer, with
 // and without the norms; swiglu_linear (silu(gate) * up, then x @ w^T) on the two halves of one
-// gate_up buffer, at decode-sized M (the CUDA backend's fused GEMV) and larger M (its unfused path).
+// gate_up buffer, at decode-sized M (the CUDA backend's fused GEMV) and larger M (its unfused path);
+// add_rms_norm_linear; paged_attention_linear (attention, then the o projection of its output).
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -235,8 +236,166 @@ void add_rms_norm_linear_matches_the_unfused_ops(Backend& be) {
   check_add_rms_norm_linear(be, rng.randint(9, 40), rng.randint(1, 100) | 1, rng.randint(1, 50), false, rng);
 }
 
+// paged_attention_linear against float64: causal GQA attention of each query row over its
+// sequence's keys (read through a shuffled page table), then the projection of the [T, H * D] rows.
+struct AttentionLinearShape {
+  int seqs = 1, q_len = 1;  // q_len > 1: prefill rows (the CUDA backend's unfused path)
+  int kv_heads = 1, group = 1, head_dim = 64, n = 1;
+  int max_kv = 600;     // each sequence's kv_len in [q_len, max_kv]
+  int kv_capacity = 0;  // AttentionBatch::max_kv_len when larger (a CUDA graph's grid: more splits)
+  bool bias = false;
+};
+
+void check_attention_linear(Backend& be, const AttentionLinearShape& sh, Rng& rng) {
+  const int S = sh.seqs, KVH = sh.kv_heads, H = KVH * sh.group, D = sh.head_dim, N = sh.n, ps = 16;
+  const int64_t K = int64_t(H) * D;
+  std::vector<int32_t> kv_len(static_cast<size_t>(S)), q_start{0};
+  int max_pages = 0, pages = 0;
+  for (auto& l : kv_len) {
+    l = rng.randint(sh.q_len, std::max(sh.q_len, sh.max_kv));
+    max_pages = std::max(max_pages, (l + ps - 1) / ps);
+    pages += (l + ps - 1) / ps;
+    q_start.push_back(q_start.back() + sh.q_len);
+  }
+  const int T = q_start.back();
+  INFO("S " << S << " q_len " << sh.q_len << " KVH " << KVH << " group " << sh.group << " D " << D << " N "
+            << N << " kv_capacity " << sh.kv_capacity << " kv_len[0] " << kv_len[0]);
+  std::vector<int32_t> perm(static_cast<size_t>(pages)), page_table(size_t(S) * size_t(max_pages), 0);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng.gen);
+  for (int s = 0, next = 0; s < S; ++s)
+    for (int p = 0; p < (kv_len[size_t(s)] + ps - 1) / ps; ++p)
+      page_table[size_t(s * max_pages + p)] = perm[size_t(next++)];
+  const int64_t slots = int64_t(pages) * ps;
+  auto kc_h = rng.vec(size_t(slots * KVH * D)), vc_h = rng.vec(size_t(slots * KVH * D));
+  auto q_h = rng.vec(size_t(int64_t(T) * K), 2.0f), w_h = rng.vec(size_t(int64_t(N) * K)),
+       b_h = rng.vec(size_t(N));
+  auto kc = to_device(be, kc_h, {slots, KVH, D}), vc = to_device(be, vc_h, {slots, KVH, D});
+  auto q = to_device(be, q_h, {T, H, D}), w = to_device(be, w_h, {N, K}), b = to_device(be, b_h, {N});
+  auto qs_t = to_device(be, q_start, {S + 1}), kl_t = to_device(be, kv_len, {S});
+  auto pt_t = to_device(be, page_table, {S, max_pages});
+  AttentionBatch batch{
+      qs_t.t,    kl_t.t, pt_t.t,   S,
+      max_pages, ps,     sh.q_len, std::max(*std::max_element(kv_len.begin(), kv_len.end()), sh.kv_capacity)};
+  auto attn = zeros(be, {T, H, D});
+  auto out = poisoned(be, {T, N});
+  const float scale = 1.0f / std::sqrt(float(D));
+  be.paged_attention_linear(q.t, kc.t, vc.t, batch, scale, attn.t, w.t, sh.bias ? &b.t : nullptr, out.t);
+  const auto got = to_host(be, out.t);
+
+  std::vector<double> a(size_t(int64_t(T) * K)), want(size_t(int64_t(T) * N)), mag(want.size());
+  for (int s = 0; s < S; ++s)
+    for (int i = 0; i < sh.q_len; ++i) {
+      const int t = q_start[size_t(s)] + i, pos = kv_len[size_t(s)] - sh.q_len + i;
+      for (int h = 0; h < H; ++h) {
+        const int kvh = h / sh.group;
+        auto cache_row = [&](const std::vector<float>& c, int j) {
+          const int64_t slot = int64_t(page_table[size_t(s * max_pages + j / ps)]) * ps + j % ps;
+          return &c[size_t((slot * KVH + kvh) * D)];
+        };
+        std::vector<double> sc(size_t(pos + 1));
+        double mx = -INFINITY, sum = 0;
+        for (int j = 0; j <= pos; ++j) {
+          const float* kr = cache_row(kc_h, j);
+          double d = 0;
+          for (int e = 0; e < D; ++e) d += double(q_h[size_t((int64_t(t) * H + h) * D + e)]) * kr[e];
+          sc[size_t(j)] = d * scale;
+          mx = std::max(mx, sc[size_t(j)]);
+        }
+        for (auto& x : sc) sum += (x = std::exp(x - mx));
+        for (int j = 0; j <= pos; ++j) {
+          const float* vr = cache_row(vc_h, j);
+          for (int e = 0; e < D; ++e) a[size_t((int64_t(t) * H + h) * D + e)] += sc[size_t(j)] / sum * vr[e];
+        }
+      }
+      for (int n = 0; n < N; ++n) {
+        double acc = sh.bias ? double(b_h[size_t(n)]) : 0.0, mg = std::abs(acc);
+        for (int64_t k = 0; k < K; ++k) {
+          const double term = a[size_t(int64_t(t) * K + k)] * w_h[size_t(int64_t(n) * K + k)];
+          acc += term;
+          mg += std::abs(term);
+        }
+        want[size_t(int64_t(t) * N + n)] = acc;
+        mag[size_t(int64_t(t) * N + n)] = mg;
+      }
+    }
+  // bf16: the attention output is rounded before the projection (within mag) and the output once more.
+  const double out_rounding = be.compute_dtype() == DType::bf16 ? std::ldexp(1.0, -8) / kBf16Tol.rtol : 0.0;
+  require_close(
+      be, got, want, [&](size_t i) { return mag[i] + out_rounding * std::abs(want[i]); }, Tol{1e-4, 1e-5});
+}
+
+void attention_linear_matches_attention_then_projection(Backend& be) {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Rng rng(seed);
+  // Decode steps of 1 to 8 sequences (the CUDA backend merges the split partials in the GEMV), GQA
+  // 1:1 and 4:1 at head dims 64 and 128, odd N, with and without a capacity-sized grid (many splits,
+  // most past the keys); contexts short enough for one split too.
+  for (int M = 1; M <= 8; ++M)
+    for (int group : {1, 4}) {
+      AttentionLinearShape sh;
+      sh.seqs = M;
+      sh.group = group;
+      sh.kv_heads = rng.randint(1, 3);
+      sh.head_dim = rng.randint(0, 1) ? 128 : 64;
+      sh.n = rng.randint(1, 150) | 1;
+      sh.max_kv = std::vector<int>{40, 300, 700}[size_t(rng.randint(0, 2))];
+      sh.kv_capacity = rng.randint(0, 1) ? 4096 : 0;
+      sh.bias = M % 3 == 0;
+      check_attention_linear(be, sh, rng);
+    }
+  AttentionLinearShape sh;
+  sh.group = 8;  // one KV head for 8 q heads; a long context in a large grid: 64 splits
+  sh.max_kv = 2000;
+  sh.kv_capacity = 8192;
+  sh.n = 77;
+  check_attention_linear(be, sh, rng);
+  sh = {};
+  sh.seqs = 8;  // llama-1b's decode shape at batch 8: x near the bound of the GEMV's shared memory
+  sh.kv_heads = 8;
+  sh.group = 4;
+  sh.head_dim = 64;
+  sh.max_kv = 300;
+  sh.n = 2047;
+  check_attention_linear(be, sh, rng);
+  sh = {};
+  sh.seqs = 8;  // x of 8 rows past the GEMV's shared memory (qwen3-8b's width): the combine kernel
+  sh.kv_heads = 8;
+  sh.group = 4;
+  sh.head_dim = 128;
+  sh.max_kv = 200;
+  sh.n = 33;
+  check_attention_linear(be, sh, rng);
+  sh = {};
+  sh.seqs = rng.randint(9, 12);  // past the GEMV's rows: the combine kernel and the plain linear
+  sh.kv_heads = 2;
+  sh.group = 2;
+  sh.max_kv = 500;
+  sh.n = 45;
+  check_attention_linear(be, sh, rng);
+  sh = {};
+  sh.seqs = 36;  // enough (sequence, KV head) pairs that the CUDA decode kernel takes its narrow blocks
+  sh.kv_heads = 2;
+  sh.group = 4;
+  sh.head_dim = 128;
+  sh.max_kv = 150;
+  sh.n = 17;
+  check_attention_linear(be, sh, rng);
+  sh = {};
+  sh.seqs = 2;  // prefill rows: no decode kernel, no partials
+  sh.q_len = rng.randint(2, 20);
+  sh.group = 4;
+  sh.max_kv = 120;
+  sh.n = 31;
+  sh.bias = true;
+  check_attention_linear(be, sh, rng);
+}
+
 }  // namespace
 
+ASTRAI_BACKEND_TEST("paged_attention_linear equals paged attention then the projection in float64",
+                    attention_linear_matches_attention_then_projection)
 ASTRAI_BACKEND_TEST("add_rms_norm_linear equals residual + x, RMSNorm and the projection in float64",
                     add_rms_norm_linear_matches_the_unfused_ops)
 ASTRAI_BACKEND_TEST("rope_kv_store equals q/k norm, RoPE and kv_store in float64, with and without the norms",
