@@ -1,12 +1,13 @@
 // astrai bench decode: decode throughput of Model::forward on one device (or --tp N of them).
 //   astrai bench decode --device cpu --preset tiny|qwen3-0.6b|... (or --model DIR)
 //                       [--batch 1,8,32] [--prompt-len 128] [--tokens 64] [--no-cuda-graphs]
-//                       [--max-model-len N] [--temperature T] [--host-sampling] [--tp N]
+//                       [--max-model-len N] [--temperature T] [--top-p P] [--host-sampling] [--tp N]
 // For each batch size B: B random prompts prefilled (chunks of up to 512 tokens per step), then
 // --tokens decode steps of B sequences in lockstep (greedy next token by the backend's sample op, or
-// drawn at --temperature, as the step loop does: only the ids come back; --host-sampling downloads
-// the logits and takes the argmax on the host instead, the path before the op), timed. Prints a table and one
-// JSON line. As in the engine, the step buffers are reserved for B sequences of the whole length (or
+// drawn at --temperature (and --top-p), as the step loop does: only the ids come back; --host-sampling
+// downloads the logits and takes the argmax on the host instead, the path before the op), timed. Prints a
+// table and one JSON line. As in the engine, the step buffers are reserved for B sequences of the whole
+// length (or
 // --max-model-len, as the engine's context would) up front and, on a GPU, decode steps replay a
 // CUDA graph per batch bucket (captured before the prefill; --no-cuda-graphs runs them eagerly).
 //
@@ -46,6 +47,7 @@ struct DecodeBenchOptions {
   int max_model_len = 0;  // 0: prompt + tokens
   bool host_sampling = false;
   float temperature = 0.0f;  // > 0: the sample op draws (seeded per sequence and step) instead of argmax
+  float top_p = 1.0f;        // of those draws (1: off)
   int tp = 1;
 };
 
@@ -80,7 +82,7 @@ struct BatchResult {
 };
 
 BatchResult run_batch(Model& model, int B, int prompt_len, int steps, uint64_t seed, bool graphs,
-                      int max_model_len, bool host_sampling, float temperature) {
+                      int max_model_len, bool host_sampling, float temperature, float top_p) {
   const ModelConfig& cfg = model.config();
   const int page_size = 16;
   const int total_len = prompt_len + steps;
@@ -121,12 +123,13 @@ BatchResult run_batch(Model& model, int B, int prompt_len, int steps, uint64_t s
   std::vector<int32_t> next(static_cast<size_t>(B));
   double forward_s = 0;  // forward + synchronize: the device's share of the decode steps
   // The sample op's buffers, at the largest step (B rows): the rows (greedy, or drawn at
-  // --temperature with sequence r's own seed), the output, the workspace.
+  // --temperature and --top-p with sequence r's own seed), the output, the workspace.
   std::vector<SampleRowParams> rows(static_cast<size_t>(B));
   for (int r = 0; r < B; ++r) {
     rows[size_t(r)].src_row = r;
     rows[size_t(r)].seed = seed * 1000003 + uint64_t(r);
     rows[size_t(r)].temperature = temperature;
+    rows[size_t(r)].top_p = top_p;
   }
   Buffer rows_buf = be.alloc(rows.size() * sizeof(SampleRowParams));
   Buffer out_buf = be.alloc(size_t(B) * sizeof(int32_t) * sample_out_words(0));
@@ -218,7 +221,8 @@ void run(const DecodeBenchOptions& o) {
   if (read_s > 0)
     std::printf("weight read: %.1f ms (%.1f GB/s) = decode floor of %.1f ms/step at batch 1\n", read_s * 1e3,
                 gbps, read_s * 1e3);
-  const std::string draw = o.temperature > 0 ? "temperature " + std::to_string(o.temperature) : "greedy";
+  std::string draw = o.temperature > 0 ? "temperature " + std::to_string(o.temperature) : "greedy";
+  if (o.temperature > 0 && o.top_p < 1.0f) draw += " top_p " + std::to_string(o.top_p);
   std::printf("prompt %d tokens, %d decode steps, CUDA graphs %s, %s %s\n\n", o.prompt_len, o.tokens,
               !o.no_cuda_graphs && backend->supports_graphs() ? "on" : "off", draw.c_str(),
               o.host_sampling ? "on the host (logits downloaded)" : "by the backend's sample op");
@@ -229,7 +233,7 @@ void run(const DecodeBenchOptions& o) {
   std::vector<BatchResult> results;
   for (int B : batches) {
     BatchResult r = run_batch(*model, B, o.prompt_len, o.tokens, o.seed, !o.no_cuda_graphs, o.max_model_len,
-                              o.host_sampling, o.temperature);
+                              o.host_sampling, o.temperature, o.top_p);
     const double ms = r.decode_s * 1e3 / o.tokens;
     // The floor is measured only on the CPU backend (a timed read of the f32 weights); elsewhere the
     // column says so rather than print 0 (on a GPU, measure the copy bandwidth:
@@ -265,6 +269,8 @@ void run(const DecodeBenchOptions& o) {
       .value(o.host_sampling ? "host" : "op")
       .key("temperature")
       .value(double(o.temperature))
+      .key("top_p")
+      .value(double(o.top_p))
       .key("weight_bytes")
       .value(int64_t(wbytes))
       .key("weight_read_ms")
@@ -309,9 +315,13 @@ void register_bench_decode(CLI::App& app) {
                       "Draw each token at this temperature with the sample op (0: greedy)")
           ->check(CLI::Range(0.0f, 100.0f))
           ->capture_default_str();
+  CLI::Option* top_p = sub->add_option("--top-p", o->top_p, "Top-p of the draws at --temperature (1: off)")
+                           ->check(CLI::Range(0.0f, 1.0f))
+                           ->capture_default_str();
   sub->add_flag("--host-sampling", o->host_sampling,
                 "Download the logits and take the argmax on the host (the path before the sample op)")
-      ->excludes(temperature);
+      ->excludes(temperature)
+      ->excludes(top_p);
   sub->add_option("--tp", o->tp, "Tensor-parallel ranks: the model is split over GPUs 0..tp-1")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

@@ -1,16 +1,21 @@
 // The sample op on the GPU (src/backend/backend.h, "sampling"; the CPU version is
 // src/backend/cpu/sample.cpp). Three kernels:
-//   load_rows    grid (chunks, R): work[r, :] = logits[src_row[r], :] with the mask applied
+//   load_rows    grid (chunks, R): work[r, :] = logits[src_row[r], :] with the mask applied (only
+//                with a mask or edits: otherwise sample_rows reads the logits in place)
 //   apply_edits  grid R: the bias entries in order (one thread), then the penalty entries (one token
 //                each, in parallel)
 //   sample_rows  grid R, one block per draw: the argmax; for temperature > 0 the kept prefix and the
 //                draw found by radix selection (below); the raw logprobs.
-// No sort: every question the sampler asks is "where in the (e desc, id asc) order does a count or
-// a cumulative mass reach x", answered by a descent with a histogram of counts and masses per level
-// (one pass over the row each): a linear bucket of (max - l) / T, then three radix levels of the
-// logit's order key within that bucket (11 + 11 + 10 bits), then, among the tokens of the selected
-// key (equal logits, so equal masses), the answer's position by id. Masses are
-// e = exp((l - max) / T) in f32, summed in f64.
+// A draw that keeps every candidate (no top_k below their count, top_p 1, min_p 0: the OpenAI
+// default) walks them in id order (backend.h): the masses' sums over 32 contiguous pieces of the row
+// (one per warp), the piece that holds u * mass, and again within it, down to a warp's scan (one
+// pass over the row, then a few thousand tokens). No atomics, no selection.
+// A draw that truncates: no sort; every question the sampler asks is "where in the (e desc, id asc)
+// order does a count or a cumulative mass reach x", answered by a descent with a histogram of counts
+// and masses per level (one pass over the row each): a linear bucket of (max - l) / T, then three
+// radix levels of the logit's order key within that bucket (11 + 11 + 10 bits), then, among the
+// tokens of the selected key (equal logits, so equal masses), the answer's position by id. Masses
+// are e = exp((l - max) / T) in f32, summed in f64; in the histograms, as fixed point (below).
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -73,18 +78,44 @@ __device__ __forceinline__ float key_value(uint32_t k) {
 constexpr float kBucketRange = 104.0f;
 
 // The processed row of a draw with temperature > 0: candidates are the tokens with e > 0.
+// A histogram bin's mass is a u64 sum of e * 2^(62 - ceil(log2 V)) rounded: below 2^62 for the
+// whole row, and an integer add is one native shared-memory atomic (an f64 add is a compare-and-swap
+// loop, serialised over the tokens that share a bin: ~1,000 in a level-0 bin of a flat row). It
+// differs from the f64 sum of the masses by at most V / 2 units (2^-28 of the row's mass at
+// V = 128k, which is >= 1): far below the f32 rounding of the masses themselves.
+__device__ __forceinline__ double mass_units(int V) {
+  return ldexp(1.0, 62 - (32 - __clz(V - 1 | 1)));
+}
+
+// The sum of x over the lanes in `group` (the lanes that share a bin; x < 2^63), as three 21-bit
+// limbs, each a native 32-bit warp reduction that cannot overflow.
+__device__ __forceinline__ unsigned long long group_sum(unsigned group, unsigned long long x) {
+  const unsigned a = __reduce_add_sync(group, unsigned(x & 0x1fffffu));
+  const unsigned b = __reduce_add_sync(group, unsigned((x >> 21) & 0x1fffffu));
+  const unsigned c = __reduce_add_sync(group, unsigned(x >> 42));
+  return (unsigned long long)a + ((unsigned long long)b << 21) + ((unsigned long long)c << 42);
+}
+
 struct ProcessedRow {
   static constexpr bool kMass = true;
   const float* l;
   float max, temperature, bucket_scale;
-  __device__ ProcessedRow(const float* l_, float max_, float t_)
-      : l(l_), max(max_), temperature(t_), bucket_scale(float(kBins - 1) / (kBucketRange * t_)) {}
+  double units;  // mass_units(V)
+  __device__ ProcessedRow(const float* l_, int V, float max_, float t_)
+      : l(l_),
+        max(max_),
+        temperature(t_),
+        bucket_scale(float(kBins - 1) / (kBucketRange * t_)),
+        units(mass_units(V)) {}
   __device__ bool candidate_value(float v, uint32_t& key) const {
     key = order_key(v);
     return (v - max) / temperature > kMinExponent;  // false for -inf and NaN
   }
   __device__ bool candidate(int t, uint32_t& key) const { return candidate_value(l[t], key); }
   __device__ float mass_of(float v) const { return expf((v - max) / temperature); }
+  __device__ unsigned long long mass_fixed(float v) const {
+    return __double2ull_rn(double(mass_of(v)) * units);
+  }
   __device__ int bucket(float v) const {
     const float x = (max - v) * bucket_scale;
     return x < float(kBins - 1) ? int(x) : kBins - 1;
@@ -102,6 +133,7 @@ struct RawRow {
   }
   __device__ bool candidate(int t, uint32_t& key) const { return candidate_value(l[t], key); }
   __device__ float mass_of(float) const { return 0.0f; }
+  double units = 1.0;  // unused: no masses
   __device__ int bucket(float v) const {
     const float x = (max - v) * (float(kBins - 1) / kBucketRange);
     return x < float(kBins - 1) ? int(x) : kBins - 1;  // NaN (max -inf): the tail
@@ -145,9 +177,11 @@ struct CountsSum {
   }
 };
 
+constexpr int kWarps = kThreads / 32;
+
 struct Shared {
   int hist_count[kBins];
-  double hist_mass[kBins];
+  unsigned long long hist_mass[kBins];  // fixed point (mass_units)
   union {
     cub::BlockScan<Acc, kThreads>::TempStorage scan;
     cub::BlockScan<int, kThreads>::TempStorage scan_int;
@@ -159,6 +193,12 @@ struct Shared {
   double sel_mass_before;
   int top_ids[kSampleMaxTopLogprobs];
   int top_n;
+  // draw_in_id_order: each warp's piece of the range (its mass, its last candidate), then the
+  // piece that holds the target.
+  double piece_mass[kWarps];
+  int piece_last[kWarps];
+  int range_lo, range_hi, drawn;
+  double range_target;
 };
 
 __device__ bool reaches(Select mode, const Acc& a, int need_count, double need_mass) {
@@ -195,12 +235,14 @@ __device__ Prefix select_prefix(const Row& row, int V, Select mode, int target_c
         if (b != bucket || (key & prefix_mask) != prefix) return;
         b = int((key >> shift) & uint32_t(nb - 1));
       }
-      // Lanes of a warp that hit one bin add their count once (the tail bucket can hold most of a row).
+      // Lanes of a warp that hit one bin add their count and mass once (the tail bucket can hold
+      // most of a row, a level-0 bin of a flat row ~1,000 tokens).
       const unsigned peers = __match_any_sync(__activemask(), b);
-      if (int(threadIdx.x % 32) == __ffs(peers) - 1) atomicAdd(&sh.hist_count[b], __popc(peers));
+      const bool leader = int(threadIdx.x % 32) == __ffs(peers) - 1;
+      if (leader) atomicAdd(&sh.hist_count[b], __popc(peers));
       if constexpr (Row::kMass) {
-        const float e = row.mass_of(v);
-        if (e > 0) atomicAdd(&sh.hist_mass[b], double(e));
+        const unsigned long long m = group_sum(peers, row.mass_fixed(v));
+        if (leader && m > 0) atomicAdd(&sh.hist_mass[b], m);
       }
     });
     __syncthreads();
@@ -211,7 +253,8 @@ __device__ Prefix select_prefix(const Row& row, int V, Select mode, int target_c
     for (int j = 0; j < 2; ++j) {
       const int pos = 2 * int(threadIdx.x) + j;
       bins[j] = pos < nb ? (linear ? pos : nb - 1 - pos) : -1;
-      mine[j] = bins[j] >= 0 ? Acc{sh.hist_count[bins[j]], sh.hist_mass[bins[j]]} : Acc{0, 0.0};
+      mine[j] =
+          bins[j] >= 0 ? Acc{sh.hist_count[bins[j]], double(sh.hist_mass[bins[j]]) / row.units} : Acc{0, 0.0};
     }
     if (threadIdx.x == 0) {  // overwritten below by the one thread that holds the crossing
       sh.sel_bin = 0;
@@ -364,9 +407,130 @@ __device__ Best row_argmax(const float* l, int V, Shared& sh) {
   return Best{float(sh.sel_mass_before), sh.found};
 }
 
+// Step 4 over every candidate in id order (backend.h): the first token whose cumulative mass
+// exceeds u * (the total), else the last candidate. The range [lo, hi) (first the row) is cut into
+// one contiguous piece per warp, whose lanes read it coalesced and sum its masses in f64; warp 0
+// scans the pieces' sums and keeps the piece where the target falls, which is cut again, until a
+// piece is small enough for warp 0 to walk with a warp-wide scan, 32 tokens at a time. A cut's sums
+// are of the same masses in another order, so the target may, by rounding, not fall inside the
+// piece: then the piece's last candidate (as the CPU's walk takes the last when rounding leaves
+// u * total at the total). Returns `fallback` (the argmax) when no token has mass.
+__device__ int draw_in_id_order(const ProcessedRow& row, int V, double u, int fallback, Shared& sh) {
+  constexpr int kWalk = 256;  // a piece this small is walked
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  int lo = 0, hi = V;
+  double target = -1;  // u * total, once the first cut has summed the row
+  while (hi - lo > kWalk) {
+    const int piece = ((hi - lo + kWarps - 1) / kWarps + 31) / 32 * 32;
+    const int p_lo = min(hi, lo + warp * piece), p_hi = min(hi, p_lo + piece);
+    double m = 0;
+    int last = -1;
+    int t = p_lo + lane;
+    for (; t + 3 * 32 < p_hi; t += 4 * 32) {  // four loads in flight per lane
+      float v[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) v[k] = row.l[t + 32 * k];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        uint32_t key;
+        if (row.candidate_value(v[k], key)) {
+          m += double(row.mass_of(v[k]));
+          last = t + 32 * k;
+        }
+      }
+    }
+    for (; t < p_hi; t += 32) {
+      uint32_t key;
+      const float v = row.l[t];
+      if (row.candidate_value(v, key)) {
+        m += double(row.mass_of(v));
+        last = t;
+      }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      m += __shfl_xor_sync(0xffffffffu, m, o);
+      last = max(last, __shfl_xor_sync(0xffffffffu, last, o));
+    }
+    if (lane == 0) {
+      sh.piece_mass[warp] = m;
+      sh.piece_last[warp] = last;
+    }
+    __syncthreads();
+    if (warp == 0) {
+      const double mine = sh.piece_mass[lane];
+      double incl = mine;
+      for (int o = 1; o < 32; o <<= 1) {
+        const double up = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += up;
+      }
+      if (target < 0) target = u * __shfl_sync(0xffffffffu, incl, 31);
+      const unsigned hit = __ballot_sync(0xffffffffu, incl > target);
+      if (hit) {
+        const int w = __ffs(hit) - 1;
+        const double before = __shfl_sync(0xffffffffu, incl - mine, w);
+        if (lane == 0) {
+          sh.range_lo = min(hi, lo + w * piece);
+          sh.range_hi = min(hi, lo + (w + 1) * piece);
+          sh.range_target = target - before;
+          sh.drawn = -1;
+        }
+      } else {  // no mass (every logit -inf or NaN), or rounding: the last candidate of the range
+        int l = sh.piece_last[lane];
+        for (int o = 16; o > 0; o >>= 1) l = max(l, __shfl_xor_sync(0xffffffffu, l, o));
+        if (lane == 0) sh.drawn = l >= 0 ? l : fallback;
+      }
+    }
+    __syncthreads();
+    const int drawn = sh.drawn;
+    lo = sh.range_lo;
+    hi = sh.range_hi;
+    target = sh.range_target;
+    __syncthreads();  // read before warp 0 writes the next cut's
+    if (drawn >= 0) return drawn;
+  }
+  if (warp == 0) {
+    if (target < 0) {  // a row of at most kWalk tokens: its total first
+      double m = 0;
+      uint32_t key;
+      for (int t = lo + lane; t < hi; t += 32)
+        if (row.candidate_value(row.l[t], key)) m += double(row.mass_of(row.l[t]));
+      for (int o = 16; o > 0; o >>= 1) m += __shfl_xor_sync(0xffffffffu, m, o);
+      target = u * m;
+    }
+    double before = 0;
+    int drawn = -1, last = -1;
+    for (int base = lo; base < hi && drawn < 0; base += 32) {
+      const int t = base + lane;
+      double e = 0;
+      uint32_t key;
+      if (t < hi && row.candidate_value(row.l[t], key)) {
+        e = double(row.mass_of(row.l[t]));
+        last = t;
+      }
+      double incl = e;
+      for (int o = 1; o < 32; o <<= 1) {
+        const double up = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += up;
+      }
+      const unsigned hit = __ballot_sync(0xffffffffu, e > 0 && before + incl > target);
+      if (hit) drawn = base + __ffs(hit) - 1;
+      before += __shfl_sync(0xffffffffu, incl, 31);
+    }
+    for (int o = 16; o > 0; o >>= 1) last = max(last, __shfl_xor_sync(0xffffffffu, last, o));
+    if (lane == 0) sh.drawn = drawn >= 0 ? drawn : last >= 0 ? last : fallback;
+  }
+  __syncthreads();
+  const int drawn = sh.drawn;
+  __syncthreads();
+  return drawn;
+}
+
 // The draw of one row with temperature > 0 (work row l, its max m and argmax).
 __device__ int draw(const SampleRowParams& p, const float* l, int V, Best top, Shared& sh) {
-  const ProcessedRow row{l, top.v, p.temperature};
+  const ProcessedRow row{l, V, top.v, p.temperature};
+  const double u = counter_uniform(p.seed, uint64_t(p.choice), uint64_t(p.index));
+  // Only a top_k below V needs the candidates' count to know whether anything truncates.
+  if (sample_math::keeps_every_candidate(p, V)) return draw_in_id_order(row, V, u, top.i, sh);
   Counts c{0, 0, 0.0, 0.0};
   for_each_token(l, V, [&](int, float v) {
     uint32_t key;
@@ -384,13 +548,14 @@ __device__ int draw(const SampleRowParams& p, const float* l, int V, Best top, S
   if (threadIdx.x == 0) {
     sh.hist_count[0] = c.n;
     sh.hist_count[1] = c.n_min_p;
-    sh.hist_mass[0] = c.s;
-    sh.hist_mass[1] = c.s_min_p;
+    sh.piece_mass[0] = c.s;
+    sh.piece_mass[1] = c.s_min_p;
   }
   __syncthreads();
-  c = Counts{sh.hist_count[0], sh.hist_count[1], sh.hist_mass[0], sh.hist_mass[1]};
+  c = Counts{sh.hist_count[0], sh.hist_count[1], sh.piece_mass[0], sh.piece_mass[1]};
   __syncthreads();
   if (c.n <= 1) return top.i;
+  if (sample_math::keeps_every_candidate(p, c.n)) return draw_in_id_order(row, V, u, top.i, sh);
   // The kept prefix: its length and mass.
   int keep = c.n;
   double mass = c.s;
@@ -411,7 +576,6 @@ __device__ int draw(const SampleRowParams& p, const float* l, int V, Best top, S
     mass = c.s_min_p;
   }
   if (keep == 1) return top.i;
-  const double u = counter_uniform(p.seed, uint64_t(p.choice), uint64_t(p.index));
   Prefix d = select_prefix(row, V, Select::mass_gt, 0, u * mass, sh);
   if (d.count > keep) d = select_prefix(row, V, Select::count_ge, keep, 0.0, sh);  // rounding: the last kept
   return nth_with_key(row, V, d.key, d.t, sh);
@@ -419,7 +583,8 @@ __device__ int draw(const SampleRowParams& p, const float* l, int V, Best top, S
 
 __global__ void __launch_bounds__(kThreads)
     sample_rows(const float* __restrict__ logits, int L, int V, const SampleRowParams* __restrict__ rows,
-                const float* __restrict__ work, int32_t* __restrict__ out, int out_words, int max_top) {
+                const float* __restrict__ work, bool direct, int32_t* __restrict__ out, int out_words,
+                int max_top) {
   __shared__ Shared sh;
   const SampleRowParams p = rows[blockIdx.x];
   int32_t* o = out + size_t(blockIdx.x) * out_words;
@@ -427,14 +592,14 @@ __global__ void __launch_bounds__(kThreads)
     if (threadIdx.x == 0) o[0] = -1;
     return;
   }
-  const float* l = work + size_t(blockIdx.x) * V;
+  const float* l = direct ? logits + size_t(p.src_row) * V : work + size_t(blockIdx.x) * V;
   const Best top = row_argmax(l, V, sh);
   const int token = p.temperature > 0.0f ? draw(p, l, V, top, sh) : top.i;
   float logprob = 0.0f;
   const int n_top = min(min(p.top_logprobs, max_top), V);
   if (p.want_logprob || n_top > 0) {
     const float* raw = logits + size_t(p.src_row) * V;
-    const Best rmax = row_argmax(raw, V, sh);
+    const Best rmax = direct ? top : row_argmax(raw, V, sh);  // direct: raw is l
     double z = 0;
     for_each_token(raw, V, [&](int, float v) { z += double(expf(v - rmax.v)); });
     z = cub::BlockReduce<double, kThreads>(sh.tmp.sum).Sum(z);
@@ -500,16 +665,20 @@ void sample(cudaStream_t stream, const SampleBatch& b) {
                    "sample: workspace smaller than sample_workspace_bytes(R, V)");
   const auto* rows = static_cast<const SampleRowParams*>(b.rows.data);
   auto* work = static_cast<float*>(b.workspace.data);
-  const int chunks = int(std::min<int64_t>((V + 2047) / 2048, 256));
-  load_rows<<<dim3(unsigned(chunks), unsigned(R)), 256, 0, stream>>>(
-      b.logits.ptr<float>(), int(L), int(V), rows, static_cast<const uint32_t*>(b.mask.data), work);
-  ASTRAI_CUDA_LAUNCH_CHECK(load_rows);
+  // Without a mask or edits the draws read the logits in place (no copy to the workspace).
+  const bool direct = !b.mask.data && E == 0;
+  if (!direct) {
+    const int chunks = int(std::min<int64_t>((V + 2047) / 2048, 256));
+    load_rows<<<dim3(unsigned(chunks), unsigned(R)), 256, 0, stream>>>(
+        b.logits.ptr<float>(), int(L), int(V), rows, static_cast<const uint32_t*>(b.mask.data), work);
+    ASTRAI_CUDA_LAUNCH_CHECK(load_rows);
+  }
   if (E > 0) {
     apply_edits<<<unsigned(R), 256, 0, stream>>>(rows, static_cast<const SampleEdit*>(b.edits.data), int(E),
                                                  int(V), work);
     ASTRAI_CUDA_LAUNCH_CHECK(apply_edits);
   }
-  sample_rows<<<unsigned(R), kThreads, 0, stream>>>(b.logits.ptr<float>(), int(L), int(V), rows, work,
+  sample_rows<<<unsigned(R), kThreads, 0, stream>>>(b.logits.ptr<float>(), int(L), int(V), rows, work, direct,
                                                     b.out.ptr<int32_t>(), words, b.max_top_logprobs);
   ASTRAI_CUDA_LAUNCH_CHECK(sample_rows);
 }

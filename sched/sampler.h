@@ -14,7 +14,9 @@
 //      (seed, choice, token index), so a request's draws do not depend on what else is in the batch
 //      or on the order rows are processed (its tokens then depend on its logits alone, which the
 //      CPU backend keeps batch-invariant: docs/architecture.md, "What a seed promises"); the token
-//      is the first candidate (most likely first, ties by id) whose cumulative probability exceeds u.
+//      is the first candidate (most likely first, ties by id) whose cumulative probability exceeds u;
+//      when nothing truncates (no top-k below the candidates' count, top-p 1, min-p 0) the walk is in
+//      token id order instead (the same distribution, no sort; backend.h, "sampling").
 // Logprobs are those of the model's raw distribution (log_softmax of the unprocessed logits).
 #pragma once
 

@@ -48,7 +48,13 @@ struct AttentionBatch {
 //      0 < top_k), then the shortest prefix whose mass reaches top_p of that set, then the tokens
 //      with e >= min_p * e_max (at least one). All three keep a prefix of the order.
 //   4. u = counter_uniform(seed, choice, index) (src/backend/sample_math.h); the token is the first
-//      of the kept prefix whose cumulative mass exceeds u * (its mass), else its last.
+//      of the kept prefix whose cumulative mass exceeds u * (its mass), else its last. When step 3
+//      keeps every candidate (top_k off or >= their count, top_p >= 1, min_p <= 0: the OpenAI
+//      default; sample_math::keeps_every_candidate), the walk is over the candidates in ascending id
+//      order instead. Any fixed order of the kept tokens draws from the same distribution (a token
+//      is drawn for u in an interval of width e / mass, wherever it sits); the (e desc) order only
+//      matters for deciding what a truncation keeps, and without one, id order needs no selection:
+//      a max, a prefix sum, a search (O(V) on the CPU, two passes over the row on the GPU).
 //   5. logprob = raw[token] - logsumexp(raw) and the top_logprobs most likely tokens of the raw
 //      (unedited) row, (raw desc, id asc), with their logprobs.
 // The GPU computes the masses in f32 and sums them in f64: it draws the CPU's token whenever u is

@@ -105,6 +105,12 @@ ASTRAI_SAMPLE_HD float apply_penalty(float l, const SampleEdit& e, float repetit
   return l;
 }
 
+// Whether step 3 keeps every candidate of a draw with temperature > 0 (`candidates`: the tokens
+// with e > 0): then step 4 walks them in id order (backend.h, "sampling").
+ASTRAI_SAMPLE_HD bool keeps_every_candidate(const SampleRowParams& p, int64_t candidates) {
+  return p.top_p >= 1.0f && p.min_p <= 0.0f && (p.top_k <= 0 || p.top_k >= candidates);
+}
+
 }  // namespace sample_math
 
 // The uniform draw in [0, 1) for (seed, choice, index): a pure function of its key, so a request's

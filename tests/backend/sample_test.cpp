@@ -4,7 +4,8 @@
 // a chi-square test of their distribution), batch invariance; and the GPU against the CPU on the
 // same f32 logits.
 //
-// Exact tokens: the reference draws with the op's rule in float64. The CPU computes in float64 too;
+// Exact tokens: the reference draws with the op's rule in float64 (in id order when nothing
+// truncates, else in (e desc, id asc) order). The CPU computes in float64 too;
 // the GPU computes masses in f32. A draw whose u (or whose top-p / min-p cut) lies within kNearTie
 // of a boundary of the reference's cumulative distribution is a near-tie: either token is right,
 // and such draws are skipped (and counted: they must stay rare, under 5%).
@@ -147,8 +148,17 @@ RefDraw ref_draw(const std::vector<float>& l, const SampleRowParams& p, double t
     e[t] = std::exp((double(l[t]) - m) / double(p.temperature));
     if (e[t] > 0) order.push_back(int32_t(t));
   }
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int32_t a, int32_t b) { return e[size_t(a)] > e[size_t(b)]; });
+  // Nothing truncates: the draw walks the candidates in id order (`order` as built); otherwise in
+  // (e desc, id asc) order.
+  const bool keeps_all =
+      p.top_p >= 1.0f && p.min_p <= 0.0f && (p.top_k <= 0 || size_t(p.top_k) >= order.size());
+  if (order.empty()) {  // every logit -inf or NaN: the argmax
+    r.token = int32_t(best);
+    return r;
+  }
+  if (!keeps_all)
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return e[size_t(a)] > e[size_t(b)]; });
   size_t keep = order.size();
   if (p.top_k > 0 && size_t(p.top_k) < keep) keep = size_t(p.top_k);
   double sk = 0;
@@ -501,6 +511,125 @@ void seeded_draws_follow_the_distribution(Backend& be) {
 }
 ASTRAI_BACKEND_TEST("sample: seeded draws follow the reference distribution (chi-square)",
                     seeded_draws_follow_the_distribution)
+
+// Draws that keep every candidate walk them in id order (backend.h): vocabulary sizes around the
+// GPU's 32-token lanes, its 256-token final walk and its per-warp pieces, -inf and NaN logits, rows
+// with one candidate or none, the mask, edits (a ban among them), top_k at or above the candidates'
+// count (the GPU counts them first), many rows; every token against the reference.
+void untruncated_draws_walk_ids(Backend& be) {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Rng rng(seed);
+  int near = 0, total = 0;
+  for (int64_t V : {1, 2, 31, 33, 255, 256, 257, 1025, 8193, 40001, 128256}) {
+    Inputs in;
+    in.L = 5;
+    in.V = V;
+    in.logits = model_like_logits(rng, in.L, V);
+    // Row 1: a third of the tokens -inf, a few NaN (never id 0, whose NaN the argmax would take);
+    // row 2: every logit -inf; row 3: one token not -inf; row 4: every logit equal.
+    float* r1 = in.logits.data() + V;
+    for (int64_t t = 0; t < V; ++t)
+      if (rng.randint(0, 2) == 0) r1[t] = -INFINITY;
+    for (int i = 0; i < 3 && V > 1; ++i) r1[rng.randint(1, int(V) - 1)] = NAN;
+    std::fill(in.logits.begin() + 2 * V, in.logits.begin() + 4 * V, -INFINITY);
+    const int64_t alone = rng.randint(0, int(V) - 1);
+    in.logits[size_t(3 * V + alone)] = rng.uniform(-5.0f, 5.0f);
+    std::fill(in.logits.begin() + 4 * V, in.logits.begin() + 5 * V, 0.25f);
+    if (V % 2) {  // every other size with a mask that bans about a tenth of each row
+      const int64_t words = (V + 31) / 32;
+      in.mask.assign(size_t(in.L * words), 0);
+      for (int64_t r = 0; r < in.L; ++r)
+        for (int64_t t = 0; t < V; ++t)
+          if (rng.randint(0, 9) > 0 || (r == 3 && t == alone))
+            in.mask[size_t(r * words + t / 32)] |= 1u << (t % 32);
+    }
+    const int R = V < 1000 ? 200 : 60;
+    for (int r = 0; r < R; ++r) {
+      SampleRowParams p;
+      p.seed = rng.gen();
+      p.src_row = int32_t(rng.randint(0, int(in.L) - 1));
+      p.choice = rng.randint(0, 3);
+      p.index = rng.randint(0, 5000);
+      p.temperature = rng.uniform(0.3f, 3.0f);
+      if (r % 5 == 1) {  // a bias, and a ban
+        p.edit_begin = int32_t(in.edits.size());
+        in.edits.push_back({rng.randint(0, int(V) - 1), rng.uniform(-10.0f, 10.0f), 0, 0});
+        in.edits.push_back({rng.randint(0, int(V) - 1), -INFINITY, 0, 0});
+        p.penalty_begin = p.edit_end = int32_t(in.edits.size());
+      }
+      if (r % 5 == 2) {  // top_k exactly the candidates' count (every finite logit, at these logits)
+        const auto l = ref_processed(in, p);
+        p.top_k = int32_t(std::count_if(l.begin(), l.end(), [](float x) { return std::isfinite(x); }));
+      }
+      if (r % 5 == 3) p.top_k = int32_t(V + rng.randint(0, 9));
+      in.rows.push_back(p);
+    }
+    const auto got = run_sample(be, in);
+    near += check_tokens(be, in, got);
+    total += R;
+    for (int r = 0; r < R; ++r) {
+      const SampleRowParams& p = in.rows[size_t(r)];
+      INFO(be.name() << " V " << V << " row " << r);
+      if (p.src_row == 2) REQUIRE(got[size_t(r)].token == 0);  // no candidate: the argmax
+      if (p.src_row == 3 && p.edit_begin == p.edit_end) REQUIRE(got[size_t(r)].token == alone);
+    }
+  }
+  CHECK(near * 20 <= total);
+}
+ASTRAI_BACKEND_TEST("sample: draws that keep every candidate walk them in id order",
+                    untruncated_draws_walk_ids)
+
+// The untruncated draw against the softmax itself (not the reference's walk): 8,192 draws on a small
+// vocabulary with three banned tokens, at fixed seeds (so the verdict is fixed, not a matter of luck),
+// with top_k off and with top_k equal to the vocabulary. Threshold: the chi-square statistic's
+// df + 6 sqrt(2 df) + 6, beyond its 1e-6 quantile at these df.
+void untruncated_draws_follow_the_softmax(Backend& be) {
+  for (int32_t top_k : {0, 37}) {
+    Rng rng(0x5a3d1e + uint64_t(top_k));
+    Inputs in;
+    in.L = 1;
+    in.V = 37;
+    in.logits = rng.vec(size_t(in.V), 2.0f);
+    for (int64_t t : {3, 20, 36}) in.logits[size_t(t)] = -INFINITY;
+    SampleRowParams p;
+    p.seed = rng.gen();
+    p.temperature = 0.8f;
+    p.top_k = top_k;
+    double m = -INFINITY, z = 0;
+    for (float l : in.logits) m = std::max(m, double(l));
+    std::vector<double> q(size_t(in.V));
+    for (size_t t = 0; t < q.size(); ++t) z += q[t] = std::exp((double(in.logits[t]) - m) / 0.8);
+    std::vector<int> counts(size_t(in.V), 0);
+    const int launches = 8, R = 1024;
+    for (int l = 0; l < launches; ++l) {
+      in.rows.clear();
+      for (int r = 0; r < R; ++r) {
+        p.index = l * R + r;
+        in.rows.push_back(p);
+      }
+      for (const auto& d : run_sample(be, in)) {
+        REQUIRE((d.token >= 0 && d.token < in.V));
+        ++counts[size_t(d.token)];
+      }
+    }
+    const double n = double(launches * R);
+    double chi2 = 0, df = -1;
+    for (size_t t = 0; t < q.size(); ++t) {
+      if (q[t] == 0) {
+        REQUIRE(counts[t] == 0);  // a banned token is never drawn
+        continue;
+      }
+      const double expected = n * q[t] / z;
+      chi2 += (counts[t] - expected) * (counts[t] - expected) / expected;
+      df += 1;
+    }
+    INFO(be.name() << " top_k " << top_k << " chi2 " << chi2 << " df " << df);
+    REQUIRE(chi2 < df + 6 * std::sqrt(2 * df) + 6);
+  }
+}
+ASTRAI_BACKEND_TEST("sample: draws that keep every candidate follow the softmax (chi-square)",
+                    untruncated_draws_follow_the_softmax)
 
 void rows_are_batch_invariant(Backend& be) {
   const uint64_t seed = fresh_seed();

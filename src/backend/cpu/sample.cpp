@@ -1,6 +1,7 @@
 // The sample op on the CPU (src/backend/backend.h, "sampling"): the host sampler, one draw at a
-// time in float64 after the f32 edits. sched/sampler.cpp's helpers call into this file, so the
-// host has one implementation of the math.
+// time in float64 after the f32 edits. A draw that keeps every candidate is O(V) (one pass for the
+// masses, one for the cumulative sum in id order); one that truncates sorts its candidates.
+// sched/sampler.cpp's helpers call into this file, so the host has one implementation of the math.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -70,9 +71,41 @@ namespace {
 // Scratch reused across steps by each thread that samples.
 struct RowScratch {
   std::vector<float> logits;
+  std::vector<double> masses;
   std::vector<SampleCandidate> candidates;
   std::vector<int32_t> ids;
 };
+
+// e[t] = exp((l[t] - max) / T) for every token (0 where it is not a candidate); returns how many
+// are candidates (e > 0).
+int64_t candidate_masses(std::span<const float> logits, float max_logit, float temperature,
+                         std::vector<double>& e) {
+  e.resize(logits.size());
+  int64_t n = 0;
+  for (size_t t = 0; t < logits.size(); ++t) {
+    const double x = std::exp((double(logits[t]) - double(max_logit)) / double(temperature));
+    e[t] = x > 0 ? x : 0.0;  // NaN (a NaN logit, or max +inf) is no candidate
+    n += e[t] > 0;
+  }
+  return n;
+}
+
+// Step 4 over every candidate in id order: the first token whose cumulative mass exceeds u * (the
+// total), else the last candidate (u * total rounded up to the total). At least one e > 0.
+int32_t draw_in_id_order(const std::vector<double>& e, double u) {
+  double total = 0;
+  for (double x : e) total += x;
+  const double target = u * total;
+  double cum = 0;
+  int32_t last = -1;
+  for (size_t t = 0; t < e.size(); ++t) {
+    if (!(e[t] > 0)) continue;
+    cum += e[t];
+    if (cum > target) return int32_t(t);
+    last = int32_t(t);
+  }
+  return last;
+}
 
 void sample_one(const float* raw_row, int64_t vocab, const uint32_t* mask_row, const SampleRowParams& p,
                 const SampleEdit* edits, int32_t* out, RowScratch& s) {
@@ -89,18 +122,32 @@ void sample_one(const float* raw_row, int64_t vocab, const uint32_t* mask_row, c
   if (p.temperature <= 0.0f) {
     token = argmax();
   } else {
-    sampling_candidates(logits, p.temperature, p.top_k, p.top_p, p.min_p, s.candidates);
-    if (s.candidates.empty()) {  // only when every logit is -inf or NaN
+    const double u = counter_uniform(p.seed, uint64_t(p.choice), uint64_t(p.index));
+    // Without top_p and min_p, whether top_k truncates takes the candidates' count, from the
+    // masses' pass that the id-order draw needs anyway.
+    int64_t candidates = -1;
+    if (p.top_p >= 1.0f && p.min_p <= 0.0f) {
+      float max_logit = -std::numeric_limits<float>::infinity();
+      for (float l : logits) max_logit = std::max(max_logit, l);  // NaN skipped, as sampling_candidates
+      candidates = candidate_masses(logits, max_logit, p.temperature, s.masses);
+    }
+    if (candidates == 0) {  // every logit -inf or NaN
       token = argmax();
+    } else if (candidates > 0 && sample_math::keeps_every_candidate(p, candidates)) {
+      token = draw_in_id_order(s.masses, u);
     } else {
-      const double u = counter_uniform(p.seed, uint64_t(p.choice), uint64_t(p.index));
-      double cum = 0;
-      token = s.candidates.back().token;
-      for (const auto& c : s.candidates) {
-        cum += c.prob;
-        if (u < cum) {
-          token = c.token;
-          break;
+      sampling_candidates(logits, p.temperature, p.top_k, p.top_p, p.min_p, s.candidates);
+      if (s.candidates.empty()) {  // only when every logit is -inf or NaN
+        token = argmax();
+      } else {
+        double cum = 0;
+        token = s.candidates.back().token;
+        for (const auto& c : s.candidates) {
+          cum += c.prob;
+          if (u < cum) {
+            token = c.token;
+            break;
+          }
         }
       }
     }
@@ -156,9 +203,10 @@ void sample(const SampleBatch& b) {
   const float* logits = b.logits.ptr<float>();
   const auto* mask = static_cast<const uint32_t*>(b.mask.data);
   int32_t* out = b.out.ptr<int32_t>();
-  // Rows are independent: a batch with sampled rows (milliseconds each: float64 exp over the row, a
-  // sort) spreads them over the threads, each with its scratch. Greedy rows (a copy and an argmax,
-  // memory-bound) stay on this thread, where a parallel region costs more than it saves.
+  // Rows are independent: a batch with sampled rows (a millisecond or more each: float64 exp over
+  // the row, and a sort when it truncates) spreads them over the threads, each with its scratch. Greedy rows
+  // (a copy and an argmax, memory-bound) stay on this thread, where a parallel region costs more than it
+  // saves.
 #pragma omp parallel for schedule(dynamic, 1) if (R > 1 && any_sampled)
   for (int64_t r = 0; r < R; ++r) {
     thread_local RowScratch scratch;
