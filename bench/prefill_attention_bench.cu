@@ -28,7 +28,7 @@
 //    through the dispatch with the decode rows on the tensor cores (one kernel) and on the decode
 //    kernel (AttentionBatch::num_decode_seqs: two kernels), and timed both ways at B = 8, 31, 63
 //    decode rows of 512 or 4k keys plus a chunk of 128 or 2k queries after 2k keys, beside each
-//    part alone and both parts on two streams at once; --mixed: the mixed checks and times only.
+//    part alone; --mixed: the mixed checks and times only.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -317,8 +317,6 @@ struct Device {
   bf16 *q, *kc, *vc, *out;
   int32_t *q_start, *kv_len, *pt;
   astrai::gpu::Scratch scratch;
-  cudaStream_t side = nullptr;  // overlapped(): the decode rows' stream
-  cudaEvent_t fork = nullptr, join = nullptr;
 
   explicit Device(const Problem& pr)
       : p(pr),
@@ -333,11 +331,6 @@ struct Device {
   ~Device() {
     for (void* x : {(void*)q, (void*)kc, (void*)vc, (void*)out, (void*)q_start, (void*)kv_len, (void*)pt})
       cudaFree(x);
-    if (side != nullptr) {
-      cudaStreamDestroy(side);
-      cudaEventDestroy(fork);
-      cudaEventDestroy(join);
-    }
   }
   Rows q_rows() const {
     return Rows{reinterpret_cast<char*>(q), 2, int64_t(p.T) * p.c.heads, p.c.d, p.c.heads, p.ld, p.c.d};
@@ -371,28 +364,12 @@ struct Device {
     CK(v.fn(nullptr, q_rows(), kv, p.S, p.max_q, geo(), out_rows()));
   }
   // astrai::gpu::paged_attention as the backend runs it (tensor cores for long query runs), with
-  // the step's leading one-query sequences as AttentionBatch::num_decode_seqs, or 0: one kernel.
   // the step's leading one-query sequences as AttentionBatch::num_decode_seqs, or 0: one kernel;
   // over sequences [s0, s0 + n) of the step (n < 0: to the end), to time a part of it alone.
   void dispatch(int num_decode_seqs, int s0 = 0, int n = -1, cudaStream_t stream = nullptr) {
     astrai::gpu::g_tensor_cores = true;
     paged_attention(num_decode_seqs, s0, n, stream);
     astrai::gpu::g_tensor_cores = false;
-  }
-  // The two parts of a mixed step at once: its nd leading decode rows on a second stream, the rest
-  // on tensor cores (an experiment: does the decode kernel fill the tensor-core launch's idle SMs?).
-  void overlapped(int nd) {
-    if (side == nullptr) {
-      CK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));  // no implicit sync with stream 0
-      CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
-      CK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
-    }
-    CK(cudaEventRecord(fork, nullptr));
-    CK(cudaStreamWaitEvent(side, fork));
-    dispatch(0, 0, nd, side);
-    dispatch(0, nd, -1, nullptr);
-    CK(cudaEventRecord(join, side));
-    CK(cudaStreamWaitEvent(nullptr, join));
   }
   void cuda_core() { paged_attention(0, 0, -1, nullptr); }
   void paged_attention(int num_decode_seqs, int s0, int n, cudaStream_t stream) {
@@ -474,7 +451,6 @@ bool check_case(const Case& c, Rng& rng, bool all_variants) {
   if (const int nd = leading_decodes(c); nd > 0) {
     ok = check_one(dev, pk, ref, "dispatch, one kernel", [&] { dev.dispatch(0); }) && ok;
     ok = check_one(dev, pk, ref, "dispatch, two kernels", [&] { dev.dispatch(nd); }) && ok;
-    ok = check_one(dev, pk, ref, "two streams", [&] { dev.overlapped(nd); }) && ok;
   }
   return ok;
 }
@@ -519,11 +495,10 @@ void time_mixed(int d, int B, int decode_kv, int chunk_q, int chunk_prefix, Rng&
   const double two = median_ms([&] { dev.dispatch(B); }, reps);
   const double dec = median_ms([&] { dev.dispatch(0, 0, B); }, reps);
   const double chunk = median_ms([&] { dev.dispatch(0, B, 1); }, reps);
-  const double streams = median_ms([&] { dev.overlapped(B); }, reps);
   std::printf(
       "mixed d%-3d %2d decodes at %5d keys + chunk %4d after %4d: one kernel %7.3f ms | two %7.3f ms "
-      "(x%.2f) | decodes alone %7.3f + chunk alone %7.3f = %7.3f ms | two streams %7.3f ms\n",
-      d, B, decode_kv, chunk_q, chunk_prefix, one, two, one / two, dec, chunk, dec + chunk, streams);
+      "(x%.2f) | decodes alone %7.3f + chunk alone %7.3f = %7.3f ms\n",
+      d, B, decode_kv, chunk_q, chunk_prefix, one, two, one / two, dec, chunk, dec + chunk);
 }
 
 }  // namespace

@@ -109,14 +109,13 @@ __device__ __forceinline__ uint4 swiglu8(uint4 gate, uint4 up) {
 //
 // The first round of weight loads is issued before pdl_wait (device_util.cuh): under programmatic
 // dependent launch they overlap the kernel before (for llama-1b's small projections a warp's whole
-// range of K is one or two rounds), and only x waits for it. With prefetch = P > 0 the warp also
-// asks L2 for its next P rounds before pdl_wait, and for round i + P as it loads round i: more
-// bytes in flight per warp without holding them in registers (two rounds in registers was slower).
+// range of K is one or two rounds), and only x waits for it. (Two rounds in registers, and asking
+// L2 for the next rounds with prefetch.global.L2, were both measured slower on the H200.)
 template <typename TO, int W, int kX>
 __global__ void __launch_bounds__(W * 32)
     gemv_kernel(const bf16* __restrict__ x, int64_t ldx, int M, const bf16* __restrict__ w, int64_t K,
                 int64_t N, const TO* __restrict__ bias, TO* __restrict__ out, int64_t ldo, int ksplit,
-                AddNorm an, Combine cb, int prefetch) {
+                AddNorm an, Combine cb) {
   __shared__ float partial[W][kGemvTile][kGemvMaxRows];
   extern __shared__ uint4 x_shared[];  // kSwiglu, kAddNorm: x as [M][K / 8] chunks
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -141,17 +140,7 @@ __global__ void __launch_bounds__(W * 32)
       vb[u] = load_weights(wb + cc);
     }
   };
-  // A round is 16 chunks (256 bytes) of each of the tile's 16 rows: lane (g, t) prefetches 128
-  // bytes of row g (t < 2) or g + 8 (t >= 2).
-  const uint4* wp = t < 2 ? wa : wb;
-  auto prefetch_round = [&](int64_t base) {
-    const int64_t c = base + 8 * (t & 1);
-    if (c < end) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(wp + c));
-  };
-  if (active) {
-    load_w(begin);
-    for (int r = 1; r <= prefetch; ++r) prefetch_round(begin + r * 4 * kGemvUnroll);
-  }
+  if (active) load_w(begin);
   pdl_wait();
   pdl_launch_dependents();
   if constexpr (kX == kSwiglu) {
@@ -281,7 +270,6 @@ __global__ void __launch_bounds__(W * 32)
       base += 4 * kGemvUnroll;
       if (base >= end) break;
       load_w(base);
-      if (prefetch > 0) prefetch_round(base + prefetch * 4 * kGemvUnroll);
     }
   }
   // Accumulator layout: d[0], d[1] are row g, x rows 2t and 2t + 1; d[2], d[3] the same for row g + 8.
@@ -316,16 +304,6 @@ bool pdl_enabled() {
   return on;
 }
 
-// Rounds of weights each warp asks L2 for ahead of its loads: ASTRAI_GEMV_PREFETCH (default 1; 0
-// turns it off, for A/B timing). Read once per process.
-int gemv_prefetch() {
-  static const int n = [] {
-    const char* e = std::getenv("ASTRAI_GEMV_PREFETCH");
-    return e && *e ? std::clamp(std::atoi(e), 0, 8) : 1;
-  }();
-  return n;
-}
-
 template <int W, typename TO, int kX>
 void launch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, const Tensor& w,
                  const Tensor* bias, Tensor out, int64_t ldo, int ksplit, const AddNorm& an,
@@ -346,7 +324,7 @@ void launch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, con
   cfg.numAttrs = pdl_enabled() ? 1 : 0;
   ASTRAI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<TO, W, kX>, x, ldx, int(M), w.ptr<bf16>(), K, N,
                                        bias ? bias->ptr<TO>() : static_cast<const TO*>(nullptr),
-                                       out.ptr<TO>(), ldo, ksplit, an, cb, gemv_prefetch()));
+                                       out.ptr<TO>(), ldo, ksplit, an, cb));
 }
 
 // Split K 8 ways: shorter ranges of K put more warps, and more loads, in flight. Where 8 ways leave

@@ -58,9 +58,10 @@ TEST_CASE("bench prefill: bad lengths and chunks are refused with the option nam
 
 TEST_CASE("bench serve: token-id prompts through /v1/completions stream every requested token",
           "[integration]") {
-  const CommandResult r = run_command(astrai_bin() +
-                                      " bench serve --model tiny --threads 1 --concurrency 2 --requests 4 "
-                                      "--max-tokens 5 --prompt-tokens 40 --level-seconds 60 --server-option max-batch-size=1");
+  const CommandResult r =
+      run_command(astrai_bin() +
+                  " bench serve --model tiny --threads 1 --concurrency 2 --requests 4 "
+                  "--max-tokens 5 --prompt-tokens 40 --level-seconds 60 --server-option max-batch-size=1");
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   simdjson::dom::parser parser;
