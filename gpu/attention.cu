@@ -343,6 +343,44 @@ __global__ void __launch_bounds__(W * 32)
     }
     return;
   }
+  const int32_t* pages = p.page_table + int64_t(s) * p.max_pages;
+  uint4 kr[U], vr[U];
+  bool ok[U];
+  auto key_of = [&](int64_t base, int u) { return base + (u * W + warp) * kKeysPerWarp + sub; };
+  auto load_keys = [&](int64_t base) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t key = key_of(base, u);
+      ok[u] = false;
+      if (key < j1) {
+        const int64_t pg = key / p.page_size;
+        const int32_t page = pg < p.max_pages ? pages[pg] : -1;
+        if (page >= 0 && page < p.n_pages) {  // validated by the model; never read outside the cache
+          const int64_t off =
+              ((int64_t(page) * p.page_size + key % p.page_size) * p.kv_heads + kvh) * D + part * 8;
+          kr[u] = *reinterpret_cast<const uint4*>(k_cache + off);
+          vr[u] = *reinterpret_cast<const uint4*>(v_cache + off);
+          ok[u] = true;
+        }
+      }
+    }
+  };
+  // Under programmatic dependent launch (ASTRAI_ATTENTION_PDL=1) this kernel may start while
+  // rope_kv_store still runs: the first keys' loads go out before pdl_wait, and the one key that
+  // kernel writes (this step's own, kv_len - 1) is loaded again after it, as is q. Launched plainly,
+  // pdl_wait returns at once.
+  load_keys(j0);
+  pdl_wait();
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+    if (ok[u] && key_of(j0, u) == kv_len - 1) {
+      const int64_t key = kv_len - 1;
+      const int64_t off =
+          ((int64_t(pages[key / p.page_size]) * p.page_size + key % p.page_size) * p.kv_heads + kvh) * D +
+          part * 8;
+      kr[u] = *reinterpret_cast<const uint4*>(k_cache + off);
+      vr[u] = *reinterpret_cast<const uint4*>(v_cache + off);
+    }
   const float qscale = p.scale * 1.4426950408889634f;  // log2 e
   float q[G][8];
 #pragma unroll
@@ -359,27 +397,8 @@ __global__ void __launch_bounds__(W * 32)
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[g][i] = 0.0f;
   }
-  const int32_t* pages = p.page_table + int64_t(s) * p.max_pages;
   // The loop bounds are uniform over the block (shuffles below need the whole warp).
-  for (int64_t base = j0; base < j1; base += kKeysPerIter) {
-    uint4 kr[U], vr[U];
-    bool ok[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t key = base + (u * W + warp) * kKeysPerWarp + sub;
-      ok[u] = false;
-      if (key < j1) {
-        const int64_t pg = key / p.page_size;
-        const int32_t page = pg < p.max_pages ? pages[pg] : -1;
-        if (page >= 0 && page < p.n_pages) {  // validated by the model; never read outside the cache
-          const int64_t off =
-              ((int64_t(page) * p.page_size + key % p.page_size) * p.kv_heads + kvh) * D + part * 8;
-          kr[u] = *reinterpret_cast<const uint4*>(k_cache + off);
-          vr[u] = *reinterpret_cast<const uint4*>(v_cache + off);
-          ok[u] = true;
-        }
-      }
-    }
+  for (int64_t base = j0;;) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       float kf[8], vf[8];
@@ -402,6 +421,9 @@ __global__ void __launch_bounds__(W * 32)
         m[g] = m_new;
       }
     }
+    base += kKeysPerIter;
+    if (base >= j1) break;
+    load_keys(base);
   }
   // Merge the lane groups of the warp (same dims, different keys), then the warps.
 #pragma unroll
@@ -606,6 +628,33 @@ AttentionBatch tail_of(const AttentionBatch& b, int n) {
   return t;
 }
 
+// ASTRAI_ATTENTION_PDL=1: the decode kernel goes out with programmatic dependent launch (sm_90 on),
+// so that its first K/V loads overlap rope_kv_store (off by default: measured as an option).
+bool decode_pdl() {
+  static const bool on = [] {
+    const char* e = std::getenv("ASTRAI_ATTENTION_PDL");
+    int dev = 0, major = 0;
+    return e && std::string(e) == "1" && cudaGetDevice(&dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+           major >= 9;
+  }();
+  return on;
+}
+
+void launch_decode(cudaStream_t stream, DecodeKernel kernel, dim3 grid, int threads, const AttnParams& p,
+                   const Tensor& k_cache, const Tensor& v_cache) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(unsigned(threads));
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = decode_pdl() ? 1 : 0;
+  ASTRAI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p, k_cache.ptr<bf16>(), v_cache.ptr<bf16>()));
+}
+
 void check_cache(const Tensor& c, const char* op, const char* name, DType dt) {
   check_tensor(c, op, name, dt);
   ASTRAI_GPU_CHECK(
@@ -715,9 +764,8 @@ void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache
     p.heads_per_tile = int(p.group);
     p.rows_per_tile = 1;
     set_partials(p, scratch, T);
-    decode<<<dim3(unsigned(KVH), unsigned(S * p.splits)), decode_w * 32, 0, stream>>>(p, k_cache.ptr<bf16>(),
-                                                                                      v_cache.ptr<bf16>());
-    ASTRAI_CUDA_LAUNCH_CHECK(decode_attention_kernel);
+    launch_decode(stream, decode, dim3(unsigned(KVH), unsigned(S * p.splits)), decode_w * 32, p, k_cache,
+                  v_cache);
     if (partials && p.splits > 1) {  // the caller merges them (in the o projection's GEMV)
       partials->acc = p.part_acc;
       partials->ml = p.part_ml;

@@ -143,6 +143,7 @@ template <typename T, int N>
 __global__ void rope_kv_store_kernel(RopeKvParams p, const T* __restrict__ q_norm,
                                      const T* __restrict__ k_norm, T* __restrict__ k_cache,
                                      T* __restrict__ v_cache) {
+  pdl_launch_dependents();  // the decode attention kernel may start loading K/V (gpu/attention.cu)
   const int lanes = 1 << p.lanes_log2, lane = threadIdx.x & (lanes - 1);
   const int j = int(blockIdx.x) * (int(blockDim.x) >> p.lanes_log2) + (int(threadIdx.x) >> p.lanes_log2);
   if (j >= p.heads + 2 * p.kv_heads) return;  // the whole lane group: its shuffles stay within it
