@@ -19,6 +19,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <string>
@@ -42,14 +43,43 @@ __device__ __forceinline__ int level_width(int level) {
 // Below this (l - max) / T, exp underflows in f64 and the CPU drops the token (e == 0).
 constexpr float kMinExponent = -745.13f;
 
-// Visits every token of a row in a block: f(t, l[t]) for t = threadIdx.x, + kThreads, ..., in that
-// order, with kRowUnroll loads issued before the first visit, so a pass over the row is not one
-// device-memory latency per kThreads tokens (a block samples a row alone: at batch 1 each pass was
-// a chain of ~125 dependent loads per thread).
-constexpr int kRowUnroll = 8;
+// Visits every token of a row in a block, f(t, l[t]), with several loads per thread issued before
+// the first visit, so a pass over the row is not one device-memory latency per kThreads tokens (a
+// block samples a row alone: at batch 1 each pass was a chain of ~125 dependent loads per thread).
+// vec (V % 4 == 0 and 16-byte aligned rows, Shared::vec): float4 loads, kVecUnroll of them (64 bytes
+// per thread in flight), thread i visiting tokens 4i..4i+3, then + 4 kThreads, ...; otherwise
+// kRowUnroll floats, t = threadIdx.x, + kThreads, .... The order of the visits is fixed by V and the
+// alignment alone, so a row's sums round the same in any batch.
+constexpr int kRowUnroll = 8, kVecUnroll = 4;
 
 template <class F>
-__device__ __forceinline__ void for_each_token(const float* l, int V, F&& f) {
+__device__ __forceinline__ void for_each_token(const float* l, int V, bool vec, F&& f) {
+  if (vec) {
+    const float4* l4 = reinterpret_cast<const float4*>(l);
+    const int n4 = V / 4;
+    int i = int(threadIdx.x);
+    for (; i + (kVecUnroll - 1) * kThreads < n4; i += kVecUnroll * kThreads) {
+      float4 v[kVecUnroll];
+#pragma unroll
+      for (int u = 0; u < kVecUnroll; ++u) v[u] = l4[i + u * kThreads];
+#pragma unroll
+      for (int u = 0; u < kVecUnroll; ++u) {
+        const int t = 4 * (i + u * kThreads);
+        f(t, v[u].x);
+        f(t + 1, v[u].y);
+        f(t + 2, v[u].z);
+        f(t + 3, v[u].w);
+      }
+    }
+    for (; i < n4; i += kThreads) {
+      const float4 v = l4[i];
+      f(4 * i, v.x);
+      f(4 * i + 1, v.y);
+      f(4 * i + 2, v.z);
+      f(4 * i + 3, v.w);
+    }
+    return;
+  }
   int t = int(threadIdx.x);
   for (; t + (kRowUnroll - 1) * kThreads < V; t += kRowUnroll * kThreads) {
     float v[kRowUnroll];
@@ -199,6 +229,7 @@ struct Shared {
   int piece_last[kWarps];
   int range_lo, range_hi, drawn;
   double range_target;
+  bool vec;  // for_each_token's float4 loads
 };
 
 __device__ bool reaches(Select mode, const Acc& a, int need_count, double need_mass) {
@@ -227,7 +258,7 @@ __device__ Prefix select_prefix(const Row& row, int V, Select mode, int target_c
       sh.hist_mass[b] = 0;
     }
     __syncthreads();
-    for_each_token(row.l, V, [&](int, float v) {
+    for_each_token(row.l, V, sh.vec, [&](int, float v) {
       uint32_t key;
       if (!row.candidate_value(v, key)) return;
       int b = row.bucket(v);
@@ -394,7 +425,7 @@ __global__ void apply_edits(const SampleRowParams* __restrict__ rows, const Samp
 
 __device__ Best row_argmax(const float* l, int V, Shared& sh) {
   Best b{-INFINITY, INT_MAX};
-  for_each_token(l, V, [&](int t, float v) {
+  for_each_token(l, V, sh.vec, [&](int t, float v) {
     if (v > b.v || (v == b.v && t < b.i)) b = Best{v, t};
   });
   b = cub::BlockReduce<Best, kThreads>(sh.tmp.best).Reduce(b, BestOf());
@@ -421,31 +452,51 @@ __device__ int draw_in_id_order(const ProcessedRow& row, int V, double u, int fa
   int lo = 0, hi = V;
   double target = -1;  // u * total, once the first cut has summed the row
   while (hi - lo > kWalk) {
-    const int piece = ((hi - lo + kWarps - 1) / kWarps + 31) / 32 * 32;
+    // Pieces of whole float4 rows of the warp when vec (so every piece starts 16-byte aligned).
+    const int align = sh.vec ? 128 : 32;
+    const int piece = ((hi - lo + kWarps - 1) / kWarps + align - 1) / align * align;
     const int p_lo = min(hi, lo + warp * piece), p_hi = min(hi, p_lo + piece);
     double m = 0;
     int last = -1;
-    int t = p_lo + lane;
-    for (; t + 3 * 32 < p_hi; t += 4 * 32) {  // four loads in flight per lane
-      float v[4];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) v[k] = row.l[t + 32 * k];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        uint32_t key;
-        if (row.candidate_value(v[k], key)) {
-          m += double(row.mass_of(v[k]));
-          last = t + 32 * k;
-        }
-      }
-    }
-    for (; t < p_hi; t += 32) {
+    auto visit = [&](int t, float v) {
       uint32_t key;
-      const float v = row.l[t];
       if (row.candidate_value(v, key)) {
         m += double(row.mass_of(v));
-        last = t;
+        last = max(last, t);
       }
+    };
+    if (sh.vec) {  // p_lo and p_hi are multiples of 4: whole float4s
+      const float4* l4 = reinterpret_cast<const float4*>(row.l);
+      int t = p_lo + 4 * lane;
+      for (; t + 3 * 128 < p_hi; t += 4 * 128) {  // four float4 loads in flight per lane
+        float4 v[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) v[k] = l4[(t + 128 * k) / 4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          visit(t + 128 * k, v[k].x);
+          visit(t + 128 * k + 1, v[k].y);
+          visit(t + 128 * k + 2, v[k].z);
+          visit(t + 128 * k + 3, v[k].w);
+        }
+      }
+      for (; t < p_hi; t += 128) {
+        const float4 v = l4[t / 4];
+        visit(t, v.x);
+        visit(t + 1, v.y);
+        visit(t + 2, v.z);
+        visit(t + 3, v.w);
+      }
+    } else {
+      int t = p_lo + lane;
+      for (; t + 3 * 32 < p_hi; t += 4 * 32) {  // four loads in flight per lane
+        float v[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) v[k] = row.l[t + 32 * k];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) visit(t + 32 * k, v[k]);
+      }
+      for (; t < p_hi; t += 32) visit(t, row.l[t]);
     }
     for (int o = 16; o > 0; o >>= 1) {
       m += __shfl_xor_sync(0xffffffffu, m, o);
@@ -532,7 +583,7 @@ __device__ int draw(const SampleRowParams& p, const float* l, int V, Best top, S
   // Only a top_k below V needs the candidates' count to know whether anything truncates.
   if (sample_math::keeps_every_candidate(p, V)) return draw_in_id_order(row, V, u, top.i, sh);
   Counts c{0, 0, 0.0, 0.0};
-  for_each_token(l, V, [&](int, float v) {
+  for_each_token(l, V, sh.vec, [&](int, float v) {
     uint32_t key;
     if (!row.candidate_value(v, key)) return;
     const float e = row.mass_of(v);
@@ -583,8 +634,8 @@ __device__ int draw(const SampleRowParams& p, const float* l, int V, Best top, S
 
 __global__ void __launch_bounds__(kThreads)
     sample_rows(const float* __restrict__ logits, int L, int V, const SampleRowParams* __restrict__ rows,
-                const float* __restrict__ work, bool direct, int32_t* __restrict__ out, int out_words,
-                int max_top) {
+                const float* __restrict__ work, bool direct, bool vec, int32_t* __restrict__ out,
+                int out_words, int max_top) {
   __shared__ Shared sh;
   const SampleRowParams p = rows[blockIdx.x];
   int32_t* o = out + size_t(blockIdx.x) * out_words;
@@ -593,6 +644,8 @@ __global__ void __launch_bounds__(kThreads)
     return;
   }
   const float* l = direct ? logits + size_t(p.src_row) * V : work + size_t(blockIdx.x) * V;
+  if (threadIdx.x == 0) sh.vec = vec && V % 4 == 0;
+  __syncthreads();
   const Best top = row_argmax(l, V, sh);
   const int token = p.temperature > 0.0f ? draw(p, l, V, top, sh) : top.i;
   float logprob = 0.0f;
@@ -601,7 +654,7 @@ __global__ void __launch_bounds__(kThreads)
     const float* raw = logits + size_t(p.src_row) * V;
     const Best rmax = direct ? top : row_argmax(raw, V, sh);  // direct: raw is l
     double z = 0;
-    for_each_token(raw, V, [&](int, float v) { z += double(expf(v - rmax.v)); });
+    for_each_token(raw, V, sh.vec, [&](int, float v) { z += double(expf(v - rmax.v)); });
     z = cub::BlockReduce<double, kThreads>(sh.tmp.sum).Sum(z);
     __syncthreads();
     if (threadIdx.x == 0) sh.sel_mass_before = double(rmax.v) + log(z);
@@ -678,8 +731,16 @@ void sample(cudaStream_t stream, const SampleBatch& b) {
                                                  int(V), work);
     ASTRAI_CUDA_LAUNCH_CHECK(apply_edits);
   }
+  // float4 loads need 16-byte aligned rows: V % 4 == 0 (checked in the kernel) and aligned bases.
+  // ASTRAI_SAMPLE_VEC=0 turns them off (an A/B switch for the benchmarks).
+  static const bool vec_env = [] {
+    const char* e = std::getenv("ASTRAI_SAMPLE_VEC");
+    return !(e && std::string(e) == "0");
+  }();
+  const bool vec = vec_env && reinterpret_cast<uintptr_t>(b.logits.data) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(work) % 16 == 0;
   sample_rows<<<unsigned(R), kThreads, 0, stream>>>(b.logits.ptr<float>(), int(L), int(V), rows, work, direct,
-                                                    b.out.ptr<int32_t>(), words, b.max_top_logprobs);
+                                                    vec, b.out.ptr<int32_t>(), words, b.max_top_logprobs);
   ASTRAI_CUDA_LAUNCH_CHECK(sample_rows);
 }
 
