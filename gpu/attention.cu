@@ -305,9 +305,9 @@ __global__ void __launch_bounds__(kCombineThreads) combine_splits_kernel(AttnPar
 // 64 keys at D = 128. Each lane group keeps its own online-softmax state (in the log2 domain: q is
 // pre-scaled by scale * log2 e) over the keys it saw; lane groups then merge through shuffles and
 // the warps through shared memory, in a fixed order. With splits the block writes its unnormalised
-// state as the general kernel does (m in natural-log units) and combine_splits_kernel (or the o
-// projection's GEMV) merges; a split gets max(kDecodeMinKeys, its share rounded up to the keys a
-// block takes per iteration) keys, so short contexts use few splits whatever the grid's capacity.
+// state as the general kernel does (m in natural-log units) and combine_splits_kernel merges; a split gets
+// max(kDecodeMinKeys, its share rounded up to the keys a block takes per iteration) keys, so short contexts
+// use few splits whatever the grid's capacity.
 constexpr int kDecodeWarps = 8;
 constexpr int64_t kDecodeMinKeys = 64;
 // U (groups of keys per iteration): kDecodeMinKeys keys per iteration with kDecodeWarps warps; 2
@@ -365,10 +365,10 @@ __global__ void __launch_bounds__(W * 32)
       }
     }
   };
-  // Under programmatic dependent launch (ASTRAI_ATTENTION_PDL=1) this kernel may start while
-  // rope_kv_store still runs: the first keys' loads go out before pdl_wait, and the one key that
-  // kernel writes (this step's own, kv_len - 1) is loaded again after it, as is q. Launched plainly,
-  // pdl_wait returns at once.
+  // Under programmatic dependent launch (decode_pdl) this kernel may start while rope_kv_store
+  // still runs: the first keys' loads go out before pdl_wait, and the one key that kernel writes
+  // (this step's own, kv_len - 1) is loaded again after it, as is q. Launched plainly, pdl_wait
+  // returns at once.
   load_keys(j0);
   pdl_wait();
 #pragma unroll
@@ -565,9 +565,11 @@ const std::string& decode_attention_env() {
 
 // Warps per block of the decode kernel for `blocks` (sequence, KV head) pairs: kDecodeWarps while
 // they are few (small batches: the wide blocks need up to 226 registers a thread, so a
-// multiprocessor holds one of them), 4 once they fill half the GPU.
+// multiprocessor holds one of them), 4 once they fill a quarter of the GPU. Measured on the H200
+// (prompt 512): 8 warps gave llama-1b +2.5% and qwen3-8b +4.5% at batch 1 (8 pairs), but at batch 8
+// (64 pairs, half the GPU) qwen3-8b lost 6% (1,269 against 1,353 tok/s) and llama-1b gained 2%.
 int decode_warps(int64_t blocks) {
-  return decode_attention_env() == "w4" || 2 * blocks > sm_count() ? 4 : kDecodeWarps;
+  return decode_attention_env() == "w4" || 4 * blocks > sm_count() ? 4 : kDecodeWarps;
 }
 
 // The decode kernel for this head_dim and group, or nullptr (the general kernel runs).
@@ -628,13 +630,16 @@ AttentionBatch tail_of(const AttentionBatch& b, int n) {
   return t;
 }
 
-// ASTRAI_ATTENTION_PDL=1: the decode kernel goes out with programmatic dependent launch (sm_90 on),
-// so that its first K/V loads overlap rope_kv_store (off by default: measured as an option).
+// The decode kernel goes out with programmatic dependent launch (sm_90 on), so that its first K/V
+// loads overlap rope_kv_store: measured on the H200 at +1-3% decode tok/s (batch 1-64, llama-1b and
+// qwen3-8b). ASTRAI_ATTENTION_PDL=0 (or ASTRAI_NO_PDL, which also stops the GEMV's) turns it off.
 bool decode_pdl() {
   static const bool on = [] {
     const char* e = std::getenv("ASTRAI_ATTENTION_PDL");
+    const char* no = std::getenv("ASTRAI_NO_PDL");
+    if ((e && std::string(e) == "0") || (no && *no && std::string(no) != "0")) return false;
     int dev = 0, major = 0;
-    return e && std::string(e) == "1" && cudaGetDevice(&dev) == cudaSuccess &&
+    return cudaGetDevice(&dev) == cudaSuccess &&
            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
            major >= 9;
   }();
@@ -692,9 +697,7 @@ void kv_store(cudaStream_t stream, const Tensor& k, const Tensor& v, const Tenso
 }
 
 void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                     const AttentionBatch& batch, float scale, Tensor out, Scratch& scratch,
-                     AttentionPartials* partials) {
-  if (partials) *partials = {};
+                     const AttentionBatch& batch, float scale, Tensor out, Scratch& scratch) {
   check_tensor(q, "paged_attention", "q", DType::bf16, DType::f32);
   check_tensor(out, "paged_attention", "out", q.dtype);
   check_cache(k_cache, "paged_attention", "k_cache", q.dtype);
@@ -766,15 +769,6 @@ void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache
     set_partials(p, scratch, T);
     launch_decode(stream, decode, dim3(unsigned(KVH), unsigned(S * p.splits)), decode_w * 32, p, k_cache,
                   v_cache);
-    if (partials && p.splits > 1) {  // the caller merges them (in the o projection's GEMV)
-      partials->acc = p.part_acc;
-      partials->ml = p.part_ml;
-      partials->rows = T;
-      partials->heads = H;
-      partials->head_dim = D;
-      partials->splits = p.splits;
-      return;
-    }
     launch_combine<bf16>(stream, p);
     return;
   }
@@ -796,23 +790,6 @@ void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache
     launch<bf16>(stream, p, tiles, S, k_cache, v_cache);
   else
     launch<float>(stream, p, tiles, S, k_cache, v_cache);
-}
-
-void merge_attention_partials(cudaStream_t stream, const AttentionPartials& parts, Tensor out) {
-  check_tensor(out, "merge_attention_partials", "out", DType::bf16);
-  ASTRAI_GPU_CHECK(out.ndim == 3 && out.shape[0] == parts.rows && out.shape[1] == parts.heads &&
-                       out.shape[2] == parts.head_dim,
-                   "merge_attention_partials: out " + out.shape_str() + " for partials of " +
-                       std::to_string(parts.rows) + " rows, " + std::to_string(parts.heads) + " heads");
-  if (parts.splits == 0 || parts.rows == 0) return;
-  AttnParams p{};
-  p.out = p.q = rows_of(out, "merge_attention_partials");
-  p.heads = parts.heads;
-  p.head_dim = parts.head_dim;
-  p.splits = parts.splits;
-  p.part_acc = const_cast<float*>(parts.acc);  // the combine kernel only reads them
-  p.part_ml = const_cast<float*>(parts.ml);
-  launch_combine<bf16>(stream, p);
 }
 
 }  // namespace astrai::gpu

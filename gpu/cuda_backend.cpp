@@ -133,15 +133,6 @@ class CudaBackend final : public Backend {
                          capture_scratch_ ? *capture_scratch_ : attention_scratch_);
   }
   // Fused forward ops (backend.h): one kernel where the defaults launch several.
-  void paged_attention_linear(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                              const AttentionBatch& batch, float scale, Tensor attn, const Tensor& w,
-                              const Tensor* bias, Tensor out) override {
-    const Scope scope = enter("paged_attention_linear");
-    gpu::AttentionPartials parts;
-    gpu::paged_attention(stream_, q, k_cache, v_cache, batch, scale, attn,
-                         capture_scratch_ ? *capture_scratch_ : attention_scratch_, &parts);
-    linear_->run_attention(stream_, parts, attn, w, bias, out);
-  }
   void rope_kv_store(Tensor q, Tensor k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
                      float eps, const Tensor& positions, const Tensor& cos_sin, const Tensor& slots,
                      Tensor k_cache, Tensor v_cache) override {

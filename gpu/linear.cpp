@@ -175,33 +175,22 @@ cublasLtMatmulAlgo_t Linear::timed_pick(const Plan& p, const cublasLtMatmulHeuri
   return cand[best].algo;
 }
 
-namespace {
-
-// linear's argument checks (op names the caller in the messages).
-void check_linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out,
-                  const std::string& op) {
-  check_tensor(x, op.c_str(), "x", DType::bf16, DType::f32);
-  check_tensor(w, op.c_str(), "w", x.dtype);
-  check_tensor(out, op.c_str(), "out", DType::bf16, DType::f32);
-  ASTRAI_GPU_CHECK(x.dtype == DType::bf16 || out.dtype == DType::f32, op + ": f32 inputs need an f32 out");
-  ASTRAI_GPU_CHECK(x.ndim == 2 && w.ndim == 2 && out.ndim == 2, op + ": x, w, out must be 2-D");
+void Linear::run(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {
+  check_tensor(x, "linear", "x", DType::bf16, DType::f32);
+  check_tensor(w, "linear", "w", x.dtype);
+  check_tensor(out, "linear", "out", DType::bf16, DType::f32);
+  ASTRAI_GPU_CHECK(x.dtype == DType::bf16 || out.dtype == DType::f32, "linear: f32 inputs need an f32 out");
+  ASTRAI_GPU_CHECK(x.ndim == 2 && w.ndim == 2 && out.ndim == 2, "linear: x, w, out must be 2-D");
   const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
   ASTRAI_GPU_CHECK(w.shape[1] == K && out.shape[0] == M && out.shape[1] == N,
-                   op + ": shapes x " + x.shape_str() + " w " + w.shape_str() + " out " + out.shape_str());
-  ASTRAI_GPU_CHECK(w.is_contiguous(), op + ": w must be contiguous");
-  ASTRAI_GPU_CHECK(x.stride[1] == 1 && out.stride[1] == 1, op + ": x and out need a contiguous last dim");
+                   "linear: shapes x " + x.shape_str() + " w " + w.shape_str() + " out " + out.shape_str());
+  ASTRAI_GPU_CHECK(w.is_contiguous(), "linear: w must be contiguous");
+  ASTRAI_GPU_CHECK(x.stride[1] == 1 && out.stride[1] == 1, "linear: x and out need a contiguous last dim");
   if (bias) {
-    check_tensor(*bias, op.c_str(), "bias", out.dtype);
+    check_tensor(*bias, "linear", "bias", out.dtype);
     ASTRAI_GPU_CHECK(bias->numel() == N && bias->is_contiguous(),
-                     op + ": bias " + bias->shape_str() + " for N = " + std::to_string(N));
+                     "linear: bias " + bias->shape_str() + " for N = " + std::to_string(N));
   }
-}
-
-}  // namespace
-
-void Linear::run(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {
-  check_linear(x, w, bias, out, "linear");
-  const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
   if (M == 0 || N == 0) return;
   ASTRAI_GPU_CHECK(K > 0, "linear: K = 0");
   const int64_t ldx = M > 1 ? x.stride[0] : K, ldo = M > 1 ? out.stride[0] : N;
@@ -270,19 +259,6 @@ void Linear::run_add_norm(cudaStream_t stream, const Tensor& residual, const Ten
   if (add_rms_norm_linear_gemv(stream, residual, x, norm_w, eps, residual_out, w, bias, out)) return;
   add_rms_norm(stream, residual, x, norm_w, eps, h, &residual_out);
   run(stream, h, w, bias, out);
-}
-
-void Linear::run_attention(cudaStream_t stream, const AttentionPartials& parts, Tensor attn, const Tensor& w,
-                           const Tensor* bias, Tensor out) {
-  ASTRAI_GPU_CHECK(attn.ndim == 3 && attn.is_contiguous(),
-                   "paged_attention_linear: attn must be a contiguous [T, H, D], got " + attn.shape_str());
-  const Tensor x(attn.data, attn.dtype, {attn.shape[0], attn.shape[1] * attn.shape[2]}, attn.device);
-  if (parts.splits > 0) {
-    check_linear(x, w, bias, out, "paged_attention_linear");
-    if (attention_linear_gemv(stream, parts, w, bias, out)) return;
-    merge_attention_partials(stream, parts, attn);
-  }
-  run(stream, x, w, bias, out);
 }
 
 }  // namespace astrai::gpu

@@ -19,8 +19,6 @@
 
 namespace astrai::gpu {
 
-struct AttentionPartials;  // gpu/ops.h
-
 class Linear {
  public:
   Linear();
@@ -38,11 +36,6 @@ class Linear {
   void run_add_norm(cudaStream_t stream, const Tensor& residual, const Tensor& x, const Tensor& norm_w,
                     float eps, Tensor residual_out, Tensor h, const Tensor& w, const Tensor* bias,
                     Tensor out);
-  // Backend::paged_attention_linear after paged_attention left its split partial results in parts
-  // (parts.splits > 0): decode-sized M merges them inside the GEMV; otherwise they are merged into
-  // attn, then run. With parts.splits == 0 attn holds the attention's output: run.
-  void run_attention(cudaStream_t stream, const AttentionPartials& parts, Tensor attn, const Tensor& w,
-                     const Tensor* bias, Tensor out);
 
  private:
   // M, N, K, ldx, ldo, in dtype, out dtype, bias, alignments of x, w, out, bias.

@@ -55,11 +55,7 @@ __device__ __forceinline__ uint4 load_weights(const uint4* p) {
 // kAddNorm has it compute x = rms_norm(residual + y) the same way (residual + y rounded as the add
 // rounds it, then the norm as gpu/norm.cu writes it, its sum of squares in another order), block 0
 // also writing residual + y to its own buffer: the norm kernel before the GEMV is gone.
-// kCombine has it merge the decode attention's split-KV partial results (AttentionPartials, ops.h)
-// into x, rounded to bf16 as the combine kernel (gpu/attention.cu) writes them: the o projection
-// without that kernel. Each block merges all of x for itself, which reads the partials from L2 once
-// per block; what pays for that is one kernel boundary less per layer.
-enum XMode { kPlain, kSwiglu, kAddNorm, kCombine };
+enum XMode { kPlain, kSwiglu, kAddNorm };
 
 // What kAddNorm needs beyond x (the residual).
 struct AddNorm {
@@ -70,21 +66,6 @@ struct AddNorm {
   bf16* residual_out = nullptr;  // [M, K], row stride ld_out; written by block 0
   int64_t ld_out = 0;
 };
-
-// What kCombine needs: AttentionPartials (ops.h). x row m, columns h * head_dim ... are head h of
-// query row m; splits <= kCombineMaxSplits.
-struct Combine {
-  const float* acc = nullptr;
-  const float* ml = nullptr;
-  int heads = 0, head_dim = 0, splits = 0;
-};
-constexpr int kCombineMaxSplits = 64;
-
-// kCombine's shared memory past x (bytes): per (row, head) the splits' weights, 1 / L and the
-// number of splits that saw keys.
-__host__ __device__ inline int64_t combine_table_bytes(int64_t M, const Combine& cb) {
-  return M * cb.heads * (cb.splits + 2) * int64_t(sizeof(float));
-}
 
 // silu(g) * u of one 16-byte chunk of gate and of up.
 __device__ __forceinline__ uint4 swiglu8(uint4 gate, uint4 up) {
@@ -115,7 +96,7 @@ template <typename TO, int W, int kX>
 __global__ void __launch_bounds__(W * 32)
     gemv_kernel(const bf16* __restrict__ x, int64_t ldx, int M, const bf16* __restrict__ w, int64_t K,
                 int64_t N, const TO* __restrict__ bias, TO* __restrict__ out, int64_t ldo, int ksplit,
-                AddNorm an, Combine cb) {
+                AddNorm an) {
   __shared__ float partial[W][kGemvTile][kGemvMaxRows];
   extern __shared__ uint4 x_shared[];  // kSwiglu, kAddNorm: x as [M][K / 8] chunks
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -182,70 +163,6 @@ __global__ void __launch_bounds__(W * 32)
       }
     }
     __syncthreads();
-  } else if constexpr (kX == kCombine) {
-    // A warp per (row, head): M = max_s m_s, w_s = e^(m_s - M) (0 for a split without keys),
-    // 1 / sum_s l_s w_s, and how many splits saw keys (a prefix: only those are read below).
-    const int H = cb.heads, S = cb.splits, D = cb.head_dim;
-    float* wt = reinterpret_cast<float*>(x_shared + M * (K / 8));  // [M * H][S]
-    float* inv_s = wt + M * H * S;                                 // [M * H]
-    int* live_s = reinterpret_cast<int*>(inv_s + M * H);           // [M * H]
-    for (int r = warp; r < M * H; r += W) {
-      const float* ml = cb.ml + 2 * int64_t(r) * S;
-      float m[2], l[2];  // splits lane and lane + 32 (S <= kCombineMaxSplits)
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int sp = lane + 32 * j;
-        m[j] = sp < S ? __ldcg(ml + 2 * sp) : -INFINITY;
-        l[j] = sp < S ? __ldcg(ml + 2 * sp + 1) : 0.0f;
-      }
-      float mx = fmaxf(m[0], m[1]);
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-      float L = 0.0f;
-      int live = 0;
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int sp = lane + 32 * j;
-        const float wgt = l[j] > 0.0f ? expf(m[j] - mx) : 0.0f;
-        if (sp < S) wt[r * S + sp] = wgt;
-        L += l[j] * wgt;
-        if (l[j] > 0.0f) live = sp + 1;
-      }
-      L = warp_sum(L);
-      live = __reduce_max_sync(0xffffffffu, live);
-      if (lane == 0) {
-        inv_s[r] = L > 0.0f ? 1.0f / L : __int_as_float(0x7fc00000);
-        live_s[r] = live;
-      }
-    }
-    __syncthreads();
-    // Thread per 8 columns of x (one head's dims): sum_s w_s acc_s over the live splits, times 1 / L.
-    const int64_t row_chunks = K / 8;
-    for (int64_t i = threadIdx.x; i < M * row_chunks; i += W * 32) {
-      const int m = int(i / row_chunks), k0 = int(i % row_chunks) * 8;
-      const int r = m * H + k0 / D, live = live_s[r];
-      const float4* a = reinterpret_cast<const float4*>(cb.acc + int64_t(r) * S * D + k0 % D);
-      const int step = D / 4;  // float4s per split
-      float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 4
-      for (int sp = 0; sp < live; ++sp) {
-        const float wgt = wt[r * S + sp];
-        const float4 lo = __ldcg(a + sp * step), hi = __ldcg(a + sp * step + 1);
-        v[0] += wgt * lo.x;
-        v[1] += wgt * lo.y;
-        v[2] += wgt * lo.z;
-        v[3] += wgt * lo.w;
-        v[4] += wgt * hi.x;
-        v[5] += wgt * hi.y;
-        v[6] += wgt * hi.z;
-        v[7] += wgt * hi.w;
-      }
-      const float inv = inv_s[r];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] *= inv;
-      x_shared[i] = pack8(v);
-    }
-    __syncthreads();
   }
   // One round of weights in registers at a time, as before programmatic launch: issuing round
   // i + 1's loads ahead of round i's MMAs (two rounds in registers), with the lane groups past M
@@ -306,16 +223,13 @@ bool pdl_enabled() {
 
 template <int W, typename TO, int kX>
 void launch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, const Tensor& w,
-                 const Tensor* bias, Tensor out, int64_t ldo, int ksplit, const AddNorm& an,
-                 const Combine& cb) {
+                 const Tensor* bias, Tensor out, int64_t ldo, int ksplit, const AddNorm& an) {
   const int64_t K = w.shape[1], N = w.shape[0];
   const int64_t tiles = (N + kGemvTile - 1) / kGemvTile, tiles_per_block = W / ksplit;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned((tiles + tiles_per_block - 1) / tiles_per_block));
   cfg.blockDim = dim3(W * 32);
-  cfg.dynamicSmemBytes = kX == kPlain     ? 0
-                         : kX == kCombine ? size_t(M * K * int64_t(sizeof(bf16)) + combine_table_bytes(M, cb))
-                                          : size_t(M * K * int64_t(sizeof(bf16)));
+  cfg.dynamicSmemBytes = kX != kPlain ? size_t(M * K * int64_t(sizeof(bf16))) : 0;
   cfg.stream = stream;
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -324,7 +238,7 @@ void launch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, con
   cfg.numAttrs = pdl_enabled() ? 1 : 0;
   ASTRAI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<TO, W, kX>, x, ldx, int(M), w.ptr<bf16>(), K, N,
                                        bias ? bias->ptr<TO>() : static_cast<const TO*>(nullptr),
-                                       out.ptr<TO>(), ldo, ksplit, an, cb));
+                                       out.ptr<TO>(), ldo, ksplit, an));
 }
 
 // Split K 8 ways: shorter ranges of K put more warps, and more loads, in flight. Where 8 ways leave
@@ -341,8 +255,7 @@ bool wide_gemv_blocks(int64_t N) {
 
 template <int kX>
 void dispatch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, const Tensor& w,
-                   const Tensor* bias, Tensor out, int64_t ldo, const AddNorm& an = {},
-                   const Combine& cb = {}) {
+                   const Tensor* bias, Tensor out, int64_t ldo, const AddNorm& an = {}) {
   const int64_t tiles = (w.shape[0] + kGemvTile - 1) / kGemvTile;
   int ksplit = 8;
   if (tiles * ksplit > kGemvSplitWarps && tiles * ksplit < 8 * kGemvSplitWarps)
@@ -350,14 +263,14 @@ void dispatch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, c
   const bool wide_blocks = wide_gemv_blocks(w.shape[0]);
   if (out.dtype == DType::bf16) {
     if (wide_blocks)
-      launch_gemv<16, bf16, kX>(stream, x, ldx, M, w, bias, out, ldo, 16, an, cb);
+      launch_gemv<16, bf16, kX>(stream, x, ldx, M, w, bias, out, ldo, 16, an);
     else
-      launch_gemv<8, bf16, kX>(stream, x, ldx, M, w, bias, out, ldo, ksplit, an, cb);
+      launch_gemv<8, bf16, kX>(stream, x, ldx, M, w, bias, out, ldo, ksplit, an);
   } else {
     if (wide_blocks)
-      launch_gemv<16, float, kX>(stream, x, ldx, M, w, bias, out, ldo, 16, an, cb);
+      launch_gemv<16, float, kX>(stream, x, ldx, M, w, bias, out, ldo, 16, an);
     else
-      launch_gemv<8, float, kX>(stream, x, ldx, M, w, bias, out, ldo, ksplit, an, cb);
+      launch_gemv<8, float, kX>(stream, x, ldx, M, w, bias, out, ldo, ksplit, an);
   }
 }
 
@@ -460,37 +373,6 @@ bool add_rms_norm_linear_gemv(cudaStream_t stream, const Tensor& residual, const
   an.residual_out = residual_out.ptr<bf16>();
   an.ld_out = ld_out;
   dispatch_gemv<kAddNorm>(stream, residual.ptr<bf16>(), ldr, M, w, bias, out, ldo, an);
-  return true;
-}
-
-bool attention_linear_gemv(cudaStream_t stream, const AttentionPartials& parts, const Tensor& w,
-                           const Tensor* bias, Tensor out) {
-  const int64_t M = parts.rows, K = parts.heads * parts.head_dim, N = w.shape[0];
-  const int64_t ldo = M > 1 ? out.stride[0] : N;
-  Combine cb;
-  cb.acc = parts.acc;
-  cb.ml = parts.ml;
-  cb.heads = int(parts.heads);
-  cb.head_dim = int(parts.head_dim);
-  cb.splits = parts.splits;
-  // x and the merge's table within the default 48 KB of shared memory, less the kernel's static
-  // `partial` (8 KB at 16 warps): at B = 1 (and up to 8 rows of llama-1b's 2,048 columns) it fits;
-  // larger rows keep the combine kernel.
-  // Every block reads all of the partials (M x K x splits floats) from L2: past
-  // ASTRAI_ATTN_COMBINE_MAX_X elements of x (M x K; default: no bound but the shared memory's) the
-  // combine kernel, which reads them once, runs instead.
-  constexpr int64_t kMaxSmem = 40 * 1024;
-  static const bool never = env_is("ASTRAI_ATTN_COMBINE", "unfused");
-  static const int64_t max_x = [] {
-    const char* e = std::getenv("ASTRAI_ATTN_COMBINE_MAX_X");
-    return e && *e ? std::atoll(e) : int64_t(1) << 40;
-  }();
-  if (never || M * K > max_x || M < 1 || M > kGemvMaxRows || parts.splits < 2 ||
-      parts.splits > kCombineMaxSplits || parts.head_dim % 8 != 0 || w.shape[1] != K || out.stride[1] != 1 ||
-      !aligned16(w.data) || !aligned16(parts.acc) ||
-      M * K * int64_t(sizeof(bf16)) + combine_table_bytes(M, cb) > kMaxSmem)
-    return false;
-  dispatch_gemv<kCombine>(stream, nullptr, 0, M, w, bias, out, ldo, {}, cb);
   return true;
 }
 

@@ -44,25 +44,9 @@ void rope_kv_store(cudaStream_t stream, Tensor q, Tensor k, const Tensor& v, con
                    const Tensor& slots, Tensor k_cache, Tensor v_cache);
 void kv_store(cudaStream_t stream, const Tensor& k, const Tensor& v, const Tensor& slots, Tensor k_cache,
               Tensor v_cache);
-// The split-KV partial results of a decode step's attention, before they are merged: for query row
-// t, head h and split s (part = (t * heads + h) * splits + s), acc[part, :] = sum_j e^(s_j - m) v_j
-// over the split's keys and ml[part] = (m, l = sum_j e^(s_j - m)), natural log; a split that saw no
-// key has m = -inf, l = 0, acc = 0, and those are a suffix of each row's splits. The output row is
-//   out[t, h, :] = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M),  M = max_s m_s  (NaN when no key).
-struct AttentionPartials {
-  const float* acc = nullptr;  // [rows * heads * splits, head_dim]
-  const float* ml = nullptr;   // [rows * heads * splits, 2]
-  int64_t rows = 0, heads = 0, head_dim = 0;
-  int splits = 0;  // 0: none (the attention wrote its output)
-};
-// scratch: the split-KV partial results (grown as needed). With `partials`, a decode step that
-// splits its keys leaves them unmerged in scratch and describes them there (out is not written;
-// merge_attention_partials or attention_linear_gemv finish it); otherwise partials->splits = 0.
+// scratch: the split-KV partial results (grown as needed).
 void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                     const AttentionBatch& batch, float scale, Tensor out, Scratch& scratch,
-                     AttentionPartials* partials = nullptr);
-// The merge of paged_attention's combine kernel: out [rows, heads, head_dim] bf16.
-void merge_attention_partials(cudaStream_t stream, const AttentionPartials& parts, Tensor out);
+                     const AttentionBatch& batch, float scale, Tensor out, Scratch& scratch);
 // The tensor-core path of paged_attention for prefill/extend steps (paged_attention_mma.cu), on
 // arguments paged_attention has validated; false (nothing launched) where it does not apply.
 // sm_count: the device's multiprocessors (the tile size depends on how many blocks fill them).
@@ -86,11 +70,6 @@ bool swiglu_linear_gemv(cudaStream_t stream, const Tensor& gate, const Tensor& u
 bool add_rms_norm_linear_gemv(cudaStream_t stream, const Tensor& residual, const Tensor& x,
                               const Tensor& norm_w, float eps, Tensor residual_out, const Tensor& w,
                               const Tensor* bias, Tensor out);
-// The o projection's decode GEMV reading the attention's partial results: out = merge(parts) @ w^T
-// (+ bias), x's rows merged (and rounded to bf16, as merge_attention_partials writes them) by each
-// block as it loads them; false (nothing launched) when the shapes do not take it.
-bool attention_linear_gemv(cudaStream_t stream, const AttentionPartials& parts, const Tensor& w,
-                           const Tensor* bias, Tensor out);
 void linear_fallback(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out);
 
 }  // namespace astrai::gpu

@@ -65,17 +65,6 @@ void Backend::add_rms_norm_linear(const Tensor& residual, const Tensor& x, const
   linear(h, w, bias, out);
 }
 
-void Backend::paged_attention_linear(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                                     const AttentionBatch& batch, float scale, Tensor attn, const Tensor& w,
-                                     const Tensor* bias, Tensor out) {
-  if (attn.ndim != 3 || !attn.is_contiguous())
-    throw Error(invalid_argument("paged_attention_linear: attn must be a contiguous [T, H, D], got " +
-                                 attn.shape_str()));
-  paged_attention(q, k_cache, v_cache, batch, scale, attn);
-  const Tensor rows(attn.data, attn.dtype, {attn.shape[0], attn.shape[1] * attn.shape[2]}, attn.device);
-  linear(rows, w, bias, out);
-}
-
 void Backend::linear_residual(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& residual,
                               Tensor out) {
   linear(x, w, bias, out);

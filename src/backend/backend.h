@@ -172,16 +172,6 @@ class Backend {
                                    Tensor residual_out, Tensor h, const Tensor& w, const Tensor* bias,
                                    Tensor out);
 
-  // Attention and the output projection that reads it:
-  //   paged_attention(q, k_cache, v_cache, batch, scale, attn); linear(attn as [T, H * D], w, bias, out)
-  //   attn [T, H, D] contiguous, w [N, H * D], out [T, N]; the rest as in paged_attention. attn is
-  //   where the attention output goes when the backend does not fuse (its contents are unspecified
-  //   after). A decode step on the GPU merges the attention's split-KV partial results in the
-  //   projection's GEMV as it loads x, instead of in a kernel of its own.
-  virtual void paged_attention_linear(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                                      const AttentionBatch& batch, float scale, Tensor attn, const Tensor& w,
-                                      const Tensor* bias, Tensor out);
-
   // Copies rows: out[i, :] = x[rows[i], :]     x [T, H], rows [R] i32, out [R, H]
   virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) = 0;
 

@@ -5,9 +5,7 @@
 //   q, k = rms_norm per head (Qwen3), then RoPE       q_norm / k_norm, rotate-half
 //   kv_store(k, v); a = paged_attention(q)            causal GQA, scale 1/sqrt(head_dim)
 //                                                     (norm, RoPE and kv_store: one rope_kv_store)
-//   x += a @ Wo^T (+ bo); h = rms_norm(x)             o_proj (with the attention: one
-//                                                     paged_attention_linear), post_attention_layernorm
-//                                                     (fused add)
+//   x += a @ Wo^T (+ bo); h = rms_norm(x)             o_proj, post_attention_layernorm (fused add)
 //   x += down(silu(h @ Wg^T) * (h @ Wu^T))            gate_proj, up_proj fused into one GEMM;
 //                                                     silu * up and down: one swiglu_linear
 // then the final norm (fused into the last layer's add) and the LM head on logit_rows only.
@@ -403,6 +401,7 @@ class DecoderModel final : public Model {
     const float scale = float(1.0 / std::sqrt(double(hd)));
     const Tensor h = ws_.h(T), y = ws_.y(T), qkv = ws_.qkv(T), gu = ws_.gate_up(T), act = ws_.act(T);
     const Tensor attn = ws_.attn(T);
+    const Tensor attn2(attn.data, attn.dtype, {T, qd}, attn.device);
     const Tensor q = head_view(qkv, 0, nh, hd), k = head_view(qkv, qd, nkv, hd),
                  v = head_view(qkv, qd + kvd, nkv, hd);
     const Tensor gate = col_view(gu, 0, F), up = col_view(gu, F, F);
@@ -426,8 +425,8 @@ class DecoderModel final : public Model {
       }
       be_.rope_kv_store(q, k, v, cfg_.qk_norm ? &w.q_norm : nullptr, cfg_.qk_norm ? &w.k_norm : nullptr, eps,
                         pos, cos_sin_, slots, kv.k_layer(int(l)), kv.v_layer(int(l)));
-      be_.paged_attention_linear(q, kv.k_layer(int(l)), kv.v_layer(int(l)), ab, scale, attn, w.o,
-                                 w.has_o_bias ? &w.o_bias : nullptr, y);
+      be_.paged_attention(q, kv.k_layer(int(l)), kv.v_layer(int(l)), ab, scale, attn);
+      be_.linear(attn2, w.o, w.has_o_bias ? &w.o_bias : nullptr, y);
       if (shard_.comm) shard_.comm->all_reduce_sum(y);  // row-parallel o: sum over the ranks' heads
       add_norm_linear(w.post_norm, w.gate_up, nullptr, gu);
       be_.swiglu_linear(gate, up, w.down, act, y);
