@@ -90,19 +90,11 @@ cudaError_t config(cudaStream_t s, const Rows& q, const am::PagedKv& kv, int seq
   return am::paged_forward<kD>(s, q, kv, seqs, max_q, g, out, g_sms);
 }
 
-// kO: the kernel's options (am::kOptOverlap, named "o"; am::kOptBf16Exp, named "e").
-// -DPREFILL_BENCH_OLD_HEADER builds against a train_attention_mma.cuh from before kOpt (an A/B of
-// two trees' kernels): the variants with options are left out.
-template <int kD, int kW, int kMb, int kT, int kS, int kB, int kO = 0>
+template <int kD, int kW, int kMb, int kT, int kS, int kB>
 Variant variant() {
-  const std::string name = "w" + std::to_string(kW) + " mb" + std::to_string(kMb) + " k" +
-                           std::to_string(kT) + " s" + std::to_string(kS) + " b" + std::to_string(kB);
-#ifdef PREFILL_BENCH_OLD_HEADER
-  return {name, am::launch_paged_forward<kD, kW, kMb, kT, kS, kB>};
-#else
-  return {name + (kO & am::kOptOverlap ? " o" : "") + (kO & am::kOptBf16Exp ? " e" : ""),
-          am::launch_paged_forward<kD, kW, kMb, kT, kS, kB, kO>};
-#endif
+  return {"w" + std::to_string(kW) + " mb" + std::to_string(kMb) + " k" + std::to_string(kT) + " s" +
+              std::to_string(kS) + " b" + std::to_string(kB),
+          am::launch_paged_forward<kD, kW, kMb, kT, kS, kB>};
 }
 
 template <int kD>
@@ -110,23 +102,15 @@ std::vector<Variant> variants();
 template <>
 std::vector<Variant> variants<64>() {
   using C = am::Config<64>;
-  std::vector<Variant> v = {
-      {"config", config<64>},
-      variant<64, C::kPagedWarps, C::kPagedMb, C::kPagedT, C::kPagedStages, C::kPagedBlocks>(),
-      variant<64, C::kPagedSmallWarps, C::kPagedSmallMb, C::kPagedSmallT, C::kPagedSmallStages,
-              C::kPagedSmallBlocks>(),
-      variant<64, 4, 1, 64, 2, 2>(),
-      variant<64, 4, 2, 64, 3, 1>(),
-      variant<64, 4, 2, 32, 2, 2>(),
-      variant<64, 4, 2, 128, 2, 1>(),
-      variant<64, 8, 2, 64, 2, 1>()};
-#ifndef PREFILL_BENCH_OLD_HEADER
-  constexpr int kO = am::kOptOverlap, kE = am::kOptBf16Exp;
-  v.insert(v.end(), {variant<64, 4, 2, 64, 3, 1, kO>(), variant<64, 4, 2, 32, 3, 1, kO>(),
-                     variant<64, 4, 1, 64, 3, 3, kO>(), variant<64, 4, 2, 64, 2, 1, kE>(),
-                     variant<64, 4, 2, 32, 3, 1, kO | kE>(), variant<64, 4, 2, 64, 3, 1, kO | kE>()});
-#endif
-  return v;
+  return {{"config", config<64>},
+          variant<64, C::kPagedWarps, C::kPagedMb, C::kPagedT, C::kPagedStages, C::kPagedBlocks>(),
+          variant<64, C::kPagedSmallWarps, C::kPagedSmallMb, C::kPagedSmallT, C::kPagedSmallStages,
+                  C::kPagedSmallBlocks>(),
+          variant<64, 4, 1, 64, 2, 2>(),
+          variant<64, 4, 2, 64, 3, 1>(),
+          variant<64, 4, 2, 32, 2, 2>(),
+          variant<64, 4, 2, 128, 2, 1>(),
+          variant<64, 8, 2, 64, 2, 1>()};
 }
 template <>
 std::vector<Variant> variants<96>() {
@@ -138,23 +122,15 @@ std::vector<Variant> variants<96>() {
 template <>
 std::vector<Variant> variants<128>() {
   using C = am::Config<128>;
-  std::vector<Variant> v = {
-      {"config", config<128>},
-      variant<128, C::kPagedWarps, C::kPagedMb, C::kPagedT, C::kPagedStages, C::kPagedBlocks>(),
-      variant<128, C::kPagedSmallWarps, C::kPagedSmallMb, C::kPagedSmallT, C::kPagedSmallStages,
-              C::kPagedSmallBlocks>(),
-      variant<128, 8, 1, 32, 2, 2>(),
-      variant<128, 4, 1, 64, 2, 2>(),
-      variant<128, 4, 2, 32, 3, 1>(),
-      variant<128, 4, 2, 64, 2, 1>(),
-      variant<128, 8, 2, 32, 2, 1>()};
-#ifndef PREFILL_BENCH_OLD_HEADER
-  constexpr int kO = am::kOptOverlap, kE = am::kOptBf16Exp;
-  v.insert(v.end(), {variant<128, 4, 2, 32, 3, 1, kO>(), variant<128, 4, 1, 32, 3, 3, kO>(),
-                     variant<128, 4, 1, 64, 3, 2, kO>(), variant<128, 4, 2, 32, 2, 1, kE>(),
-                     variant<128, 4, 2, 32, 3, 1, kO | kE>(), variant<128, 4, 1, 64, 3, 2, kO | kE>()});
-#endif
-  return v;
+  return {{"config", config<128>},
+          variant<128, C::kPagedWarps, C::kPagedMb, C::kPagedT, C::kPagedStages, C::kPagedBlocks>(),
+          variant<128, C::kPagedSmallWarps, C::kPagedSmallMb, C::kPagedSmallT, C::kPagedSmallStages,
+                  C::kPagedSmallBlocks>(),
+          variant<128, 8, 1, 32, 2, 2>(),
+          variant<128, 4, 1, 64, 2, 2>(),
+          variant<128, 4, 2, 32, 3, 1>(),
+          variant<128, 4, 2, 64, 2, 1>(),
+          variant<128, 8, 2, 32, 2, 1>()};
 }
 
 std::vector<Variant> variants_of(int d) {

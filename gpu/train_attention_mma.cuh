@@ -101,13 +101,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-// 2^x of both halves of a bf16x2 (sm_90).
-__device__ __forceinline__ uint32_t fast_exp2_bf16x2(uint32_t x) {
-  uint32_t y;
-  asm("ex2.approx.ftz.bf16x2 %0, %1;\n" : "=r"(y) : "r"(x));
-  return y;
-}
-
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
@@ -170,23 +163,6 @@ __device__ __forceinline__ void gemm_abt(const bf16* a, int r0, const bf16* b, f
   }
 }
 
-// c[kMb][16][kN] += A B over k block kk (rows [16 kk, 16 kk + 16) of B[k][n] = b[k][n]), A given as
-// the kMb A fragments fa of that block.
-template <int kMb, int kN, int kP>
-__device__ __forceinline__ void gemm_pb_block(const uint32_t (*fa)[4], int kk, const bf16* b,
-                                              float (*c)[kN / 8][4]) {
-#pragma unroll
-  for (int np = 0; np < kN / 16; ++np) {
-    uint32_t fb[4];
-    load_b_trans<kP>(b, kk * 16, np * 16, fb);
-#pragma unroll
-    for (int mb = 0; mb < kMb; ++mb) {
-      mma(c[mb][2 * np], fa[mb], fb[0], fb[1]);
-      mma(c[mb][2 * np + 1], fa[mb], fb[2], fb[3]);
-    }
-  }
-}
-
 // c[kMb][16][kN] += P[16 kMb][kK] B, P held as accumulators p[kMb][kK / 8][4], B[k][n] = b[k][n].
 template <int kMb, int kK, int kN, int kP>
 __device__ __forceinline__ void gemm_pb(const float (*p)[kK / 8][4], const bf16* b, float (*c)[kN / 8][4]) {
@@ -195,22 +171,16 @@ __device__ __forceinline__ void gemm_pb(const float (*p)[kK / 8][4], const bf16*
     uint32_t fa[kMb][4];
 #pragma unroll
     for (int mb = 0; mb < kMb; ++mb) acc_to_a(p[mb], kk, fa[mb]);
-    gemm_pb_block<kMb, kN, kP>(fa, kk, b, c);
-  }
-}
-
-// The same with P given as A fragments pa[kMb][kK / 16][4] (bf16 already).
-template <int kMb, int kK, int kN, int kP>
-__device__ __forceinline__ void gemm_pb(const uint32_t (*pa)[kK / 16][4], const bf16* b,
-                                        float (*c)[kN / 8][4]) {
 #pragma unroll
-  for (int kk = 0; kk < kK / 16; ++kk) {
-    uint32_t fa[kMb][4];
+    for (int np = 0; np < kN / 16; ++np) {
+      uint32_t fb[4];
+      load_b_trans<kP>(b, kk * 16, np * 16, fb);
 #pragma unroll
-    for (int mb = 0; mb < kMb; ++mb)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) fa[mb][i] = pa[mb][kk][i];
-    gemm_pb_block<kMb, kN, kP>(fa, kk, b, c);
+      for (int mb = 0; mb < kMb; ++mb) {
+        mma(c[mb][2 * np], fa[mb], fb[0], fb[1]);
+        mma(c[mb][2 * np + 1], fa[mb], fb[2], fb[3]);
+      }
+    }
   }
 }
 
@@ -379,27 +349,17 @@ struct PagedKv {
   }
 };
 
-// Options of the forward kernel (bits of kOpt), for the paged instance; training uses none.
-//   kOptOverlap: tile it + 1's scores are computed before tile it's softmax (same arithmetic and
-//     bits; the ring needs kStages >= 3).
-//   kOptBf16Exp: p = 2^x on bf16 pairs (x rounded to bf16 first; p is rounded to bf16 for the p v
-//     product anyway), one MUFU op per two scores, and the row sums l on the tensor cores as one more
-//     product column (p times ones, so l sums the bf16 p that the p v product uses).
-enum : int { kOptOverlap = 1, kOptBf16Exp = 2 };
-
 template <int kD, int kWarps, int kMb, int kT, int kStages>
 constexpr size_t forward_smem() {
   return size_t(16 * kMb * kWarps + 2 * kStages * kT) * kPitch<kD> * sizeof(bf16);
 }
 
 // Block: kWarps warps of 16 kMb query rows (tile kv.query_tile()) of head kv.head() of the span
-// kv.span(); key tiles of kT in a ring of kStages buffers (see the loop). lse may be null. kOpt:
-// kOptOverlap, kOptBf16Exp (above).
-template <int kD, int kWarps, int kMb, int kT, int kStages, int kMinBlocks, typename Kv, int kOpt = 0>
+// kv.span(); key tiles of kT in a ring of kStages buffers (see the loop). lse may be null.
+template <int kD, int kWarps, int kMb, int kT, int kStages, int kMinBlocks, typename Kv>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     forward_kernel(Rows q, Kv kv, Geo g, Rows out, float* __restrict__ lse) {
   constexpr int kWr = 16 * kMb, kRows = kWr * kWarps, kThreads = 32 * kWarps, kP = kPitch<kD>;
-  constexpr bool kOverlap = (kOpt & kOptOverlap) != 0, kBf16Exp = (kOpt & kOptBf16Exp) != 0;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* qs = reinterpret_cast<bf16*>(smem);
   bf16* ks = qs + kRows * kP;  // kStages buffers each
@@ -443,69 +403,48 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   float m[kMb][2], l[kMb][2];
 #pragma unroll
   for (int mb = 0; mb < kMb; ++mb) m[mb][0] = m[mb][1] = -INFINITY, l[mb][0] = l[mb][1] = 0.0f;
-  float l_mma[kMb][4] = {};  // kBf16Exp: the row sums as a product column (rows gr, gr + 8 at [0], [2])
 
-  using Scores = float[kMb][kT / 8][4];
-  // Whether tile it has a key the warp's rows see (otherwise all its keys are in their future).
-  auto active = [&](int it) { return j_first + int64_t(it) * kT < wp0 + kWr && w0 < sp.n_q; };
-  // s = the raw scores q . k of tile it.
-  auto scores = [&](int it, Scores& s) {
-#pragma unroll
-    for (int mb = 0; mb < kMb; ++mb)
-#pragma unroll
-      for (int nt = 0; nt < kT / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[mb][nt][e] = 0.0f;
-    gemm_abt<kMb, kD, kT, kP>(qs, warp * kWr, ks + (it % kStages) * kT * kP, s);
-  };
-  // Masks tile it's scores, folds them into the online softmax (m, l, o rescaled) and adds p v to o.
-  auto consume = [&](int it, Scores& s) {
+  for (int it = 0; it < tiles; ++it) {
     const int64_t j0 = j_first + int64_t(it) * kT;
-    uint32_t pa[kMb][kT / 16][4];  // kBf16Exp: p as the A fragments of the p v product
-    const bool edge = j0 + kT - 1 > wp0 || j0 < kv_hi || j0 + kT > sp.n_kv;
+    const int buf = it % kStages;
+    next_stage<kStages>(it, tiles, load_tile);
+    if (j0 < wp0 + kWr && w0 < sp.n_q) {  // otherwise every key of the tile is in the warp's future
+      const bf16* kt = ks + buf * kT * kP;
+      const bf16* vt = vs + buf * kT * kP;
+      float s[kMb][kT / 8][4] = {};
+      gemm_abt<kMb, kD, kT, kP>(qs, warp * kWr, kt, s);
+      const bool edge = j0 + kT - 1 > wp0 || j0 < kv_hi || j0 + kT > sp.n_kv;
 #pragma unroll
-    for (int mb = 0; mb < kMb; ++mb) {
-      if (edge) {
+      for (int mb = 0; mb < kMb; ++mb) {
+        if (edge) {
 #pragma unroll
-        for (int nt = 0; nt < kT / 8; ++nt)
+          for (int nt = 0; nt < kT / 8; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int r = e / 2, j = int(j0) + nt * 8 + qc * 2 + (e & 1);
-            if (j > t_row[mb][r] || j < kvb_row[mb][r] || j >= sp.n_kv) s[mb][nt][e] = -INFINITY;
-          }
-      }
-      // Row maxima of the raw scores (scale > 0 keeps the order), in four independent chains.
-      float mx[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float part[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
-#pragma unroll
-        for (int nt = 0; nt < kT / 8; ++nt) {
-          part[(2 * nt) % 4] = fmaxf(part[(2 * nt) % 4], s[mb][nt][2 * r]);
-          part[(2 * nt + 1) % 4] = fmaxf(part[(2 * nt + 1) % 4], s[mb][nt][2 * r + 1]);
+            for (int e = 0; e < 4; ++e) {
+              const int r = e / 2, j = int(j0) + nt * 8 + qc * 2 + (e & 1);
+              if (j > t_row[mb][r] || j < kvb_row[mb][r] || j >= sp.n_kv) s[mb][nt][e] = -INFINITY;
+            }
         }
-        mx[r] = fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3]));
-      }
-      float m_use[2], alpha[2];  // m in log2 units
+        // Row maxima of the raw scores (scale > 0 keeps the order), in four independent chains.
+        float mx[2];
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const float m_new = fmaxf(m[mb][r], quad_max(mx[r]) * g.scale_log2);
-        m_use[r] = m_new == -INFINITY ? 0.0f : m_new;  // a row that has seen no key yet: p = 0, not NaN
-        alpha[r] = fast_exp2(m[mb][r] - m_use[r]);
-        m[mb][r] = m_new;
-      }
-      if constexpr (kBf16Exp) {
-        // Fragment i of k block kk holds n-block 2 kk + i / 2, row gr + 8 (i % 2) (acc_to_a's layout).
+        for (int r = 0; r < 2; ++r) {
+          float part[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
 #pragma unroll
-        for (int kk = 0; kk < kT / 16; ++kk)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const float* c = s[mb][2 * kk + i / 2];
-            const int r = i % 2;
-            pa[mb][kk][i] = fast_exp2_bf16x2(pack_bf16(fmaf(c[2 * r], g.scale_log2, -m_use[r]),
-                                                       fmaf(c[2 * r + 1], g.scale_log2, -m_use[r])));
+          for (int nt = 0; nt < kT / 8; ++nt) {
+            part[(2 * nt) % 4] = fmaxf(part[(2 * nt) % 4], s[mb][nt][2 * r]);
+            part[(2 * nt + 1) % 4] = fmaxf(part[(2 * nt + 1) % 4], s[mb][nt][2 * r + 1]);
           }
-      } else {
+          mx[r] = fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3]));
+        }
+        float m_use[2], alpha[2];  // m in log2 units
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float m_new = fmaxf(m[mb][r], quad_max(mx[r]) * g.scale_log2);
+          m_use[r] = m_new == -INFINITY ? 0.0f : m_new;  // a row that has seen no key yet: p = 0, not NaN
+          alpha[r] = fast_exp2(m[mb][r] - m_use[r]);
+          m[mb][r] = m_new;
+        }
         float part[2][4] = {};  // row sums in four independent chains, added in a fixed order
 #pragma unroll
         for (int nt = 0; nt < kT / 8; ++nt)
@@ -518,69 +457,20 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 #pragma unroll
         for (int r = 0; r < 2; ++r)
           l[mb][r] = l[mb][r] * alpha[r] + ((part[r][0] + part[r][1]) + (part[r][2] + part[r][3]));
-      }
-      // Past the first tiles a row's maximum rarely moves, so alpha is mostly exactly 1: the warp
-      // skips the kD / 2 multiplies per thread of the rescale unless one of its rows needs it
-      // (x * 1 == x, so the result has the same bits either way).
-      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+        // Past the first tiles a row's maximum rarely moves, so alpha is mostly exactly 1: the warp
+        // skips the kD / 2 multiplies per thread of the rescale unless one of its rows needs it
+        // (x * 1 == x, so the result has the same bits either way).
+        if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-        for (int nt = 0; nt < kD / 8; ++nt) {
-          o[mb][nt][0] *= alpha[0];
-          o[mb][nt][1] *= alpha[0];
-          o[mb][nt][2] *= alpha[1];
-          o[mb][nt][3] *= alpha[1];
-        }
-        if constexpr (kBf16Exp) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) l_mma[mb][e] *= alpha[e / 2];
+          for (int nt = 0; nt < kD / 8; ++nt) {
+            o[mb][nt][0] *= alpha[0];
+            o[mb][nt][1] *= alpha[0];
+            o[mb][nt][2] *= alpha[1];
+            o[mb][nt][3] *= alpha[1];
+          }
         }
       }
-    }
-    if constexpr (kBf16Exp) {
-      gemm_pb<kMb, kT, kD, kP>(pa, vs + (it % kStages) * kT * kP, o);
-      constexpr uint32_t kOnes = 0x3f803f80u;  // bf16 1.0 twice: every column of p . ones is a row sum
-#pragma unroll
-      for (int mb = 0; mb < kMb; ++mb)
-#pragma unroll
-        for (int kk = 0; kk < kT / 16; ++kk) mma(l_mma[mb], pa[mb][kk], kOnes, kOnes);
-    } else {
-      gemm_pb<kMb, kT, kD, kP>(s, vs + (it % kStages) * kT * kP, o);
-    }
-  };
-  if constexpr (!kOverlap) {
-    for (int it = 0; it < tiles; ++it) {
-      next_stage<kStages>(it, tiles, load_tile);
-      if (active(it)) {
-        Scores s;
-        scores(it, s);
-        consume(it, s);
-      }
-    }
-  } else {
-    // Tile it + 1's scores are issued before tile it's softmax, which does not wait for them: the
-    // tensor cores work on the next products while the softmax runs. Two score tiles live in
-    // registers (sa, sb: the loop is unrolled by two so that both stay registers), and tile it + 1
-    // must be in shared memory at step it, so the ring holds at least three tiles.
-    static_assert(kStages >= 3, "the overlapped loop reads a tile ahead");
-    Scores sa, sb;
-    if (tiles > 0) {
-      cp_async_wait<kStages - 2>();  // tile 0
-      __syncthreads();
-      if (active(0)) scores(0, sa);
-    }
-    // Waits for tile it + 1 and issues tile it + kStages - 1 into the buffer of tile it - 1 (whose
-    // products every warp finished before the barrier).
-    auto step = [&](int it, Scores& cur, Scores& next) {
-      cp_async_wait<kStages - 3>();
-      __syncthreads();
-      if (it + kStages - 1 < tiles) load_tile(it + kStages - 1);
-      cp_async_commit();
-      if (it + 1 < tiles && active(it + 1)) scores(it + 1, next);
-      if (active(it)) consume(it, cur);
-    };
-    for (int it = 0; it < tiles; it += 2) {
-      step(it, sa, sb);
-      if (it + 1 < tiles) step(it + 1, sb, sa);
+      gemm_pb<kMb, kT, kD, kP>(s, vt, o);
     }
   }
 
@@ -588,7 +478,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   for (int mb = 0; mb < kMb; ++mb)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const float lr = kBf16Exp ? l_mma[mb][2 * r] : quad_sum(l[mb][r]);
+      const float lr = quad_sum(l[mb][r]);
       const int64_t t = w0 + 16 * mb + gr + 8 * r;
       if (t >= sp.n_q) continue;
       const float inv = lr > 0.0f ? 1.0f / lr : 0.0f;
@@ -878,12 +768,12 @@ cudaError_t launch_forward(cudaStream_t stream, const Rows& q, const Rows& k, co
 
 // The paged forward over num_seqs sequences of at most max_q queries each (a bound: the lengths are
 // read on the device). g.n is unused; no lse.
-template <int kD, int kWarps, int kMb, int kT, int kStages, int kMinBlocks, int kOpt = 0>
+template <int kD, int kWarps, int kMb, int kT, int kStages, int kMinBlocks>
 cudaError_t launch_paged_forward(cudaStream_t stream, const Rows& q, const PagedKv& kv, int num_seqs,
                                  int64_t max_q, const Geo& g, const Rows& out) {
   constexpr size_t smem = forward_smem<kD, kWarps, kMb, kT, kStages>();
   constexpr int kRows = 16 * kMb * kWarps;
-  auto* kernel = forward_kernel<kD, kWarps, kMb, kT, kStages, kMinBlocks, PagedKv, kOpt>;
+  auto* kernel = forward_kernel<kD, kWarps, kMb, kT, kStages, kMinBlocks, PagedKv>;
   if (const cudaError_t e = allow_smem(kernel, smem); e != cudaSuccess) return e;
   const dim3 grid(unsigned(g.heads), unsigned((max_q + kRows - 1) / kRows), unsigned(num_seqs));
   kernel<<<grid, kWarps * 32, smem, stream>>>(q, kv, g, out, nullptr);
@@ -925,17 +815,15 @@ cudaError_t launch_dkdv(cudaStream_t stream, const Rows& dout, const Rows& q, co
 
 // The configurations the backend uses, the fastest of bench/train_attention_bench.cu's variants on
 // an H200 (docs/performance.md): warps per block, 16-row blocks per warp, keys per tile (forward,
-// dq) or query rows per step (dk/dv), pipeline stages, blocks per SM asked of the register
-// allocator, and (kPagedOpt) the forward's options. kPaged*: the paged forward
-// (bench/prefill_attention_bench.cu), large tiles for long prompts and kPagedSmall* where those
-// leave SMs idle (see paged_forward).
+// dq) or query rows per step (dk/dv), pipeline stages, and blocks per SM asked of the register
+// allocator. kPaged*: the paged forward (bench/prefill_attention_bench.cu), large tiles for long
+// prompts and kPagedSmall* where those leave SMs idle (see paged_forward).
 template <int kD>
 struct Config;
 template <>
 struct Config<64> {
   static constexpr int kFwdWarps = 4, kFwdMb = 2, kFwdT = 64, kFwdStages = 2, kFwdBlocks = 1;
-  static constexpr int kPagedWarps = 4, kPagedMb = 2, kPagedT = 64, kPagedStages = 2, kPagedBlocks = 1,
-                       kPagedOpt = 0;
+  static constexpr int kPagedWarps = 4, kPagedMb = 2, kPagedT = 64, kPagedStages = 2, kPagedBlocks = 1;
   static constexpr int kPagedSmallWarps = 8, kPagedSmallMb = 1, kPagedSmallT = 64, kPagedSmallStages = 2,
                        kPagedSmallBlocks = 2;
   static constexpr int kDqWarps = 8, kDqMb = 1, kDqT = 64, kDqStages = 2, kDqBlocks = 2;
@@ -944,15 +832,13 @@ struct Config<64> {
 // head_dim 96 (no model we train has it) only serves paged_attention.
 template <>
 struct Config<96> {
-  static constexpr int kPagedWarps = 4, kPagedMb = 2, kPagedT = 32, kPagedStages = 2, kPagedBlocks = 1,
-                       kPagedOpt = 0;
+  static constexpr int kPagedWarps = 4, kPagedMb = 2, kPagedT = 32, kPagedStages = 2, kPagedBlocks = 1;
   static constexpr int kPagedSmallWarps = 0;  // not measured: one configuration
 };
 template <>
 struct Config<128> {
   static constexpr int kFwdWarps = 4, kFwdMb = 2, kFwdT = 32, kFwdStages = 2, kFwdBlocks = 1;
-  static constexpr int kPagedWarps = 4, kPagedMb = 2, kPagedT = 32, kPagedStages = 2, kPagedBlocks = 1,
-                       kPagedOpt = 0;
+  static constexpr int kPagedWarps = 4, kPagedMb = 2, kPagedT = 32, kPagedStages = 2, kPagedBlocks = 1;
   static constexpr int kPagedSmallWarps = 8, kPagedSmallMb = 1, kPagedSmallT = 64, kPagedSmallStages = 2,
                        kPagedSmallBlocks = 1;
   static constexpr int kDqWarps = 4, kDqMb = 2, kDqT = 32, kDqStages = 2, kDqBlocks = 1;
@@ -982,8 +868,8 @@ cudaError_t paged_forward(cudaStream_t stream, const Rows& q, const PagedKv& kv,
                                   C::kPagedSmallStages, C::kPagedSmallBlocks>(stream, q, kv, num_seqs, max_q,
                                                                               g, out);
   }
-  return launch_paged_forward<kD, C::kPagedWarps, C::kPagedMb, C::kPagedT, C::kPagedStages, C::kPagedBlocks,
-                              C::kPagedOpt>(stream, q, kv, num_seqs, max_q, g, out);
+  return launch_paged_forward<kD, C::kPagedWarps, C::kPagedMb, C::kPagedT, C::kPagedStages, C::kPagedBlocks>(
+      stream, q, kv, num_seqs, max_q, g, out);
 }
 
 // `delta` holds n * heads floats.
