@@ -257,7 +257,7 @@ void run(const BenchServeArgs& a) {
       http("/v1/chat/completions",
            "{\"messages\":[{\"role\":\"user\",\"content\":\"Write a story about a lighthouse.\"}]," + tail);
   auto make_request = [&](uint64_t key) {
-    if (a.prompt_tokens <= 0) return chat_request;
+    if (a.prompt_tokens <= 0) return std::string(chat_request);  // a copy per request
     std::mt19937_64 rng(key);
     std::string body = "{\"prompt\":[";
     for (int i = 0; i < a.prompt_tokens; ++i) body += (i ? "," : "") + std::to_string(rng() % 256);

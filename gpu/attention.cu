@@ -636,28 +636,15 @@ AttentionBatch tail_of(const AttentionBatch& b, int n) {
 bool decode_pdl() {
   static const bool on = [] {
     const char* e = std::getenv("ASTRAI_ATTENTION_PDL");
-    const char* no = std::getenv("ASTRAI_NO_PDL");
-    if ((e && std::string(e) == "0") || (no && *no && std::string(no) != "0")) return false;
-    int dev = 0, major = 0;
-    return cudaGetDevice(&dev) == cudaSuccess &&
-           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-           major >= 9;
+    return pdl_enabled() && !(e && std::string(e) == "0");
   }();
   return on;
 }
 
 void launch_decode(cudaStream_t stream, DecodeKernel kernel, dim3 grid, int threads, const AttnParams& p,
                    const Tensor& k_cache, const Tensor& v_cache) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(unsigned(threads));
-  cfg.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = decode_pdl() ? 1 : 0;
-  ASTRAI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p, k_cache.ptr<bf16>(), v_cache.ptr<bf16>()));
+  const LaunchConfig lc(grid, dim3(unsigned(threads)), 0, stream, decode_pdl());
+  ASTRAI_CUDA_CHECK(cudaLaunchKernelEx(&lc.cfg, kernel, p, k_cache.ptr<bf16>(), v_cache.ptr<bf16>()));
 }
 
 void check_cache(const Tensor& c, const char* op, const char* name, DType dt) {

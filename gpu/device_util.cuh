@@ -4,8 +4,11 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 namespace astrai::gpu {
 
@@ -81,9 +84,10 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 }
 
 // Programmatic dependent launch (sm_90 on): a kernel launched with the programmatic-serialization
-// attribute (only the decode GEMV, linear_kernels.cu) may start while the kernel before it still
-// runs, once every block of that kernel has called pdl_launch_dependents (or exited). It reads
-// only what no earlier kernel writes (its weights) before pdl_wait, which returns when the kernel
+// attribute (the decode GEMV, linear_kernels.cu, and the decode attention kernel, attention.cu) may
+// start while the kernel before it still runs, once every block of that kernel has called
+// pdl_launch_dependents (or exited). It reads only what no earlier kernel writes (the GEMV: its
+// weights; attention: K/V rows but the step's own) before pdl_wait, which returns when the kernel
 // before it has finished and its writes are visible. The kernels that feed a GEMV call
 // pdl_launch_dependents at their start, so the GEMV's weight loads overlap their work; in a kernel
 // whose successor was launched without the attribute both calls do nothing.
@@ -97,6 +101,39 @@ __device__ __forceinline__ void pdl_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
+
+// Host side: whether kernels go out with that attribute: on compute capability 9.0 and up, unless
+// ASTRAI_NO_PDL is set (to measure without it). Read once per process.
+inline bool pdl_enabled() {
+  static const bool on = [] {
+    const char* off = std::getenv("ASTRAI_NO_PDL");
+    if (off && *off && std::string(off) != "0") return false;
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+      return false;
+    return major >= 9;
+  }();
+  return on;
+}
+
+// A cudaLaunchKernelEx configuration, with the programmatic-serialization attribute when pdl.
+struct LaunchConfig {
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute attr{};
+  LaunchConfig(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl) {
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &attr;  // points into this object: not copyable
+    cfg.numAttrs = pdl ? 1 : 0;
+  }
+  LaunchConfig(const LaunchConfig&) = delete;
+  LaunchConfig& operator=(const LaunchConfig&) = delete;
+};
 
 // Blocks for n elements at `threads` per block, capped so a grid-stride loop covers the rest.
 inline unsigned grid_for(int64_t n, int threads) {

@@ -206,37 +206,14 @@ __global__ void __launch_bounds__(W * 32)
   }
 }
 
-// Whether the GEMV goes out with programmatic dependent launch: on compute capability 9.0 and up,
-// unless ASTRAI_NO_PDL is set (to measure without it). Read once per process.
-bool pdl_enabled() {
-  static const bool on = [] {
-    const char* off = std::getenv("ASTRAI_NO_PDL");
-    if (off && *off && std::string(off) != "0") return false;
-    int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
-      return false;
-    return major >= 9;
-  }();
-  return on;
-}
-
 template <int W, typename TO, int kX>
 void launch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, const Tensor& w,
                  const Tensor* bias, Tensor out, int64_t ldo, int ksplit, const AddNorm& an) {
   const int64_t K = w.shape[1], N = w.shape[0];
   const int64_t tiles = (N + kGemvTile - 1) / kGemvTile, tiles_per_block = W / ksplit;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned((tiles + tiles_per_block - 1) / tiles_per_block));
-  cfg.blockDim = dim3(W * 32);
-  cfg.dynamicSmemBytes = kX != kPlain ? size_t(M * K * int64_t(sizeof(bf16))) : 0;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = pdl_enabled() ? 1 : 0;
-  ASTRAI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<TO, W, kX>, x, ldx, int(M), w.ptr<bf16>(), K, N,
+  const LaunchConfig lc(dim3(unsigned((tiles + tiles_per_block - 1) / tiles_per_block)), dim3(W * 32),
+                        kX != kPlain ? size_t(M * K * int64_t(sizeof(bf16))) : 0, stream, pdl_enabled());
+  ASTRAI_CUDA_CHECK(cudaLaunchKernelEx(&lc.cfg, gemv_kernel<TO, W, kX>, x, ldx, int(M), w.ptr<bf16>(), K, N,
                                        bias ? bias->ptr<TO>() : static_cast<const TO*>(nullptr),
                                        out.ptr<TO>(), ldo, ksplit, an));
 }
