@@ -470,6 +470,21 @@ void logprobs_of_the_raw_row(Backend& be) {
 ASTRAI_BACKEND_TEST("sample: logprobs and top logprobs are the raw row's log-softmax",
                     logprobs_of_the_raw_row)
 
+// The tokens of `launches` launches of R rows each, every row the draw p at its own index
+// (l * R + r): many seeded draws of one distribution.
+std::vector<int32_t> repeated_draws(Backend& be, Inputs in, SampleRowParams p, int launches, int R) {
+  std::vector<int32_t> tokens;
+  for (int l = 0; l < launches; ++l) {
+    in.rows.clear();
+    for (int r = 0; r < R; ++r) {
+      p.index = l * R + r;
+      in.rows.push_back(p);
+    }
+    for (const auto& d : run_sample(be, in)) tokens.push_back(d.token);
+  }
+  return tokens;
+}
+
 void seeded_draws_follow_the_distribution(Backend& be) {
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
@@ -487,14 +502,7 @@ void seeded_draws_follow_the_distribution(Backend& be) {
   const RefDraw ref = ref_draw(ref_processed(in, p), p);
   std::map<int32_t, int> counts;
   const int launches = 8, R = 1024;
-  for (int l = 0; l < launches; ++l) {
-    in.rows.clear();
-    for (int r = 0; r < R; ++r) {
-      p.index = l * R + r;
-      in.rows.push_back(p);
-    }
-    for (const auto& d : run_sample(be, in)) ++counts[d.token];
-  }
+  for (int32_t t : repeated_draws(be, in, p, launches, R)) ++counts[t];
   const double n = double(launches * R);
   double chi2 = 0;
   for (const auto& [t, c] : counts) REQUIRE(ref.dist.count(t));  // nothing outside the kept set
@@ -602,16 +610,9 @@ void untruncated_draws_follow_the_softmax(Backend& be) {
     for (size_t t = 0; t < q.size(); ++t) z += q[t] = std::exp((double(in.logits[t]) - m) / 0.8);
     std::vector<int> counts(size_t(in.V), 0);
     const int launches = 8, R = 1024;
-    for (int l = 0; l < launches; ++l) {
-      in.rows.clear();
-      for (int r = 0; r < R; ++r) {
-        p.index = l * R + r;
-        in.rows.push_back(p);
-      }
-      for (const auto& d : run_sample(be, in)) {
-        REQUIRE((d.token >= 0 && d.token < in.V));
-        ++counts[size_t(d.token)];
-      }
+    for (int32_t t : repeated_draws(be, in, p, launches, R)) {
+      REQUIRE((t >= 0 && t < in.V));
+      ++counts[size_t(t)];
     }
     const double n = double(launches * R);
     double chi2 = 0, df = -1;
