@@ -178,12 +178,21 @@ asio::awaitable<void> client(int port, std::function<std::string(int)> make_requ
         if (ev == "data: [DONE]") continue;
         const size_t usage = ev.find("\"completion_tokens\":");
         if (usage != std::string::npos) s.tokens = std::atoi(ev.data() + usage + 20);
-        // A chat chunk's content, or a completion chunk's text, that is not empty.
-        const bool text =
-            (ev.find("\"content\":\"") != std::string::npos &&
-             ev.find("\"content\":\"\"") == std::string::npos) ||
-            (ev.find("\"text\":\"") != std::string::npos && ev.find("\"text\":\"\"") == std::string::npos);
-        if (text) {
+        // Token-id prompts ask for logprobs: a chunk then carries one logprob per token it brings
+        // (text or not), and each is an arrival (the first after the chunk's gap, the rest at 0 ms).
+        // Otherwise a chat chunk's content, or a completion chunk's text, that is not empty is one.
+        int arrivals = 0;
+        if (const size_t lp = ev.find("\"token_logprobs\":["); lp != std::string::npos) {
+          const size_t open = lp + 18, close = ev.find(']', open);
+          if (close != std::string::npos && close > open)
+            arrivals = 1 + int(std::count(ev.begin() + open, ev.begin() + close, ','));
+        } else if ((ev.find("\"content\":\"") != std::string::npos &&
+                    ev.find("\"content\":\"\"") == std::string::npos) ||
+                   (ev.find("\"text\":\"") != std::string::npos &&
+                    ev.find("\"text\":\"\"") == std::string::npos)) {
+          arrivals = 1;
+        }
+        for (int k = 0; k < arrivals; ++k) {
           if (s.ttft_ms < 0)
             s.ttft_ms = std::chrono::duration<double, std::milli>(now - t0).count();
           else
@@ -261,7 +270,9 @@ void run(const BenchServeArgs& a) {
     std::mt19937_64 rng(key);
     std::string body = "{\"prompt\":[";
     for (int i = 0; i < a.prompt_tokens; ++i) body += (i ? "," : "") + std::to_string(rng() % 256);
-    return http("/v1/completions", body + "]," + tail);
+    // logprobs 0: every token gets a chunk of its own, with its logprob, even when it has no text
+    // yet (a random model's ids often have none), so TTFT and ITL time tokens, not text.
+    return http("/v1/completions", body + "],\"logprobs\":0," + tail);
   };
 
   JsonWriter json;
@@ -321,6 +332,7 @@ void run(const BenchServeArgs& a) {
     json.key("requests_per_s").value(done / wall).key("tokens_per_s").value(double(tokens) / wall);
     json.key("ttft_ms_p50").value(percentile(ttft, 50)).key("ttft_ms_p99").value(percentile(ttft, 99));
     json.key("itl_ms_p50").value(percentile(itl, 50)).key("itl_ms_p99").value(percentile(itl, 99));
+    json.key("token_events").value(int64_t(ttft.size() + itl.size()));  // the arrivals timed above
     json.key("server_cpu_us_per_token").value(cpu_per_tok).key("net_cpu_us_per_token").value(net_per_tok);
     json.end_object();
   }
@@ -345,8 +357,8 @@ void register_bench_serve(CLI::App& app) {
   sub->add_option("--max-tokens", args->max_tokens, "Tokens per request (ignore_eos)")->capture_default_str();
   sub->add_option(
          "--prompt-tokens", args->prompt_tokens,
-         "Prompt of this many random token ids per request, through /v1/completions (0: a short chat "
-         "prompt)")
+         "Prompt of this many random token ids per request, through /v1/completions with logprobs 0, so "
+         "that every token is timed (0: a short chat prompt)")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
   sub->add_option(

@@ -76,6 +76,8 @@ TEST_CASE("bench serve: token-id prompts through /v1/completions stream every re
     CHECK(int64_t(e["failed"]) == 0);
     // ignore_eos: every request streams its 5 tokens (the usage chunks' counts).
     CHECK(int64_t(e["tokens"]) == 4 * 5);
+    // logprobs 0: each token arrives in a chunk of its own, timed whether it has text or not.
+    CHECK(int64_t(e["token_events"]) == 4 * 5);
     CHECK(double(e["tokens_per_s"]) > 0);
   }
 }
