@@ -342,13 +342,13 @@ struct Device {
   // astrai::gpu::paged_attention as the backend runs it (tensor cores for long query runs), with
   // the step's leading one-query sequences as AttentionBatch::num_decode_seqs, or 0: one kernel;
   // over sequences [s0, s0 + n) of the step (n < 0: to the end), to time a part of it alone.
-  void dispatch(int num_decode_seqs, int s0 = 0, int n = -1, cudaStream_t stream = nullptr) {
+  void dispatch(int num_decode_seqs, int s0 = 0, int n = -1) {
     astrai::gpu::g_tensor_cores = true;
-    paged_attention(num_decode_seqs, s0, n, stream);
+    paged_attention(num_decode_seqs, s0, n);
     astrai::gpu::g_tensor_cores = false;
   }
-  void cuda_core() { paged_attention(0, 0, -1, nullptr); }
-  void paged_attention(int num_decode_seqs, int s0, int n, cudaStream_t stream) {
+  void cuda_core() { paged_attention(0, 0, -1); }
+  void paged_attention(int num_decode_seqs, int s0, int n) {
     using astrai::DType;
     using astrai::Tensor;
     const auto dev = astrai::Device::cuda;
@@ -373,7 +373,7 @@ struct Device {
                              max_q,
                              max_kv,
                              num_decode_seqs};
-    astrai::gpu::paged_attention(stream, qt, kt, vt, b, p.scale, ot, scratch);
+    astrai::gpu::paged_attention(nullptr, qt, kt, vt, b, p.scale, ot, scratch);
   }
 };
 
