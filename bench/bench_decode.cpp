@@ -3,13 +3,13 @@
 //                       [--batch 1,8,32] [--prompt-len 128] [--tokens 64] [--no-cuda-graphs]
 //                       [--max-model-len N] [--temperature T] [--top-p P] [--host-sampling] [--tp N]
 // For each batch size B: B random prompts prefilled (chunks of up to 512 tokens per step), then
-// --tokens decode steps of B sequences in lockstep (greedy next token by the backend's sample op, or
-// drawn at --temperature (and --top-p), as the step loop does: only the ids come back; --host-sampling
-// downloads the logits and takes the argmax on the host instead, the path before the op), timed. Prints a
-// table and one JSON line. As in the engine, the step buffers are reserved for B sequences of the whole
-// length (or
-// --max-model-len, as the engine's context would) up front and, on a GPU, decode steps replay a
-// CUDA graph per batch bucket (captured before the prefill; --no-cuda-graphs runs them eagerly).
+// --tokens decode steps of B sequences in lockstep (greedy next token by the backend's sample op,
+// or drawn at --temperature (and --top-p), as the step loop does: only the ids come back;
+// --host-sampling downloads the logits and takes the argmax on the host instead, the path before
+// the op), timed. Prints a table and one JSON line. As in the engine, the step buffers are reserved
+// for B sequences of the whole length (or --max-model-len, as the engine's context would) up front
+// and, on a GPU, decode steps replay a CUDA graph per batch bucket (captured before the prefill;
+// --no-cuda-graphs runs them eagerly).
 //
 // Bandwidth reference: at batch 1 a decode step reads every weight once, so it cannot beat
 // weight_bytes / memory bandwidth. We time a plain parallel read of all weight bytes (a sum over

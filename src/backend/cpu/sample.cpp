@@ -204,9 +204,9 @@ void sample(const SampleBatch& b) {
   const auto* mask = static_cast<const uint32_t*>(b.mask.data);
   int32_t* out = b.out.ptr<int32_t>();
   // Rows are independent: a batch with sampled rows (a millisecond or more each: float64 exp over
-  // the row, and a sort when it truncates) spreads them over the threads, each with its scratch. Greedy rows
-  // (a copy and an argmax, memory-bound) stay on this thread, where a parallel region costs more than it
-  // saves.
+  // the row, and a sort when it truncates) spreads them over the threads, each with its scratch.
+  // Greedy rows (a copy and an argmax, memory-bound) stay on this thread, where a parallel region
+  // costs more than it saves.
 #pragma omp parallel for schedule(dynamic, 1) if (R > 1 && any_sampled)
   for (int64_t r = 0; r < R; ++r) {
     thread_local RowScratch scratch;
