@@ -24,6 +24,7 @@
 // kMaxHeadDim (shared memory grows with it).
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -65,6 +66,7 @@ struct AttnParams {
   const int32_t* kv_len;
   const int32_t* page_table;
   int num_seqs, max_pages, page_size;
+  int page_shift;  // log2(page_size) where it is a power of two, else -1
   int64_t heads, group, kv_heads, head_dim, n_pages;
   float scale;
   int heads_per_tile;  // q heads of one KV head in a tile (decode: the GQA group shares K/V loads)
@@ -308,8 +310,26 @@ __global__ void __launch_bounds__(kCombineThreads) combine_splits_kernel(AttnPar
 // state as the general kernel does (m in natural-log units) and combine_splits_kernel merges; a split gets
 // max(kDecodeMinKeys, its share rounded up to the keys a block takes per iteration) keys, so short contexts
 // use few splits whatever the grid's capacity.
+// The narrow blocks (many sequences: several blocks per multiprocessor, a serving step's batch) keep
+// kRing - 1 rounds of K/V in flight ahead of the one being used: each thread copies the 16-byte
+// pieces it will itself read into a ring in shared memory (cp.async, no barrier: a thread waits only
+// for its own copies), so a block does not stall on each round's loads in turn. With the wide
+// blocks one round is a whole minimal split, and they load straight into registers.
 constexpr int kDecodeWarps = 8;
 constexpr int64_t kDecodeMinKeys = 64;
+// The decode kernel's softmax state stays relative to its running maximum m until a score passes m
+// by more than this (log2 units): most keys then cost no rescale of the accumulators (their terms
+// reach at most 2^kRescaleSlack, far inside f32).
+constexpr float kRescaleSlack = 8.0f;
+
+// The cache slot of key `key` of the sequence whose page-table row is `pages`, or -1 where its
+// page is outside the cache (validated by the model: never read). 32-bit key arithmetic, a shift
+// for a power-of-two page size: this runs for every key a lane loads.
+__device__ __forceinline__ int64_t decode_slot(const AttnParams& p, const int32_t* pages, int key) {
+  const int pg = p.page_shift >= 0 ? key >> p.page_shift : key / p.page_size;
+  const int32_t page = pg < p.max_pages ? pages[pg] : -1;
+  return page >= 0 && page < p.n_pages ? int64_t(page) * p.page_size + (key - pg * p.page_size) : -1;
+}
 // U (groups of keys per iteration): kDecodeMinKeys keys per iteration with kDecodeWarps warps; 2
 // with the narrow blocks of 4 warps.
 template <int D, int G, int W, int U = (W == kDecodeWarps ? int(kDecodeMinKeys) / (W * (32 / (D / 8))) : 2)>
@@ -319,8 +339,13 @@ __global__ void __launch_bounds__(W * 32)
   pdl_launch_dependents();  // the o projection's GEMV may start loading its weights
   constexpr int kLanesPerKey = D / 8, kKeysPerWarp = 32 / kLanesPerKey;
   constexpr int kKeysPerIter = W * kKeysPerWarp * U;
+  // Rounds in the ring (1: no ring); the static shared memory stays within 48 KB at G = 8.
+  constexpr int kRing = W == kDecodeWarps ? 1 : G >= 8 ? 3 : 4;
+  static_assert(kRing * U <= 32, "the ring's valid bits fit one word");
   __shared__ float ml_s[W][G][2];
   __shared__ float acc_s[W][G][D];
+  // [round][u][k, v][thread]: each thread's own 16-byte pieces (a single element without the ring).
+  __shared__ uint4 ring[kRing > 1 ? kRing : 1][kRing > 1 ? U : 1][2][kRing > 1 ? W * 32 : 1];
   const int kvh = blockIdx.x;
   const int s = blockIdx.y / p.splits, split = blockIdx.y % p.splits;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -346,41 +371,71 @@ __global__ void __launch_bounds__(W * 32)
   const int32_t* pages = p.page_table + int64_t(s) * p.max_pages;
   uint4 kr[U], vr[U];
   bool ok[U];
-  auto key_of = [&](int64_t base, int u) { return base + (u * W + warp) * kKeysPerWarp + sub; };
+  const int key_end = int(j1), own = int(kv_len - 1);
+  auto key_of = [&](int64_t base, int u) { return int(base) + (u * W + warp) * kKeysPerWarp + sub; };
+  // Element offset of this lane's 8 dims of key `slot`'s row.
+  auto offset = [&](int64_t slot) { return (slot * p.kv_heads + kvh) * D + part * 8; };
   auto load_keys = [&](int64_t base) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int64_t key = key_of(base, u);
-      ok[u] = false;
-      if (key < j1) {
-        const int64_t pg = key / p.page_size;
-        const int32_t page = pg < p.max_pages ? pages[pg] : -1;
-        if (page >= 0 && page < p.n_pages) {  // validated by the model; never read outside the cache
-          const int64_t off =
-              ((int64_t(page) * p.page_size + key % p.page_size) * p.kv_heads + kvh) * D + part * 8;
-          kr[u] = *reinterpret_cast<const uint4*>(k_cache + off);
-          vr[u] = *reinterpret_cast<const uint4*>(v_cache + off);
-          ok[u] = true;
-        }
+      const int key = key_of(base, u);
+      const int64_t slot = key < key_end ? decode_slot(p, pages, key) : -1;
+      ok[u] = slot >= 0;
+      if (ok[u]) {
+        kr[u] = *reinterpret_cast<const uint4*>(k_cache + offset(slot));
+        vr[u] = *reinterpret_cast<const uint4*>(v_cache + offset(slot));
+      }
+    }
+  };
+  // The ring: round r of the keys from `base` into slot `slot`, its keys' valid bits into okbits
+  // (skip_own: not the step's own key, which is stored after pdl_wait).
+  uint32_t okbits = 0;
+  auto issue = [&](int64_t base, int slot, bool skip_own) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int key = key_of(base, u);
+      const uint32_t bit = 1u << (slot * U + u);
+      const int64_t cache_slot = key < key_end ? decode_slot(p, pages, key) : -1;
+      okbits = cache_slot >= 0 ? okbits | bit : okbits & ~bit;
+      if (cache_slot >= 0 && !(skip_own && key == own)) {
+        cp_async16(&ring[slot][u][0][threadIdx.x], k_cache + offset(cache_slot), true);
+        cp_async16(&ring[slot][u][1][threadIdx.x], v_cache + offset(cache_slot), true);
       }
     }
   };
   // Under programmatic dependent launch (decode_pdl) this kernel may start while rope_kv_store
   // still runs: the first keys' loads go out before pdl_wait, and the one key that kernel writes
-  // (this step's own, kv_len - 1) is loaded again after it, as is q. Launched plainly, pdl_wait
-  // returns at once.
-  load_keys(j0);
-  pdl_wait();
+  // (this step's own, kv_len - 1) is loaded after it (again, into registers; into the ring, where
+  // its copy was held back), as is q. Launched plainly, pdl_wait returns at once.
+  if constexpr (kRing > 1) {
 #pragma unroll
-  for (int u = 0; u < U; ++u)
-    if (ok[u] && key_of(j0, u) == kv_len - 1) {
-      const int64_t key = kv_len - 1;
-      const int64_t off =
-          ((int64_t(pages[key / p.page_size]) * p.page_size + key % p.page_size) * p.kv_heads + kvh) * D +
-          part * 8;
-      kr[u] = *reinterpret_cast<const uint4*>(k_cache + off);
-      vr[u] = *reinterpret_cast<const uint4*>(v_cache + off);
+    for (int r = 0; r < kRing - 1; ++r) {
+      issue(j0 + r * kKeysPerIter, r, true);
+      cp_async_commit();
     }
+  } else {
+    load_keys(j0);
+  }
+  pdl_wait();
+  if constexpr (kRing > 1) {
+#pragma unroll
+    for (int r = 0; r < kRing - 1; ++r)
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if ((okbits >> (r * U + u) & 1u) && key_of(j0 + r * kKeysPerIter, u) == own) {
+          const int64_t off = offset(decode_slot(p, pages, own));
+          ring[r][u][0][threadIdx.x] = *reinterpret_cast<const uint4*>(k_cache + off);
+          ring[r][u][1][threadIdx.x] = *reinterpret_cast<const uint4*>(v_cache + off);
+        }
+  } else {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (ok[u] && key_of(j0, u) == own) {
+        const int64_t off = offset(decode_slot(p, pages, own));
+        kr[u] = *reinterpret_cast<const uint4*>(k_cache + off);
+        vr[u] = *reinterpret_cast<const uint4*>(v_cache + off);
+      }
+  }
   const float qscale = p.scale * 1.4426950408889634f;  // log2 e
   float q[G][8];
 #pragma unroll
@@ -398,32 +453,59 @@ __global__ void __launch_bounds__(W * 32)
     for (int i = 0; i < 8; ++i) acc[g][i] = 0.0f;
   }
   // The loop bounds are uniform over the block (shuffles below need the whole warp).
-  for (int64_t base = j0;;) {
+  for (int64_t base = j0, round = 0;; ++round) {
+    if constexpr (kRing > 1) {
+      // The round kRing - 1 ahead goes out (into the slot the last round used), then this round's
+      // copies are waited for and taken into registers.
+      issue(base + (kRing - 1) * kKeysPerIter, int((round + kRing - 1) % kRing), false);
+      cp_async_commit();
+      cp_async_wait<kRing - 1>();
+      const int slot = int(round % kRing);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        kr[u] = ring[slot][u][0][threadIdx.x];
+        vr[u] = ring[slot][u][1][threadIdx.x];
+        ok[u] = okbits >> (slot * U + u) & 1u;
+      }
+    }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       float kf[8], vf[8];
       unpack8(kr[u], kf);
       unpack8(vr[u], vf);
+      // Every group's score first: the shuffles run with the whole warp converged, before the
+      // branches below (a shuffle the compiler cannot prove converged costs a collective sequence).
+      float d[G];
 #pragma unroll
       for (int g = 0; g < G; ++g) {
-        float d = 0.0f;
+        d[g] = 0.0f;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) d += q[g][i] * kf[i];
+        for (int i = 0; i < 8; ++i) d[g] += q[g][i] * kf[i];
+      }
 #pragma unroll
-        for (int o = kLanesPerKey / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-        if (!ok[u]) continue;  // a key past the split (or an invalid page): not seen
-        const float m_new = fmaxf(m[g], d);
-        const float corr = exp2f(m[g] - m_new);  // m = -inf at first: 0
-        const float pj = exp2f(d - m_new);
-        l[g] = l[g] * corr + pj;
+      for (int o = kLanesPerKey / 2; o > 0; o >>= 1)
 #pragma unroll
-        for (int i = 0; i < 8; ++i) acc[g][i] = acc[g][i] * corr + pj * vf[i];
-        m[g] = m_new;
+        for (int g = 0; g < G; ++g) d[g] += __shfl_xor_sync(0xffffffffu, d[g], o);
+      if (!ok[u]) continue;  // a key past the split (or an invalid page): not seen
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        // Past the slack (and at the first key, m = -inf): the state moves to m = d.
+        if (d[g] > m[g] + kRescaleSlack) {
+          const float corr = exp2f(m[g] - d[g]);  // m = -inf: 0
+          l[g] *= corr;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[g][i] *= corr;
+          m[g] = d[g];
+        }
+        const float pj = exp2f(d[g] - m[g]);
+        l[g] += pj;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[g][i] += pj * vf[i];
       }
     }
     base += kKeysPerIter;
     if (base >= j1) break;
-    load_keys(base);
+    if constexpr (kRing == 1) load_keys(base);
   }
   // Merge the lane groups of the warp (same dims, different keys), then the warps.
 #pragma unroll
@@ -732,6 +814,7 @@ void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache
   p.num_seqs = int(S);
   p.max_pages = batch.max_pages;
   p.page_size = int(ps);
+  p.page_shift = std::has_single_bit(uint64_t(ps)) ? std::countr_zero(uint64_t(ps)) : -1;
   p.heads = H;
   p.group = H / KVH;
   p.kv_heads = KVH;

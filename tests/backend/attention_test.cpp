@@ -24,6 +24,7 @@ struct CaseShape {
   int d = 0;            // head_dim; 0: random in [1, max_d]
   int kv_capacity = 0;  // AttentionBatch::max_kv_len when above the longest sequence (a graph's grid)
   bool decode = false;  // every sequence one query (a decode step)
+  int min_seqs = 1, max_seqs = 6;
 };
 
 struct BatchShape {
@@ -47,7 +48,7 @@ void run_case(Backend& be, Rng& rng, const CaseShape& shape) {
   b.page_size = std::vector<int>{1, 3, 16}[size_t(rng.randint(0, 2))];
   b.kv_capacity = shape.kv_capacity;
   b.decode = shape.decode;
-  b.seqs.resize(size_t(rng.randint(1, 6)));
+  b.seqs.resize(size_t(rng.randint(shape.min_seqs, shape.max_seqs)));
   for (auto& s : b.seqs) {
     s.kv_len = rng.randint(1, shape.max_kv);
     const int kind =
@@ -218,8 +219,9 @@ void attention_long_context(Backend& be) {
 }
 
 // Decode steps (one query per sequence) at the head dims and groups the CUDA backend's decode
-// kernel takes (64, 128; 1, 2, 4, 8), short and long contexts, with the grid sized from the step's
-// longest sequence or from a larger capacity (as a CUDA graph's is): many splits past the keys.
+// kernel takes (64, 128; 1, 2, 4, 8), short and long contexts, few and many sequences, with the grid
+// sized from the step's longest sequence or from a larger capacity (as a CUDA graph's is): many
+// splits past the keys.
 void attention_decode(Backend& be) {
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
@@ -232,6 +234,17 @@ void attention_decode(Backend& be) {
         shape.kv_capacity = rng.randint(0, 1) ? 4096 : 0;
         run_case(be, rng, shape);
       }
+  // Many sequences (a serving step's batch: the CUDA kernel's narrow blocks with their ring of
+  // rounds in flight), contexts shorter and longer than the rounds the ring holds.
+  for (int d : {64, 128})
+    for (int group : {1, 4, 8}) {
+      CaseShape shape{group, 300, 1, 160, d};
+      shape.decode = true;
+      shape.min_seqs = 40;
+      shape.max_seqs = 70;
+      shape.kv_capacity = rng.randint(0, 1) ? 4096 : 0;
+      run_case(be, rng, shape);
+    }
 }
 
 // Steps of the shapes that take the CUDA backend's tensor-core path (bf16, head_dim 64, 96, 128,
