@@ -2,6 +2,7 @@
 //   astrai bench decode --device cpu --preset tiny|qwen3-0.6b|... (or --model DIR)
 //                       [--batch 1,8,32] [--prompt-len 128] [--tokens 64] [--no-cuda-graphs]
 //                       [--max-model-len N] [--temperature T] [--top-p P] [--host-sampling] [--tp N]
+//                       [--profile-step N]
 // For each batch size B: B random prompts prefilled (chunks of up to 512 tokens per step), then
 // --tokens decode steps of B sequences in lockstep (greedy next token by the backend's sample op,
 // or drawn at --temperature (and --top-p), as the step loop does: only the ids come back;
@@ -46,6 +47,7 @@ struct DecodeBenchOptions {
   bool no_cuda_graphs = false;
   int max_model_len = 0;  // 0: prompt + tokens
   bool host_sampling = false;
+  int profile_step = -1;     // >= 0: that timed decode step of each batch runs inside profile_range
   float temperature = 0.0f;  // > 0: the sample op draws (seeded per sequence and step) instead of argmax
   float top_p = 1.0f;        // of those draws (1: off)
   int tp = 1;
@@ -81,8 +83,10 @@ struct BatchResult {
   int64_t prefill_tokens = 0, decode_tokens = 0;
 };
 
-BatchResult run_batch(Model& model, int B, int prompt_len, int steps, uint64_t seed, bool graphs,
-                      int max_model_len, bool host_sampling, float temperature, float top_p) {
+BatchResult run_batch(Model& model, int B, const DecodeBenchOptions& o) {
+  const int prompt_len = o.prompt_len, steps = o.tokens, max_model_len = o.max_model_len;
+  const uint64_t seed = o.seed;
+  const bool graphs = !o.no_cuda_graphs, host_sampling = o.host_sampling;
   const ModelConfig& cfg = model.config();
   const int page_size = 16;
   const int total_len = prompt_len + steps;
@@ -128,8 +132,8 @@ BatchResult run_batch(Model& model, int B, int prompt_len, int steps, uint64_t s
   for (int r = 0; r < B; ++r) {
     rows[size_t(r)].src_row = r;
     rows[size_t(r)].seed = seed * 1000003 + uint64_t(r);
-    rows[size_t(r)].temperature = temperature;
-    rows[size_t(r)].top_p = top_p;
+    rows[size_t(r)].temperature = o.temperature;
+    rows[size_t(r)].top_p = o.top_p;
   }
   Buffer rows_buf = be.alloc(rows.size() * sizeof(SampleRowParams));
   Buffer out_buf = be.alloc(size_t(B) * sizeof(int32_t) * sample_out_words(0));
@@ -187,7 +191,9 @@ BatchResult run_batch(Model& model, int B, int prompt_len, int steps, uint64_t s
   for (int i = 0; i < steps; ++i) {
     batch.clear();
     for (int s = 0; s < B; ++s) add(s, prompt_len + i, prompt_len + i + 1);
+    if (i == o.profile_step) be.profile_range(true);
     step(all);
+    if (i == o.profile_step) be.profile_range(false);
   }
   res.decode_s = seconds_since(t0);
   res.decode_forward_s = forward_s;
@@ -232,8 +238,7 @@ void run(const DecodeBenchOptions& o) {
               "fwd ms/step", "x floor");
   std::vector<BatchResult> results;
   for (int B : batches) {
-    BatchResult r = run_batch(*model, B, o.prompt_len, o.tokens, o.seed, !o.no_cuda_graphs, o.max_model_len,
-                              o.host_sampling, o.temperature, o.top_p);
+    BatchResult r = run_batch(*model, B, o);
     const double ms = r.decode_s * 1e3 / o.tokens;
     // The floor is measured only on the CPU backend (a timed read of the f32 weights); elsewhere the
     // column says so rather than print 0 (on a GPU, measure the copy bandwidth:
@@ -322,6 +327,10 @@ void register_bench_decode(CLI::App& app) {
                 "Download the logits and take the argmax on the host (the path before the sample op)")
       ->excludes(temperature)
       ->excludes(top_p);
+  sub->add_option("--profile-step", o->profile_step,
+                  "Run timed decode step N (from 0) of each batch inside the backend's profiler range "
+                  "(ncu/nsys --profile-from-start off record only that step)")
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--tp", o->tp, "Tensor-parallel ranks: the model is split over GPUs 0..tp-1")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

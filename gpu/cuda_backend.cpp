@@ -1,5 +1,6 @@
 #include "gpu/cuda_backend.h"
 
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
 #include <cstring>
@@ -286,6 +287,11 @@ class CudaBackend final : public Backend {
     ASTRAI_CUDA_CHECK(cudaEventSynchronize(upload_done_));  // at once if nothing was recorded
   }
   bool supports_graphs() const override { return true; }
+  void profile_range(bool on) override {
+    enter();
+    ASTRAI_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the range holds exactly what was launched in it
+    ASTRAI_CUDA_CHECK(on ? cudaProfilerStart() : cudaProfilerStop());
+  }
   cudaStream_t stream() const { return stream_; }
   int device_index() const { return device_; }
   std::unique_ptr<StepGraph> capture(const std::function<void()>& body) override {

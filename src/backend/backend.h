@@ -312,6 +312,9 @@ class Backend {
   virtual void wait_uploads() {}
   // Whether capture() records graphs here.
   virtual bool supports_graphs() const { return false; }
+  // Starts (on) or stops recording by a device profiler started with recording off (ncu or nsys
+  // --profile-from-start off), so one step can be profiled alone. A no-op where there is none.
+  virtual void profile_range(bool on) { (void)on; }
   // Runs body with the backend recording its ops instead of executing them and returns them as a
   // graph, or null where graphs are unsupported. body must only launch ops: no upload, download,
   // synchronize or allocation; the buffers it names must outlive the graph.
