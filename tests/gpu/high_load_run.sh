@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Not a ctest test: where a high-load decode step goes, on a GPU machine, after `source .gpu/env.sh`
+# from gpu-bundle (astrai, astrai_backend_tests and astrai_gpu_tests bundled), from the repository root:
+#   BUDGET=540 STEPS="tests profile serve startup" bash tests/gpu/high_load_run.sh
+# Steps, in this order (each skipped once BUDGET seconds have passed; STEPS picks some):
+#   decode   `bench decode` of qwen3-8b at batch 64 / 128 / 256 and prompt 192 (a serve mix) and
+#            llama-1b at batch 1 / 8 / 32 / 64 and prompt 512, for each binary in BINS (default astrai)
+#            and each of the switches in SWITCHES (env assignments, ';'-separated)
+#   profile  ncu of one graphed decode step of qwen3-8b at batch 64 and 256 (`bench decode
+#            --profile-step 2`, each graph node timed alone, clocks as found)
+#   serve    `bench serve` llama-1b, 32 streams, 128 / 256 tokens: TTFT and ITL per token
+#   serve8b  `bench serve` qwen3-8b, 1,000 requests at once, 128 / 128 tokens, with the step profile,
+#            for each of the switches in SERVE_SWITCHES
+#   attn     ncu's detailed sections of the decode attention kernel in a graphed step at batch 256
+#   startup  `astrai serve --device cuda` to the first /health 200, llama-1b and qwen3-8b, twice
+#   tests    the backend [gpu] cases and the gpu suite's forward / graph / step-loop cases
+# Logs go into $OUT/high_load.tgz, re-packed after every step (the device tool returns only a few
+# files), one-line summaries into $OUT/progress.txt. Model directories are random bf16 presets
+# from `astrai init`, written once under $TMPDIR/m.
+set -u
+final=${OUT:-/tmp/out}; out=${TMPDIR:-/tmp}/high_load_out; rm -rf "$out"; mkdir -p "$out" "$final"
+tmp=${TMPDIR:-/tmp}
+T0=$(date +%s); BUDGET=${BUDGET:-540}; STEPS=${STEPS:-tests decode profile serve serve8b attn startup}
+left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
+pack() { tar czf "$final/high_load.tgz" -C "$out" . 2>/dev/null; cp "$out/progress.txt" "$final/" 2>/dev/null; }
+log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$out/progress.txt"; pack; }
+trap pack EXIT
+run_to() { local t=$1; shift; local l; l=$(left); [ "$l" -le 5 ] && { log "SKIP (no time): $*"; return 99; }
+  [ "$t" -gt "$l" ] && t=$l; timeout "$t" "$@"; }
+want() { case " $STEPS " in *" $1 "*) return 0;; esac; return 1; }
+export ASTRAI_TEST_TMP=$tmp/astrai-test; mkdir -p "$ASTRAI_TEST_TMP"
+export ASTRAI_BIN=$(command -v astrai)
+M=$tmp/m; mkdir -p $M
+( for p in qwen3-8b llama-1b; do
+    [ -f $M/$p/config.json ] || astrai init --preset $p --out $M/$p --dtype bf16 --device cpu
+  done ) > "$out/init.log" 2>&1 &
+INIT=$!
+log "start: $STEPS"
+wait $INIT; log "init: $(tail -1 $out/init.log)"
+if want decode; then
+  IFS=';' read -ra sw <<< "${SWITCHES:-X=1}"
+  for bin in ${BINS:-astrai}; do
+    for s in "${sw[@]}"; do
+      for spec in "qwen3-8b 64,128,256 192" "llama-1b 1,8,32,64 512"; do
+        set -- $spec
+        echo "== $bin [$s] $*" >> "$out/decode.txt"
+        run_to 90 env $s $bin bench decode --device cuda --model $M/$1 --batch $2 --prompt-len $3 --tokens 32 >> "$out/decode.txt" 2>&1
+        log "decode $bin [$s] $1: exit $? $(grep -E '^ +[0-9]' "$out/decode.txt" | tail -$(echo $2 | tr ',' ' ' | wc -w) | awk '{printf "B%s %s tok/s %s ms | ", $1, $3, $4}')"
+      done
+    done
+  done
+fi
+if want profile; then
+  for b in 64 256; do
+    run_to 150 ncu --profile-from-start off --clock-control none --graph-profiling node --metrics gpu__time_duration.sum --csv \
+      astrai bench decode --device cuda --model $M/qwen3-8b --batch $b --prompt-len 192 --tokens 4 --profile-step 2 \
+      > "$out/ncu_qwen3-8b_b$b.csv" 2> "$out/ncu_qwen3-8b_b$b.err"
+    log "ncu qwen3-8b B$b: exit $? $(wc -l < "$out/ncu_qwen3-8b_b$b.csv") lines"
+  done
+fi
+if want serve; then
+  run_to 120 astrai bench serve --model $M/llama-1b --concurrency 32 --requests 320 --prompt-tokens 128 --max-tokens 256 \
+    --level-seconds 40 --server-log "$out/serve_llama-1b.log" > "$out/serve_llama-1b.txt" 2>&1
+  rc=$?; pkill -f "astrai serve" 2>/dev/null; sleep 1
+  log "serve llama-1b: exit $rc $(grep -E '^ +[0-9]+ +[0-9]' "$out/serve_llama-1b.txt" | tr -s ' ')"
+fi
+if want serve8b; then
+  IFS=';' read -ra sw <<< "${SERVE_SWITCHES:-X=1}"
+  for s in "${sw[@]}"; do
+    tag=$(echo "$s" | tr -c 'A-Za-z0-9=\n' '_')
+    run_to 150 env ASTRAI_STEP_PROFILE=1 $s astrai bench serve --model $M/qwen3-8b --concurrency 1000 --requests 1000 --prompt-tokens 128 \
+      --max-tokens 128 --level-seconds 40 --server-log "$out/serve_qwen3-8b_$tag.log" > "$out/serve_qwen3-8b_$tag.txt" 2>&1
+    rc=$?; pkill -f "astrai serve" 2>/dev/null; sleep 1
+    log "serve qwen3-8b [$s]: exit $rc $(grep -E '^ +[0-9]+ +[0-9]' "$out/serve_qwen3-8b_$tag.txt" | tr -s ' ')"
+  done
+fi
+if want attn; then
+  # The decode attention kernel of one graphed step at batch 256 under ncu's detailed sections.
+  run_to 150 ncu --profile-from-start off --graph-profiling node --kernel-name regex:decode_attention --launch-count 1 \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+    --section MemoryWorkloadAnalysis astrai bench decode --device cuda --model $M/qwen3-8b --batch 256 --prompt-len 192 \
+    --tokens 4 --profile-step 2 > "$out/ncu_attn_b256.txt" 2>&1
+  log "ncu attention B256: exit $? $(wc -l < "$out/ncu_attn_b256.txt") lines"
+fi
+if want startup; then
+  for model in llama-1b qwen3-8b llama-1b qwen3-8b; do
+    astrai serve --device cuda --model $M/$model --port 18181 > "$out/startup_$model.log" 2>&1 &
+    pid=$!
+    # Seconds from now to the first /health 200 (python3: the machine may have no curl).
+    secs=$(python3 -c '
+import time, urllib.request
+t0 = time.time()
+while time.time() - t0 < 60:
+    try:
+        urllib.request.urlopen("http://127.0.0.1:18181/health", timeout=1); print("%.2f" % (time.time() - t0)); break
+    except Exception: time.sleep(0.05)
+else: print("never")')
+    kill $pid; wait $pid 2>/dev/null
+    log "startup $model: $secs s to /health; $(grep -iE 'captur' "$out/startup_$model.log" | tail -1 | cut -c1-200)"
+  done
+fi
+if want tests; then
+  run_to 150 astrai_backend_tests "[gpu]" > "$out/backend_tests.log" 2>&1
+  log "backend [gpu]: exit $? $(grep -E 'test cases' "$out/backend_tests.log" | tail -1)"
+  run_to 150 astrai_gpu_tests "forward*,decode steps replayed*,the step loop's greedy*,cuda *" > "$out/gpu_tests.log" 2>&1
+  log "gpu tests: exit $? $(grep -E 'test cases' "$out/gpu_tests.log" | tail -1)"
+fi
+log end
