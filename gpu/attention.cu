@@ -491,13 +491,13 @@ __global__ void __launch_bounds__(W * 32)
       for (int g = 0; g < G; ++g) {
         // Past the slack (and at the first key, m = -inf): the state moves to m = d.
         if (d[g] > m[g] + kRescaleSlack) {
-          const float corr = exp2f(m[g] - d[g]);  // m = -inf: 0
+          const float corr = fast_exp2(m[g] - d[g]);  // m = -inf: 0
           l[g] *= corr;
 #pragma unroll
           for (int i = 0; i < 8; ++i) acc[g][i] *= corr;
           m[g] = d[g];
         }
-        const float pj = exp2f(d[g] - m[g]);
+        const float pj = fast_exp2(d[g] - m[g]);
         l[g] += pj;
 #pragma unroll
         for (int i = 0; i < 8; ++i) acc[g][i] += pj * vf[i];

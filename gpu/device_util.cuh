@@ -102,6 +102,14 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
+// 2^x in one instruction (ex2.approx: about 2 ulp; results below 2^-126 flush to 0, as softmax
+// terms that small are).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // cp.async (sm_80 on): copies from global to shared memory that complete in the background, in
 // groups a thread commits and later waits for (each thread waits only for its own copies).
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {

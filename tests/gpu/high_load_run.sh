@@ -2,7 +2,7 @@
 # Not a ctest test: where a high-load decode step goes, on a GPU machine, after `source .gpu/env.sh`
 # from gpu-bundle (astrai, astrai_backend_tests and astrai_gpu_tests bundled), from the repository root:
 #   BUDGET=540 STEPS="tests profile serve startup" bash tests/gpu/high_load_run.sh
-# Steps, in this order (each skipped once BUDGET seconds have passed; STEPS picks some):
+# Steps, in this order (e2e: tests/gpu/e2e_vs_transformers.py on a copy of llama-1b, LM head x6) (each skipped once BUDGET seconds have passed; STEPS picks some):
 #   decode   `bench decode` of qwen3-8b at batch 64 / 128 / 256 and prompt 192 (a serve mix) and
 #            llama-1b at batch 1 / 8 / 32 / 64 and prompt 512, for each binary in BINS (default astrai)
 #            and each of the switches in SWITCHES (env assignments, ';'-separated)
@@ -12,6 +12,7 @@
 #   serve8b  `bench serve` qwen3-8b, 1,000 requests at once, 128 / 128 tokens, with the step profile,
 #            for each of the switches in SERVE_SWITCHES
 #   attn     ncu's detailed sections of the decode attention kernel in a graphed step at batch 256
+#   tables   `bench decode` of both models at batch 1..256, prompts 512 and 4k (qwen3-8b to batch 128)
 #   startup  `astrai serve --device cuda` to the first /health 200, llama-1b and qwen3-8b, twice
 #   tests    the backend [gpu] cases and the gpu suite's forward / graph / step-loop cases
 # Logs go into $OUT/high_load.tgz, re-packed after every step (the device tool returns only a few
@@ -20,7 +21,7 @@
 set -u
 final=${OUT:-/tmp/out}; out=${TMPDIR:-/tmp}/high_load_out; rm -rf "$out"; mkdir -p "$out" "$final"
 tmp=${TMPDIR:-/tmp}
-T0=$(date +%s); BUDGET=${BUDGET:-540}; STEPS=${STEPS:-tests decode profile serve serve8b attn startup}
+T0=$(date +%s); BUDGET=${BUDGET:-540}; STEPS=${STEPS:-tests decode e2e profile serve serve8b attn tables startup}
 left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
 pack() { tar czf "$final/high_load.tgz" -C "$out" . 2>/dev/null; cp "$out/progress.txt" "$final/" 2>/dev/null; }
 log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$out/progress.txt"; pack; }
@@ -49,6 +50,11 @@ if want decode; then
       done
     done
   done
+fi
+if want e2e; then
+  rm -rf $M/e2e-llama-1b; cp -r $M/llama-1b $M/e2e-llama-1b  # the script rewrites the weights it is given
+  run_to 120 python3 tests/gpu/e2e_vs_transformers.py $M/e2e-llama-1b $out/e2e_llama-1b 6 > "$out/e2e_llama-1b.txt" 2>&1
+  log "e2e llama-1b: exit $? $(tail -6 $out/e2e_llama-1b.txt | tr '\n' ' ' | cut -c1-500)"
 fi
 if want profile; then
   for b in 64 256; do
@@ -81,6 +87,14 @@ if want attn; then
     --section MemoryWorkloadAnalysis astrai bench decode --device cuda --model $M/qwen3-8b --batch 256 --prompt-len 192 \
     --tokens 4 --profile-step 2 > "$out/ncu_attn_b256.txt" 2>&1
   log "ncu attention B256: exit $? $(wc -l < "$out/ncu_attn_b256.txt") lines"
+fi
+if want tables; then
+  for spec in "llama-1b 1,8,32,64,128,256 512" "qwen3-8b 1,8,32,64,128,256 512" "llama-1b 1,8,32,64,128,256 4096" "qwen3-8b 1,8,32,64,128 4096"; do
+    set -- $spec
+    echo "== $*" >> "$out/tables.txt"
+    run_to 120 astrai bench decode --device cuda --model $M/$1 --batch $2 --prompt-len $3 --tokens 32 >> "$out/tables.txt" 2>&1
+    log "table $1 prompt $3: exit $? $(grep -E '^ +[0-9]' "$out/tables.txt" | tail -$(echo $2 | tr ',' ' ' | wc -w) | awk '{printf "B%s %s | ", $1, $3}')"
+  done
 fi
 if want startup; then
   for model in llama-1b qwen3-8b llama-1b qwen3-8b; do
