@@ -13,17 +13,11 @@
 
 namespace astrai::cpu {
 
-void sampling_candidates(std::span<const float> logits, float temperature, int top_k, float top_p,
-                         float min_p, std::vector<SampleCandidate>& c) {
-  const size_t vocab = logits.size();
-  float max_logit = -std::numeric_limits<float>::infinity();
-  for (float l : logits) max_logit = std::max(max_logit, l);
-  c.clear();
-  c.reserve(vocab);
-  for (size_t t = 0; t < vocab; ++t) {
-    const double e = std::exp((double(logits[t]) - double(max_logit)) / double(temperature));
-    if (e > 0) c.push_back({int32_t(t), e});
-  }
+namespace {
+
+// Step 3 from the candidates' masses: c holds every candidate (mass e > 0) with its unnormalised
+// mass; top_k, then most likely first (ties by id), top_p, min_p, each renormalised.
+void truncate_candidates(int top_k, float top_p, float min_p, std::vector<SampleCandidate>& c) {
   auto more_likely = [](const SampleCandidate& a, const SampleCandidate& b) {
     return a.prob != b.prob ? a.prob > b.prob : a.token < b.token;
   };
@@ -51,6 +45,22 @@ void sampling_candidates(std::span<const float> logits, float temperature, int t
     c.resize(keep);
   }
   normalise();
+}
+
+}  // namespace
+
+void sampling_candidates(std::span<const float> logits, float temperature, int top_k, float top_p,
+                         float min_p, std::vector<SampleCandidate>& c) {
+  const size_t vocab = logits.size();
+  float max_logit = -std::numeric_limits<float>::infinity();
+  for (float l : logits) max_logit = std::max(max_logit, l);
+  c.clear();
+  c.reserve(vocab);
+  for (size_t t = 0; t < vocab; ++t) {
+    const double e = std::exp((double(logits[t]) - double(max_logit)) / double(temperature));
+    if (e > 0) c.push_back({int32_t(t), e});
+  }
+  truncate_candidates(top_k, top_p, min_p, c);
 }
 
 void apply_sample_edits(std::span<float> logits, const SampleRowParams& p, const SampleEdit* edits) {
@@ -136,7 +146,14 @@ void sample_one(const float* raw_row, int64_t vocab, const uint32_t* mask_row, c
     } else if (candidates > 0 && sample_math::keeps_every_candidate(p, candidates)) {
       token = draw_in_id_order(s.masses, u);
     } else {
-      sampling_candidates(logits, p.temperature, p.top_k, p.top_p, p.min_p, s.candidates);
+      if (candidates > 0) {  // a top-k draw that truncates: its candidates from the masses' pass
+        s.candidates.clear();
+        for (size_t t = 0; t < s.masses.size(); ++t)
+          if (s.masses[t] > 0) s.candidates.push_back({int32_t(t), s.masses[t]});
+        truncate_candidates(p.top_k, p.top_p, p.min_p, s.candidates);
+      } else {
+        sampling_candidates(logits, p.temperature, p.top_k, p.top_p, p.min_p, s.candidates);
+      }
       if (s.candidates.empty()) {  // only when every logit is -inf or NaN
         token = argmax();
       } else {
