@@ -12,18 +12,7 @@
 # tool returns only a few files, and a run cut by its time limit keeps what it had), the one-line
 # summaries into $OUT/progress.txt. Model directories are random bf16 presets from `astrai init`,
 # written once under $TMPDIR/m.
-set -u
-final=${OUT:-/tmp/out}; out=${TMPDIR:-/tmp}/final_tree_out; rm -rf "$out"; mkdir -p "$out"
-tmp=${TMPDIR:-/tmp}
-T0=$(date +%s); BUDGET=${BUDGET:-540}
-left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
-pack() { tar czf "$final/final_tree.tgz" -C "$out" . 2>/dev/null; cp "$out/progress.txt" "$final/" 2>/dev/null; }
-log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$out/progress.txt"; pack; }
-trap pack EXIT
-run_to() { local t=$1; shift; local l; l=$(left); [ "$l" -le 5 ] && { log "SKIP (no time): $*"; return 99; }
-  [ "$t" -gt "$l" ] && t=$l; timeout "$t" "$@"; }
-export ASTRAI_TEST_TMP=$tmp/astrai-test; mkdir -p "$ASTRAI_TEST_TMP"
-export ASTRAI_BIN=$(command -v astrai)
+NAME=final_tree; source "$(dirname "$0")/run_lib.sh"
 nvidia-smi > "$out/smi.txt" 2>&1
 M=$tmp/m; mkdir -p $M
 ( [ -f $M/llama-1b/config.json ] || astrai init --preset llama-1b --out $M/llama-1b --dtype bf16 --device cpu

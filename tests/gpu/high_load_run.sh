@@ -18,19 +18,9 @@
 # Logs go into $OUT/high_load.tgz, re-packed after every step (the device tool returns only a few
 # files), one-line summaries into $OUT/progress.txt. Model directories are random bf16 presets
 # from `astrai init`, written once under $TMPDIR/m.
-set -u
-final=${OUT:-/tmp/out}; out=${TMPDIR:-/tmp}/high_load_out; rm -rf "$out"; mkdir -p "$out" "$final"
-tmp=${TMPDIR:-/tmp}
-T0=$(date +%s); BUDGET=${BUDGET:-540}; STEPS=${STEPS:-tests decode e2e profile serve serve8b attn tables startup}
-left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
-pack() { tar czf "$final/high_load.tgz" -C "$out" . 2>/dev/null; cp "$out/progress.txt" "$final/" 2>/dev/null; }
-log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$out/progress.txt"; pack; }
-trap pack EXIT
-run_to() { local t=$1; shift; local l; l=$(left); [ "$l" -le 5 ] && { log "SKIP (no time): $*"; return 99; }
-  [ "$t" -gt "$l" ] && t=$l; timeout "$t" "$@"; }
+NAME=high_load; source "$(dirname "$0")/run_lib.sh"
+STEPS=${STEPS:-tests decode e2e profile serve serve8b attn tables startup}
 want() { case " $STEPS " in *" $1 "*) return 0;; esac; return 1; }
-export ASTRAI_TEST_TMP=$tmp/astrai-test; mkdir -p "$ASTRAI_TEST_TMP"
-export ASTRAI_BIN=$(command -v astrai)
 M=$tmp/m; mkdir -p $M
 ( for p in qwen3-8b llama-1b; do
     [ -f $M/$p/config.json ] || astrai init --preset $p --out $M/$p --dtype bf16 --device cpu
