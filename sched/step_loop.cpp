@@ -29,14 +29,17 @@ double ms(Clock::time_point a, Clock::time_point b) {
 
 // Per kind of step (decode-only, or with prefill/extend chunks): host time before the forward
 // (schedule + build), the forward's launch, the sample op up to its draws on the host (on a GPU
-// mostly the wait for the device), processing the output, and the gap from the previous step's
-// draws to this step's forward (the host time the device sits idle for, in a loop without overlap).
+// mostly the wait for the device), processing the output, delivering it (the gauges and the
+// consumers' wake-ups after the step), and the gap from the previous step's draws to this step's
+// forward (the host time the device sits idle for, in a loop without overlap: it holds the previous
+// step's process and deliver and this step's plan).
 struct StepProfile {
   struct Sums {
     int64_t steps = 0, rows = 0;
-    double plan = 0, forward = 0, sample = 0, process = 0, gap = 0;
+    double plan = 0, forward = 0, sample = 0, process = 0, deliver = 0, gap = 0;
   };
   Sums kinds[2];
+  int last_kind = -1;  // the kind of the step this loop iteration ran (-1: none)
   Clock::time_point last_draws{};
   int64_t total = 0;
 
@@ -48,9 +51,9 @@ struct StepProfile {
       const double n = double(s.steps);
       spdlog::info(
           "step profile {}: {} steps, {:.1f} rows, ms per step: plan {:.3f} forward {:.3f} sample {:.3f} "
-          "process {:.3f} gap {:.3f}",
+          "process {:.3f} deliver {:.3f} gap {:.3f}",
           names[k], s.steps, double(s.rows) / n, s.plan / n, s.forward / n, s.sample / n, s.process / n,
-          s.gap / n);
+          s.deliver / n, s.gap / n);
     }
   }
 };
@@ -300,7 +303,8 @@ void StepLoop::step() {
   if (profile_) {
     StepProfile& pr = *profile_;
     const bool decode = plan.num_tokens == int(plan.chunks.size());
-    StepProfile::Sums& s = pr.kinds[decode ? 0 : 1];
+    pr.last_kind = decode ? 0 : 1;
+    StepProfile::Sums& s = pr.kinds[pr.last_kind];
     ++s.steps;
     s.rows += plan.num_tokens;
     s.plan += ms(t0, t1);
@@ -336,8 +340,13 @@ void StepLoop::run() {
       }
     }
     // Gauges before delivery: whoever reads stats() after seeing an event sees this step's state.
+    const auto d0 = Clock::now();
     update_gauges();
     output_.deliver();
+    if (profile_ && profile_->last_kind >= 0) {
+      profile_->kinds[profile_->last_kind].deliver += ms(d0, Clock::now());
+      profile_->last_kind = -1;
+    }
     if (paused_ || scheduler_.idle()) {
       // Nothing to compute: sleep until a command arrives (or, with a consumer behind on its
       // ring, retry delivery every millisecond).
