@@ -69,6 +69,9 @@ Child start_server(const BenchServeArgs& a, const std::filesystem::path& log) {
   // The child's stdout and stderr go to files (a pipe left unread could block or kill it); a kept
   // log (--server-log) takes both, in order.
   const std::string out_path = a.server_log.empty() ? log.string() + ".out" : log.string();
+  // Emptied before the child starts, as the port is read from it below: a log an earlier run left at
+  // the same path (--server-log) would otherwise give that run's port until the child truncates it.
+  { std::ofstream truncate(out_path, std::ios::trunc); }
   Child c;
   c.pid = ::fork();
   if (c.pid == 0) {

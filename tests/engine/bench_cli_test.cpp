@@ -82,6 +82,22 @@ TEST_CASE("bench serve: token-id prompts through /v1/completions stream every re
   }
 }
 
+TEST_CASE("bench serve: a --server-log left by an earlier run is not read for the server's port",
+          "[integration]") {
+  TempDir dir("bench-serve-log");
+  const auto log = dir / "server.log";
+  // What an earlier run's log holds: its server's port (here one nothing listens on).
+  write_file(log, "[00:00:00.000] [info] listening on http://127.0.0.1:1 (1 net thread, 1 worker threads)\n");
+  const CommandResult r = run_command(astrai_bin() +
+                                      " bench serve --model tiny --threads 1 --concurrency 1 --requests 2 "
+                                      "--max-tokens 2 --prompt-tokens 4 --level-seconds 60 --server-log " +
+                                      log.string());
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  const std::string kept = read_file(log);
+  CHECK_THAT(kept, !Catch::Contains("127.0.0.1:1 ") && Catch::Contains("listening on"));
+}
+
 TEST_CASE("bench serve: a model the server cannot load fails the bench at once, with the server's reason",
           "[integration]") {
   TempDir dir("bench-serve-bad");
