@@ -133,38 +133,27 @@ void sample_one(const float* raw_row, int64_t vocab, const uint32_t* mask_row, c
     token = argmax();
   } else {
     const double u = counter_uniform(p.seed, uint64_t(p.choice), uint64_t(p.index));
-    // Without top_p and min_p, whether top_k truncates takes the candidates' count, from the
-    // masses' pass that the id-order draw needs anyway.
-    int64_t candidates = -1;
-    if (p.top_p >= 1.0f && p.min_p <= 0.0f) {
-      float max_logit = -std::numeric_limits<float>::infinity();
-      for (float l : logits) max_logit = std::max(max_logit, l);  // NaN skipped, as sampling_candidates
-      candidates = candidate_masses(logits, max_logit, p.temperature, s.masses);
-    }
+    // One exp pass for every draw: the masses give the candidates' count (whether top_k truncates),
+    // the id-order draw, and a truncating draw's candidates.
+    float max_logit = -std::numeric_limits<float>::infinity();
+    for (float l : logits) max_logit = std::max(max_logit, l);  // NaN skipped, as sampling_candidates
+    const int64_t candidates = candidate_masses(logits, max_logit, p.temperature, s.masses);
     if (candidates == 0) {  // every logit -inf or NaN
       token = argmax();
-    } else if (candidates > 0 && sample_math::keeps_every_candidate(p, candidates)) {
+    } else if (sample_math::keeps_every_candidate(p, candidates)) {
       token = draw_in_id_order(s.masses, u);
     } else {
-      if (candidates > 0) {  // a top-k draw that truncates: its candidates from the masses' pass
-        s.candidates.clear();
-        for (size_t t = 0; t < s.masses.size(); ++t)
-          if (s.masses[t] > 0) s.candidates.push_back({int32_t(t), s.masses[t]});
-        truncate_candidates(p.top_k, p.top_p, p.min_p, s.candidates);
-      } else {
-        sampling_candidates(logits, p.temperature, p.top_k, p.top_p, p.min_p, s.candidates);
-      }
-      if (s.candidates.empty()) {  // only when every logit is -inf or NaN
-        token = argmax();
-      } else {
-        double cum = 0;
-        token = s.candidates.back().token;
-        for (const auto& c : s.candidates) {
-          cum += c.prob;
-          if (u < cum) {
-            token = c.token;
-            break;
-          }
+      s.candidates.clear();
+      for (size_t t = 0; t < s.masses.size(); ++t)
+        if (s.masses[t] > 0) s.candidates.push_back({int32_t(t), s.masses[t]});
+      truncate_candidates(p.top_k, p.top_p, p.min_p, s.candidates);  // keeps at least one
+      double cum = 0;
+      token = s.candidates.back().token;
+      for (const auto& c : s.candidates) {
+        cum += c.prob;
+        if (u < cum) {
+          token = c.token;
+          break;
         }
       }
     }
