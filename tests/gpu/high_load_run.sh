@@ -2,10 +2,11 @@
 # Not a ctest test: where a high-load decode step goes, on a GPU machine, after `source .gpu/env.sh`
 # from gpu-bundle (astrai, astrai_backend_tests and astrai_gpu_tests bundled), from the repository root:
 #   BUDGET=540 STEPS="tests profile serve startup" bash tests/gpu/high_load_run.sh
-# Steps, in this order (e2e: tests/gpu/e2e_vs_transformers.py on a copy of llama-1b, LM head x6) (each skipped once BUDGET seconds have passed; STEPS picks some):
+# Steps, in this order (each skipped once BUDGET seconds have passed; STEPS picks some):
 #   decode   `bench decode` of qwen3-8b at batch 64 / 128 / 256 and prompt 192 (a serve mix) and
 #            llama-1b at batch 1 / 8 / 32 / 64 and prompt 512, for each binary in BINS (default astrai)
 #            and each of the switches in SWITCHES (env assignments, ';'-separated)
+#   e2e      tests/gpu/e2e_vs_transformers.py on a copy of llama-1b (LM head x6)
 #   profile  ncu of one graphed decode step of qwen3-8b at batch 64 and 256 (`bench decode
 #            --profile-step 2`, each graph node timed alone, clocks as found)
 #   serve    `bench serve` llama-1b, 32 streams, 128 / 256 tokens: TTFT and ITL per token
