@@ -35,6 +35,7 @@
 #include <cstdint>
 
 #include "gpu/device_util.cuh"
+#include "gpu/mma_fragments.cuh"
 #include "src/backend/rows.h"
 
 namespace astrai::gpu::attention_mma {
@@ -51,111 +52,6 @@ constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kKeyTile = 64;  // keys per tile of the forward and dq kernels
 template <int kD>
 constexpr int kPitch = kD + 8;  // bf16 elements per shared-memory row
-
-// ---- PTX primitives ------------------------------------------------------------------------------
-
-__device__ __forceinline__ void ldsm_x4(const bf16* p, uint32_t* r) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldsm_x4_trans(const bf16* p, uint32_t* r) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-
-// c[16x8] += a[16x16] b[16x8], bf16 inputs, f32 accumulators.
-__device__ __forceinline__ void mma(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-// ---- fragments -----------------------------------------------------------------------------------
-// m16n8k16 layouts (lane = 4 * g + c): A holds rows g, g + 8 and columns 2c, 2c + 1 (+ 8); B holds
-// k rows 2c, 2c + 1 (+ 8) of column g; the accumulator holds rows g, g + 8 and columns 2c, 2c + 1.
-
-// A fragment of rows [r0, r0 + 16) x columns [k0, k0 + 16) of a row-major tile.
-template <int kP>
-__device__ __forceinline__ void load_a(const bf16* tile, int r0, int k0, uint32_t* a) {
-  const int l = threadIdx.x % 32;
-  ldsm_x4(tile + (r0 + (l & 15)) * kP + k0 + (l >> 4) * 8, a);
-}
-
-// B fragments of two n-blocks when B[k][n] = tile[n][k] (tile rows are the n index): rows
-// [n0, n0 + 16), columns [k0, k0 + 16). b[0..1] cover n0..n0+7, b[2..3] n0+8..n0+15.
-template <int kP>
-__device__ __forceinline__ void load_b(const bf16* tile, int n0, int k0, uint32_t* b) {
-  const int l = threadIdx.x % 32;
-  ldsm_x4(tile + (n0 + (l & 7) + ((l >> 4) << 3)) * kP + k0 + ((l >> 3) & 1) * 8, b);
-}
-
-// B fragments of two n-blocks when B[k][n] = tile[k][n] (tile rows are the k index): rows
-// [k0, k0 + 16), columns [n0, n0 + 16).
-template <int kP>
-__device__ __forceinline__ void load_b_trans(const bf16* tile, int k0, int n0, uint32_t* b) {
-  const int l = threadIdx.x % 32;
-  ldsm_x4_trans(tile + (k0 + (l & 7) + ((l >> 3) & 1) * 8) * kP + n0 + (l >> 4) * 8, b);
-}
-
-// The A fragment (16 x 16, k block kk) of a 16 x N product held as accumulators c[N / 8][4].
-__device__ __forceinline__ void acc_to_a(const float (*c)[4], int kk, uint32_t* a) {
-  a[0] = pack_bf16(c[2 * kk][0], c[2 * kk][1]);
-  a[1] = pack_bf16(c[2 * kk][2], c[2 * kk][3]);
-  a[2] = pack_bf16(c[2 * kk + 1][0], c[2 * kk + 1][1]);
-  a[3] = pack_bf16(c[2 * kk + 1][2], c[2 * kk + 1][3]);
-}
-
-// c[kMb][16][kN] (+)= A[16 kMb][kK] B, A from rows [r0, r0 + 16 kMb) of tile a, B[k][n] = b[n][k].
-// Each B fragment loaded serves the kMb row blocks (the reason a warp may own more than 16 rows).
-template <int kMb, int kK, int kN, int kP>
-__device__ __forceinline__ void gemm_abt(const bf16* a, int r0, const bf16* b, float (*c)[kN / 8][4]) {
-#pragma unroll
-  for (int kk = 0; kk < kK / 16; ++kk) {
-    uint32_t fa[kMb][4];
-#pragma unroll
-    for (int mb = 0; mb < kMb; ++mb) load_a<kP>(a, r0 + 16 * mb, kk * 16, fa[mb]);
-#pragma unroll
-    for (int np = 0; np < kN / 16; ++np) {
-      uint32_t fb[4];
-      load_b<kP>(b, np * 16, kk * 16, fb);
-#pragma unroll
-      for (int mb = 0; mb < kMb; ++mb) {
-        mma(c[mb][2 * np], fa[mb], fb[0], fb[1]);
-        mma(c[mb][2 * np + 1], fa[mb], fb[2], fb[3]);
-      }
-    }
-  }
-}
-
-// c[kMb][16][kN] += P[16 kMb][kK] B, P held as accumulators p[kMb][kK / 8][4], B[k][n] = b[k][n].
-template <int kMb, int kK, int kN, int kP>
-__device__ __forceinline__ void gemm_pb(const float (*p)[kK / 8][4], const bf16* b, float (*c)[kN / 8][4]) {
-#pragma unroll
-  for (int kk = 0; kk < kK / 16; ++kk) {
-    uint32_t fa[kMb][4];
-#pragma unroll
-    for (int mb = 0; mb < kMb; ++mb) acc_to_a(p[mb], kk, fa[mb]);
-#pragma unroll
-    for (int np = 0; np < kN / 16; ++np) {
-      uint32_t fb[4];
-      load_b_trans<kP>(b, kk * 16, np * 16, fb);
-#pragma unroll
-      for (int mb = 0; mb < kMb; ++mb) {
-        mma(c[mb][2 * np], fa[mb], fb[0], fb[1]);
-        mma(c[mb][2 * np + 1], fa[mb], fb[2], fb[3]);
-      }
-    }
-  }
-}
 
 // ---- tiles ---------------------------------------------------------------------------------------
 
