@@ -32,6 +32,7 @@
 
 #include "gpu/check.h"
 #include "gpu/device_util.cuh"
+#include "gpu/mma_fragments.cuh"
 #include "gpu/ops.h"
 #include "gpu/rows.h"
 
@@ -296,26 +297,10 @@ __global__ void __launch_bounds__(kCombineThreads) combine_splits_kernel(AttnPar
   }
 }
 
-// Decode (one query per sequence, bf16, head_dim 64 or 128, GQA group 1, 2, 4 or 8): a block of
-// W warps per (KV head, sequence, split) computes the group's heads together, so each K/V row is
-// read once for all of them, straight from global memory into registers: no shared memory staging
-// and no barrier inside the key loop. A key row is D / 8 lanes wide (16-byte loads, 8 dims a lane),
-// so a warp takes 32 / (D / 8) keys at once and U such groups per iteration, all loads issued
-// before any is used. kDecodeWarps warps take kDecodeMinKeys keys per iteration at both head dims,
-// so a minimal split is one round of loads: at batch 1 the kernel is a chain of dependent loads
-// (lengths, page table, K/V), not bandwidth, and the earlier blocks of 4 warps took 4 rounds for
-// 64 keys at D = 128. Each lane group keeps its own online-softmax state (in the log2 domain: q is
-// pre-scaled by scale * log2 e) over the keys it saw; lane groups then merge through shuffles and
-// the warps through shared memory, in a fixed order. With splits the block writes its unnormalised
-// state as the general kernel does (m in natural-log units) and combine_splits_kernel merges; a split gets
-// max(kDecodeMinKeys, its share rounded up to the keys a block takes per iteration) keys, so short contexts
-// use few splits whatever the grid's capacity.
-// The narrow blocks (many sequences: several blocks per multiprocessor, a serving step's batch) keep
-// kRing - 1 rounds of K/V in flight ahead of the one being used: each thread copies the 16-byte
-// pieces it will itself read into a ring in shared memory (cp.async, no barrier: a thread waits only
-// for its own copies), so a block does not stall on each round's loads in turn. With the wide
-// blocks one round is a whole minimal split, and they load straight into registers.
-constexpr int kDecodeWarps = 8;
+// Decode (one query per sequence, bf16, head_dim 64 or 128, GQA group 1, 2, 4 or 8) runs on tensor
+// cores: decode_attention_kernel below. A split gets max(kDecodeMinKeys, its share rounded up to
+// the keys a block takes per round) keys, so short contexts use few splits whatever the grid's
+// capacity.
 constexpr int64_t kDecodeMinKeys = 64;
 // The decode kernel's softmax state stays relative to its running maximum m until a score passes m
 // by more than this (log2 units): most keys then cost no rescale of the accumulators (their terms
@@ -324,217 +309,31 @@ constexpr float kRescaleSlack = 8.0f;
 
 // The cache slot of key `key` of the sequence whose page-table row is `pages`, or -1 where its
 // page is outside the cache (validated by the model: never read). 32-bit key arithmetic, a shift
-// for a power-of-two page size: this runs for every key a lane loads.
+// for a power-of-two page size.
 __device__ __forceinline__ int64_t decode_slot(const AttnParams& p, const int32_t* pages, int key) {
   const int pg = p.page_shift >= 0 ? key >> p.page_shift : key / p.page_size;
   const int32_t page = pg < p.max_pages ? pages[pg] : -1;
   return page >= 0 && page < p.n_pages ? int64_t(page) * p.page_size + (key - pg * p.page_size) : -1;
 }
-// U (groups of keys per iteration): kDecodeMinKeys keys per iteration with kDecodeWarps warps; 2
-// with the narrow blocks of 4 warps.
-template <int D, int G, int W, int U = (W == kDecodeWarps ? int(kDecodeMinKeys) / (W * (32 / (D / 8))) : 2)>
-__global__ void __launch_bounds__(W * 32)
-    decode_attention_kernel(AttnParams p, const bf16* __restrict__ k_cache,
-                            const bf16* __restrict__ v_cache) {
-  pdl_launch_dependents();  // the o projection's GEMV may start loading its weights
-  constexpr int kLanesPerKey = D / 8, kKeysPerWarp = 32 / kLanesPerKey;
-  constexpr int kKeysPerIter = W * kKeysPerWarp * U;
-  // Rounds in the ring (1: no ring); the static shared memory stays within 48 KB at G = 8.
-  constexpr int kRing = W == kDecodeWarps ? 1 : G >= 8 ? 3 : 4;
-  static_assert(kRing * U <= 32, "the ring's valid bits fit one word");
-  __shared__ float ml_s[W][G][2];
-  __shared__ float acc_s[W][G][D];
-  // [round][u][k, v][thread]: each thread's own 16-byte pieces (a single element without the ring).
-  __shared__ uint4 ring[kRing > 1 ? kRing : 1][kRing > 1 ? U : 1][2][kRing > 1 ? W * 32 : 1];
-  const int kvh = blockIdx.x;
-  const int s = blockIdx.y / p.splits, split = blockIdx.y % p.splits;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int sub = lane / kLanesPerKey, part = lane % kLanesPerKey;
-  const int64_t q0 = p.q_start[s];
-  if (p.q_start[s + 1] - q0 != 1) return;  // a padded row of a graph bucket (or no query)
-  const int64_t kv_len = p.kv_len[s];
-  int64_t chunk = (kv_len + p.splits - 1) / p.splits;
-  chunk = max(kDecodeMinKeys, (chunk + kKeysPerIter - 1) / kKeysPerIter * kKeysPerIter);
-  const int64_t j0 = split * chunk, j1 = min(kv_len, j0 + chunk);
-  const int64_t row0 = q0 * p.heads + int64_t(kvh) * G;  // the group's first output row
-  if (j0 >= j1) {  // past this sequence's keys: the empty state for the combine
-    for (int e = threadIdx.x; e < G * D; e += blockDim.x) {
-      const int64_t part_row = (row0 + e / D) * p.splits + split;
-      p.part_acc[part_row * D + e % D] = 0.0f;
-      if (e % D == 0) {
-        p.part_ml[2 * part_row] = -INFINITY;
-        p.part_ml[2 * part_row + 1] = 0.0f;
-      }
-    }
-    return;
-  }
-  const int32_t* pages = p.page_table + int64_t(s) * p.max_pages;
-  uint4 kr[U], vr[U];
-  bool ok[U];
-  const int key_end = int(j1), own = int(kv_len - 1);
-  auto key_of = [&](int64_t base, int u) { return int(base) + (u * W + warp) * kKeysPerWarp + sub; };
-  // Element offset of this lane's 8 dims of key `slot`'s row.
-  auto offset = [&](int64_t slot) { return (slot * p.kv_heads + kvh) * D + part * 8; };
-  auto load_keys = [&](int64_t base) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int key = key_of(base, u);
-      const int64_t slot = key < key_end ? decode_slot(p, pages, key) : -1;
-      ok[u] = slot >= 0;
-      if (ok[u]) {
-        kr[u] = *reinterpret_cast<const uint4*>(k_cache + offset(slot));
-        vr[u] = *reinterpret_cast<const uint4*>(v_cache + offset(slot));
-      }
-    }
-  };
-  // The ring: round r of the keys from `base` into slot `slot`, its keys' valid bits into okbits
-  // (skip_own: not the step's own key, which is stored after pdl_wait).
-  uint32_t okbits = 0;
-  auto issue = [&](int64_t base, int slot, bool skip_own) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int key = key_of(base, u);
-      const uint32_t bit = 1u << (slot * U + u);
-      const int64_t cache_slot = key < key_end ? decode_slot(p, pages, key) : -1;
-      okbits = cache_slot >= 0 ? okbits | bit : okbits & ~bit;
-      if (cache_slot >= 0 && !(skip_own && key == own)) {
-        cp_async16(&ring[slot][u][0][threadIdx.x], k_cache + offset(cache_slot), true);
-        cp_async16(&ring[slot][u][1][threadIdx.x], v_cache + offset(cache_slot), true);
-      }
-    }
-  };
-  // Under programmatic dependent launch (decode_pdl) this kernel may start while rope_kv_store
-  // still runs: the first keys' loads go out before pdl_wait, and the one key that kernel writes
-  // (this step's own, kv_len - 1) is loaded after it (again, into registers; into the ring, where
-  // its copy was held back), as is q. Launched plainly, pdl_wait returns at once.
-  if constexpr (kRing > 1) {
-#pragma unroll
-    for (int r = 0; r < kRing - 1; ++r) {
-      issue(j0 + r * kKeysPerIter, r, true);
-      cp_async_commit();
-    }
-  } else {
-    load_keys(j0);
-  }
-  pdl_wait();
-  if constexpr (kRing > 1) {
-#pragma unroll
-    for (int r = 0; r < kRing - 1; ++r)
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-        if ((okbits >> (r * U + u) & 1u) && key_of(j0 + r * kKeysPerIter, u) == own) {
-          const int64_t off = offset(decode_slot(p, pages, own));
-          ring[r][u][0][threadIdx.x] = *reinterpret_cast<const uint4*>(k_cache + off);
-          ring[r][u][1][threadIdx.x] = *reinterpret_cast<const uint4*>(v_cache + off);
-        }
-  } else {
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (ok[u] && key_of(j0, u) == own) {
-        const int64_t off = offset(decode_slot(p, pages, own));
-        kr[u] = *reinterpret_cast<const uint4*>(k_cache + off);
-        vr[u] = *reinterpret_cast<const uint4*>(v_cache + off);
-      }
-  }
-  const float qscale = p.scale * 1.4426950408889634f;  // log2 e
-  float q[G][8];
-#pragma unroll
-  for (int g = 0; g < G; ++g) {
-    unpack8(*reinterpret_cast<const uint4*>(p.q.row<bf16>(row0 + g) + part * 8), q[g]);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) q[g][i] *= qscale;
-  }
-  float m[G], l[G], acc[G][8];
-#pragma unroll
-  for (int g = 0; g < G; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) acc[g][i] = 0.0f;
-  }
-  // The loop bounds are uniform over the block (shuffles below need the whole warp).
-  for (int64_t base = j0, round = 0;; ++round) {
-    if constexpr (kRing > 1) {
-      // The round kRing - 1 ahead goes out (into the slot the last round used), then this round's
-      // copies are waited for and taken into registers.
-      issue(base + (kRing - 1) * kKeysPerIter, int((round + kRing - 1) % kRing), false);
-      cp_async_commit();
-      cp_async_wait<kRing - 1>();
-      const int slot = int(round % kRing);
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        kr[u] = ring[slot][u][0][threadIdx.x];
-        vr[u] = ring[slot][u][1][threadIdx.x];
-        ok[u] = okbits >> (slot * U + u) & 1u;
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      float kf[8], vf[8];
-      unpack8(kr[u], kf);
-      unpack8(vr[u], vf);
-      // Every group's score first: the shuffles run with the whole warp converged, before the
-      // branches below (a shuffle the compiler cannot prove converged costs a collective sequence).
-      float d[G];
-#pragma unroll
-      for (int g = 0; g < G; ++g) {
-        d[g] = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) d[g] += q[g][i] * kf[i];
-      }
-#pragma unroll
-      for (int o = kLanesPerKey / 2; o > 0; o >>= 1)
-#pragma unroll
-        for (int g = 0; g < G; ++g) d[g] += __shfl_xor_sync(0xffffffffu, d[g], o);
-      if (!ok[u]) continue;  // a key past the split (or an invalid page): not seen
-#pragma unroll
-      for (int g = 0; g < G; ++g) {
-        // Past the slack (and at the first key, m = -inf): the state moves to m = d.
-        if (d[g] > m[g] + kRescaleSlack) {
-          const float corr = fast_exp2(m[g] - d[g]);  // m = -inf: 0
-          l[g] *= corr;
-#pragma unroll
-          for (int i = 0; i < 8; ++i) acc[g][i] *= corr;
-          m[g] = d[g];
-        }
-        const float pj = fast_exp2(d[g] - m[g]);
-        l[g] += pj;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) acc[g][i] += pj * vf[i];
-      }
-    }
-    base += kKeysPerIter;
-    if (base >= j1) break;
-    if constexpr (kRing == 1) load_keys(base);
-  }
-  // Merge the lane groups of the warp (same dims, different keys), then the warps.
-#pragma unroll
-  for (int g = 0; g < G; ++g) {
-#pragma unroll
-    for (int o = kLanesPerKey; o < 32; o <<= 1) {
-      const float m_o = __shfl_xor_sync(0xffffffffu, m[g], o);
-      const float l_o = __shfl_xor_sync(0xffffffffu, l[g], o);
-      const float m_new = fmaxf(m[g], m_o);
-      const float a = m_new == -INFINITY ? 0.0f : exp2f(m[g] - m_new);
-      const float b = m_new == -INFINITY ? 0.0f : exp2f(m_o - m_new);
-      l[g] = l[g] * a + l_o * b;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const float acc_o = __shfl_xor_sync(0xffffffffu, acc[g][i], o);
-        acc[g][i] = acc[g][i] * a + acc_o * b;
-      }
-      m[g] = m_new;
-    }
-    if (sub == 0) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc_s[warp][g][part * 8 + i] = acc[g][i];
-      if (part == 0) {
-        ml_s[warp][g][0] = m[g];
-        ml_s[warp][g][1] = l[g];
-      }
+// The empty state of a split past its sequence's keys, for the combine: the group's G rows.
+template <int D, int G>
+__device__ void write_empty_split(const AttnParams& p, int64_t row0, int split) {
+  for (int e = threadIdx.x; e < G * D; e += blockDim.x) {
+    const int64_t part_row = (row0 + e / D) * p.splits + split;
+    p.part_acc[part_row * D + e % D] = 0.0f;
+    if (e % D == 0) {
+      p.part_ml[2 * part_row] = -INFINITY;
+      p.part_ml[2 * part_row + 1] = 0.0f;
     }
   }
-  __syncthreads();
+}
+
+// The decode kernel's last step: merges the W warps' states (ml_s[w][g] = m in log2 units and l,
+// acc_s[w][g] the unnormalised sum, all relative to 2^m), in a fixed order, into the group's output
+// rows (no splits) or the split's partial state (m in natural-log units).
+template <int D, int G, int W>
+__device__ void merge_warps(const AttnParams& p, const float (*ml_s)[G][2], const float (*acc_s)[G][D],
+                            int64_t row0, int split) {
   for (int e = threadIdx.x; e < G * D; e += blockDim.x) {
     const int g = e / D, i = e % D;
     float M = -INFINITY;
@@ -559,6 +358,217 @@ __global__ void __launch_bounds__(W * 32)
       }
     }
   }
+}
+
+// The decode kernel: a block of W warps per (KV head, sequence, split) computes the GQA group's
+// heads together, so each K/V row is read once for all of them. Each warp takes tiles of kDecodeTileKeys
+// keys in turn (warp w the keys [base + 16 w, base + 16 w + 16) of each round of 16 W) and runs them
+// through mma.sync m16n8k16 with the group's G heads as the rows of the A operand (rows G..15 zero:
+// at G = 4 three quarters of each MMA is padding, which costs nothing next to the loads):
+//   s[16 x 16 keys] = q[16 x D] k^T (B fragments from the K tile, ldmatrix),
+//   online softmax per row in log2 units, p rounded to bf16 as FlashAttention does,
+//   o[16 x D] += p v (p's accumulators are, element for element, the A fragment; V through ldmatrix.trans).
+// Each warp streams its tiles through its own ring of kS tiles in shared memory (cp.async, kS - 1
+// tiles in flight; page-table lookups one per lane, shared by shuffles), so the warps never wait
+// for each other inside the key loop; they then merge through shared memory in a fixed order. With
+// splits the block writes its unnormalised state as the general kernel does (m in natural-log
+// units) and combine_splits_kernel merges. A tile's keys past the split or on an invalid page are
+// zero-filled and masked; a tile with none is skipped. Under programmatic dependent launch
+// (decode_pdl) the kernel may start while rope_kv_store still runs: the first tiles' copies go out
+// before pdl_wait, but the one key that kernel writes (this step's own, kv_len - 1) is held back and
+// stored after it; q is read after it too.
+// Replacing a CUDA-core kernel (lanes of 8 dims, a score shuffle-reduced per key), measured on the
+// H200: qwen3-8b batch 128 at 4k 33.1 -> 25.2 ms a step, llama-1b batch 256 at 512 3.46 -> 2.82 ms,
+// and no slower at batch 1 (docs/performance.md).
+// W = 2 warps, kS = 3 tiles: against 4 x 2, 4 x 3, 2 x 2, 2 x 4 and 8 x 2 on the H200, the best or
+// within noise at qwen3-8b batch 64 / 256 (prompt 192) and 128 (4k); 8 x 2 was 4% faster for
+// llama-1b at batch 64 (4k) but 7% slower for qwen3-8b at 256.
+constexpr int kDecodeWarps = 2, kDecodeStages = 3, kDecodeTileKeys = 16;
+template <int D>
+constexpr size_t decode_smem() {
+  return size_t(kDecodeWarps) * kDecodeStages * 2 * kDecodeTileKeys * (D + 8) * sizeof(bf16);
+}
+
+template <int D, int G>
+__global__ void __launch_bounds__(kDecodeWarps * 32)
+    decode_attention_kernel(AttnParams p, const bf16* __restrict__ k_cache,
+                            const bf16* __restrict__ v_cache) {
+  namespace am = attention_mma;
+  pdl_launch_dependents();  // the o projection's GEMV may start loading its weights
+  constexpr int W = kDecodeWarps, kS = kDecodeStages;
+  constexpr int kP = D + 8;                               // bf16 per tile row
+  constexpr int kTile = kDecodeTileKeys * kP;             // bf16 per K (or V) tile
+  constexpr int kPerLane = kDecodeTileKeys * D / 8 / 32;  // 16-byte pieces a lane copies
+  constexpr int kKeysPerIter = W * kDecodeTileKeys;
+  static_assert(G <= 8 && kS * kDecodeTileKeys <= 64, "rows g < 8 only; the stages' valid bits fit 64");
+  extern __shared__ __align__(16) unsigned char decode_smem_raw[];
+  bf16* tiles = reinterpret_cast<bf16*>(decode_smem_raw);  // [W][kS][K, V][kDecodeTileKeys][kP]
+  const int kvh = blockIdx.x;
+  const int s = blockIdx.y / p.splits, split = blockIdx.y % p.splits;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t q0 = p.q_start[s];
+  if (p.q_start[s + 1] - q0 != 1) return;  // a padded row of a graph bucket (or no query)
+  const int64_t kv_len = p.kv_len[s];
+  int64_t chunk = (kv_len + p.splits - 1) / p.splits;
+  chunk = max(kDecodeMinKeys, (chunk + kKeysPerIter - 1) / kKeysPerIter * kKeysPerIter);
+  const int64_t j0 = split * chunk, j1 = min(kv_len, j0 + chunk);
+  const int64_t row0 = q0 * p.heads + int64_t(kvh) * G;  // the group's first output row
+  if (j0 >= j1) {
+    write_empty_split<D, G>(p, row0, split);
+    return;
+  }
+  const int32_t* pages = p.page_table + int64_t(s) * p.max_pages;
+  const int key_end = int(j1), own = int(kv_len - 1);
+  bf16* my_tiles = tiles + warp * kS * 2 * kTile;
+  // Tile `round` of this warp into stage st: lane l looks up key l % 16's slot; a lane's pieces are
+  // pieces lane + 32 i of the tile (row c / (D / 8), 8 dims at (c % (D / 8)) * 8). Valid keys' bits
+  // go to okbits (16 a stage). skip_own: the step's own key is left for after pdl_wait.
+  uint64_t okbits = 0;
+  auto issue = [&](int round, int st, bool skip_own) {
+    const int kb = int(j0) + round * kKeysPerIter + warp * kDecodeTileKeys;
+    const int key = kb + lane % kDecodeTileKeys;
+    const int slot = key < key_end ? int(decode_slot(p, pages, key)) : -1;
+    const uint64_t mask = __ballot_sync(0xffffffffu, slot >= 0) & 0xffffu;
+    okbits = (okbits & ~(0xffffull << (16 * st))) | mask << (16 * st);
+    if (mask == 0) return;  // the whole tile past the keys: never read
+    bf16* kt = my_tiles + st * 2 * kTile;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int c = lane + 32 * i, r = c / (D / 8), part = c % (D / 8);
+      const int rs = __shfl_sync(0xffffffffu, slot, r);
+      if (skip_own && kb + r == own) continue;
+      const int64_t off = (int64_t(max(rs, 0)) * p.kv_heads + kvh) * D + part * 8;
+      cp_async16(kt + r * kP + part * 8, k_cache + off, rs >= 0);
+      cp_async16(kt + kTile + r * kP + part * 8, v_cache + off, rs >= 0);
+    }
+  };
+#pragma unroll
+  for (int r = 0; r < kS - 1; ++r) {
+    issue(r, r, true);
+    cp_async_commit();
+  }
+  pdl_wait();
+  // The step's own key, if one of the tiles above holds it (a plain store: the other lanes see it
+  // after the loop's __syncwarp).
+  if (own >= int(j0) && own < key_end) {
+    const int rel = own - int(j0), round = rel / kKeysPerIter,
+              r = rel % kKeysPerIter - warp * kDecodeTileKeys;
+    if (round < kS - 1 && r >= 0 && r < kDecodeTileKeys) {
+      const int64_t slot = decode_slot(p, pages, own);
+      bf16* kt = my_tiles + round * 2 * kTile;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        const int c = lane + 32 * i, part = c % (D / 8);
+        if (c / (D / 8) == r) {  // an invalid page (masked): zeros, as the copies' zero fill
+          const int64_t off = (max(slot, int64_t(0)) * p.kv_heads + kvh) * D + part * 8;
+          const uint4 zero{0u, 0u, 0u, 0u};
+          *reinterpret_cast<uint4*>(kt + r * kP + part * 8) =
+              slot >= 0 ? *reinterpret_cast<const uint4*>(k_cache + off) : zero;
+          *reinterpret_cast<uint4*>(kt + kTile + r * kP + part * 8) =
+              slot >= 0 ? *reinterpret_cast<const uint4*>(v_cache + off) : zero;
+        }
+      }
+    }
+  }
+  // q as A fragments: lane 4 g + c holds row g (head g of the group; zero past G), dims 2c, 2c + 1
+  // and 2c + 8, 2c + 9 of each 16; rows 8..15 are zero.
+  const int g = lane / 4, c4 = lane % 4;
+  uint32_t qa[D / 16][2];
+  {
+    const bf16* qrow = p.q.row<bf16>(row0 + min(g, G - 1));
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      qa[kk][0] = g < G ? *reinterpret_cast<const uint32_t*>(qrow + kk * 16 + 2 * c4) : 0u;
+      qa[kk][1] = g < G ? *reinterpret_cast<const uint32_t*>(qrow + kk * 16 + 8 + 2 * c4) : 0u;
+    }
+  }
+  const float scale_log2 = p.scale * 1.4426950408889634f;
+  float m = -INFINITY, l = 0.0f;  // row g's state (each of the four lanes of a row holds it)
+  float o[D / 8][4];
+#pragma unroll
+  for (int nb = 0; nb < D / 8; ++nb)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[nb][e] = 0.0f;
+  for (int round = 0; j0 + int64_t(round) * kKeysPerIter < j1; ++round) {  // uniform over the block
+    issue(round + kS - 1, (round + kS - 1) % kS, false);
+    cp_async_commit();
+    cp_async_wait<kS - 1>();
+    __syncwarp();
+    const int st = round % kS;
+    const uint32_t ok = uint32_t(okbits >> (16 * st)) & 0xffffu;
+    if (ok != 0) {  // uniform over the warp
+      const bf16* kt = my_tiles + st * 2 * kTile;
+      float sc[2][4] = {};
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t b[4];
+        am::load_b<kP>(kt, 0, kk * 16, b);
+        const uint32_t a[4] = {qa[kk][0], 0u, qa[kk][1], 0u};
+        am::mma(sc[0], a, b[0], b[1]);
+        am::mma(sc[1], a, b[2], b[3]);
+      }
+      // Row g's scores: keys 8 nb + 2 c4 + e (sc[nb][e], e < 2); [2], [3] are the zero rows.
+      float tmax = -INFINITY;
+#pragma unroll
+      for (int nb = 0; nb < 2; ++nb)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const bool valid = ok >> (8 * nb + 2 * c4 + e) & 1u;
+          sc[nb][e] = valid ? sc[nb][e] * scale_log2 : -INFINITY;
+          tmax = fmaxf(tmax, sc[nb][e]);
+        }
+      tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+      tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
+      if (tmax > m + kRescaleSlack) {  // at the first valid key too (m = -inf): the state moves to tmax
+        const float corr = fast_exp2(m - tmax);
+        l *= corr;
+#pragma unroll
+        for (int nb = 0; nb < D / 8; ++nb) {
+          o[nb][0] *= corr;
+          o[nb][1] *= corr;
+        }
+        m = tmax;
+      }
+      const float mu = m == -INFINITY ? 0.0f : m;  // a row that has seen no key: every p is 0
+      float pr[2][2];
+#pragma unroll
+      for (int nb = 0; nb < 2; ++nb)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          pr[nb][e] = fast_exp2(sc[nb][e] - mu);
+          l += pr[nb][e];
+        }
+      const uint32_t pa[4] = {am::pack_bf16(pr[0][0], pr[0][1]), 0u, am::pack_bf16(pr[1][0], pr[1][1]), 0u};
+      const bf16* vt = kt + kTile;
+#pragma unroll
+      for (int np = 0; np < D / 16; ++np) {
+        uint32_t b[4];
+        am::load_b_trans<kP>(vt, 0, np * 16, b);
+        am::mma(o[2 * np], pa, b[0], b[1]);
+        am::mma(o[2 * np + 1], pa, b[2], b[3]);
+      }
+    }
+    __syncwarp();  // every lane is done with stage st before the next round refills it
+  }
+  cp_async_wait<0>();  // copies of tiles past the keys (zero fills) may still be landing
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  __syncthreads();  // the tiles' memory becomes the merge's
+  auto ml_s = reinterpret_cast<float(*)[G][2]>(decode_smem_raw);
+  auto acc_s = reinterpret_cast<float(*)[G][D]>(decode_smem_raw + sizeof(float) * W * G * 2);
+  if (g < G) {
+#pragma unroll
+    for (int nb = 0; nb < D / 8; ++nb) {
+      acc_s[warp][g][nb * 8 + 2 * c4] = o[nb][0];
+      acc_s[warp][g][nb * 8 + 2 * c4 + 1] = o[nb][1];
+    }
+    if (c4 == 0) {
+      ml_s[warp][g][0] = m;
+      ml_s[warp][g][1] = l;
+    }
+  }
+  __syncthreads();
+  merge_warps<D, G, W>(p, ml_s, acc_s, row0, split);
 }
 
 size_t smem_bytes(int64_t D) {
@@ -587,21 +597,19 @@ int choose_splits(int64_t blocks, int64_t max_kv) {
   return int(std::max<int64_t>(1, std::min<int64_t>({want, most, kMaxSplits})));
 }
 
-// Shared memory beyond 48 KB (head_dim > 96) must be allowed per kernel, once.
-// The dynamic shared-memory limit is an attribute of the kernel on one device: tensor-parallel
-// ranks launch it on several, so it is raised once per device, not once per process.
-template <typename T>
-void allow_smem() {
+// Shared memory beyond 48 KB must be allowed per kernel, once. The dynamic shared-memory limit is
+// an attribute of the kernel on one device: tensor-parallel ranks launch it on several, so it is
+// raised once per device, not once per process.
+template <auto Kernel>
+void allow_smem(size_t bytes) {
   constexpr int kMaxDevices = 64;
   static std::array<std::once_flag, kMaxDevices> once;
   int dev = 0;
   ASTRAI_CUDA_CHECK(cudaGetDevice(&dev));
   if (dev < 0 || dev >= kMaxDevices)
     throw Error(internal_error("paged_attention: device index out of range"));
-  std::call_once(once[size_t(dev)], [] {
-    ASTRAI_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_kernel<T>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(smem_bytes(kMaxHeadDim))));
+  std::call_once(once[size_t(dev)], [bytes] {
+    ASTRAI_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
   });
 }
 
@@ -627,7 +635,7 @@ void launch_combine(cudaStream_t stream, const AttnParams& p) {
 template <typename T>
 void launch(cudaStream_t stream, const AttnParams& p, unsigned tiles, int64_t S, const Tensor& k_cache,
             const Tensor& v_cache) {
-  allow_smem<T>();
+  allow_smem<paged_attention_kernel<T>>(smem_bytes(kMaxHeadDim));
   const dim3 grid{tiles, unsigned(p.heads / p.heads_per_tile), unsigned(S * p.splits)};
   paged_attention_kernel<T>
       <<<grid, kWarps * 32, smem_bytes(p.head_dim), stream>>>(p, k_cache.ptr<T>(), v_cache.ptr<T>());
@@ -635,8 +643,7 @@ void launch(cudaStream_t stream, const AttnParams& p, unsigned tiles, int64_t S,
   launch_combine<T>(stream, p);
 }
 
-// ASTRAI_DECODE_ATTENTION (for A/B timing): "general" sends every step through the general
-// kernel, "w4" runs the decode kernel's earlier blocks of 4 warps.
+// ASTRAI_DECODE_ATTENTION=general (for A/B timing) sends decode steps through the general kernel.
 const std::string& decode_attention_env() {
   static const std::string v = [] {
     const char* e = std::getenv("ASTRAI_DECODE_ATTENTION");
@@ -645,40 +652,42 @@ const std::string& decode_attention_env() {
   return v;
 }
 
-// Warps per block of the decode kernel for `blocks` (sequence, KV head) pairs: kDecodeWarps while
-// they are few (small batches: the wide blocks need up to 226 registers a thread, so a
-// multiprocessor holds one of them), 4 once they fill a quarter of the GPU. Measured on the H200
-// (prompt 512): 8 warps gave llama-1b +2.5% and qwen3-8b +4.5% at batch 1 (8 pairs), but at batch 8
-// (64 pairs, half the GPU) qwen3-8b lost 6% (1,269 against 1,353 tok/s) and llama-1b gained 2%.
-int decode_warps(int64_t blocks) {
-  return decode_attention_env() == "w4" || 4 * blocks > sm_count() ? 4 : kDecodeWarps;
+using DecodeKernel = void (*)(AttnParams, const bf16*, const bf16*);
+
+// A decode kernel with its launch shape: warps per block, dynamic shared memory, and the blocks a
+// multiprocessor holds at once (the split count is chosen to fill them).
+struct DecodeLaunch {
+  DecodeKernel kernel = nullptr;
+  int warps = 0;
+  size_t smem = 0;
+  int per_sm = 1;
+};
+
+template <int D, int G>
+DecodeLaunch decode_launch() {
+  constexpr auto kernel = decode_attention_kernel<D, G>;
+  constexpr size_t smem = decode_smem<D>();
+  allow_smem<kernel>(smem);
+  static const int per_sm = [] {
+    int n = 0;
+    ASTRAI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kDecodeWarps * 32, smem));
+    return std::max(n, 1);
+  }();
+  return {kernel, kDecodeWarps, smem, per_sm};
 }
 
-// The decode kernel for this head_dim and group, or nullptr (the general kernel runs).
-using DecodeKernel = void (*)(AttnParams, const bf16*, const bf16*);
-template <int D, int W>
-DecodeKernel decode_kernel_for(int64_t group) {
+// The decode kernel for this head_dim and group (kernel nullptr: none, the general kernel runs).
+template <int D>
+DecodeLaunch decode_launch_for(int64_t group) {
+  if (decode_attention_env() == "general") return {};
   switch (group) {
-    case 1: return decode_attention_kernel<D, 1, W>;
-    case 2: return decode_attention_kernel<D, 2, W>;
-    case 4: return decode_attention_kernel<D, 4, W>;
-    case 8: return decode_attention_kernel<D, 8, W>;
-    default: return nullptr;
+    case 1: return decode_launch<D, 1>();
+    case 2: return decode_launch<D, 2>();
+    case 4: return decode_launch<D, 4>();
+    case 8: return decode_launch<D, 8>();
+    default: return {};
   }
 }
-
-template <int D>
-DecodeKernel decode_kernel_for(int64_t group, int warps) {
-  return warps == 4 ? decode_kernel_for<D, 4>(group) : decode_kernel_for<D, kDecodeWarps>(group);
-}
-
-DecodeKernel decode_kernel_for(int64_t D, int64_t group, int warps) {
-  if (decode_attention_env() == "general") return nullptr;
-  return D == 64    ? decode_kernel_for<64>(group, warps)
-         : D == 128 ? decode_kernel_for<128>(group, warps)
-                    : nullptr;
-}
-
 // The leading one-query sequences of a mixed step that run apart from the tensor-core launch (0:
 // the whole step on one kernel). ASTRAI_MIXED_ATTENTION=one: always 0 (for A/B timing).
 int mixed_decode_seqs(const AttentionBatch& b) {
@@ -723,9 +732,9 @@ bool decode_pdl() {
   return on;
 }
 
-void launch_decode(cudaStream_t stream, DecodeKernel kernel, dim3 grid, int threads, const AttnParams& p,
-                   const Tensor& k_cache, const Tensor& v_cache) {
-  const LaunchConfig lc(grid, dim3(unsigned(threads)), 0, stream, decode_pdl());
+void launch_decode(cudaStream_t stream, DecodeKernel kernel, dim3 grid, int threads, size_t smem,
+                   const AttnParams& p, const Tensor& k_cache, const Tensor& v_cache) {
+  const LaunchConfig lc(grid, dim3(unsigned(threads)), smem, stream, decode_pdl());
   ASTRAI_CUDA_CHECK(cudaLaunchKernelEx(&lc.cfg, kernel, p, k_cache.ptr<bf16>(), v_cache.ptr<bf16>()));
 }
 
@@ -822,23 +831,24 @@ void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache
   p.n_pages = k_cache.shape[0] / ps;
   p.scale = scale;
   const int64_t max_q = std::max(1, batch.max_q_len);
-  const int decode_w = decode_warps(S * KVH);
-  const DecodeKernel decode = q.dtype == DType::bf16 && batch.max_q_len == 1 && rows_aligned16(p.q) &&
-                                      rows_aligned16(rows_of(k_cache, "paged_attention"))
-                                  ? decode_kernel_for(D, p.group, decode_w)
-                                  : nullptr;
-  if (decode != nullptr) {
-    // Enough blocks for about two per multiprocessor (one of the wide blocks), each split at least
-    // kDecodeMinKeys keys.
-    const int64_t blocks = S * KVH, per_sm = decode_w == 4 ? 2 : 1;
-    const int64_t want = (per_sm * sm_count() + blocks - 1) / blocks;
+  const bool decode_step = q.dtype == DType::bf16 && batch.max_q_len == 1 && rows_aligned16(p.q) &&
+                           rows_aligned16(rows_of(k_cache, "paged_attention"));
+  DecodeLaunch decode;
+  if (decode_step && (D == 64 || D == 128))
+    decode = D == 64 ? decode_launch_for<64>(p.group) : decode_launch_for<128>(p.group);
+  if (decode.kernel != nullptr) {
+    // As many splits as keep the blocks within one wave of the multiprocessors' resident blocks
+    // (rounded down: a second, partial wave would run at a fraction of the occupancy), each split at
+    // least kDecodeMinKeys keys.
+    const int64_t blocks = S * KVH;
+    const int64_t want = int64_t(decode.per_sm) * sm_count() / blocks;
     const int64_t most = (batch.max_kv_len + kDecodeMinKeys - 1) / kDecodeMinKeys;
     p.splits = int(std::clamp<int64_t>(std::min(want, most), 1, std::min<int64_t>(kMaxSplits, 65535 / S)));
     p.heads_per_tile = int(p.group);
     p.rows_per_tile = 1;
     set_partials(p, scratch, T);
-    launch_decode(stream, decode, dim3(unsigned(KVH), unsigned(S * p.splits)), decode_w * 32, p, k_cache,
-                  v_cache);
+    launch_decode(stream, decode.kernel, dim3(unsigned(KVH), unsigned(S * p.splits)), decode.warps * 32,
+                  decode.smem, p, k_cache, v_cache);
     launch_combine<bf16>(stream, p);
     return;
   }

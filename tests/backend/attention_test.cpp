@@ -234,10 +234,10 @@ void attention_decode(Backend& be) {
         shape.kv_capacity = rng.randint(0, 1) ? 4096 : 0;
         run_case(be, rng, shape);
       }
-  // Many sequences (a serving step's batch: the CUDA kernel's narrow blocks with their ring of
-  // rounds in flight), contexts shorter and longer than the rounds the ring holds.
+  // Many sequences (a serving step's batch: the CUDA kernel's blocks without splits, each warp's
+  // ring of tiles in flight), contexts shorter and longer than the tiles the ring holds.
   for (int d : {64, 128})
-    for (int group : {1, 4, 8}) {
+    for (int group : {1, 2, 4, 8}) {
       CaseShape shape{group, 300, 1, 160, d};
       shape.decode = true;
       shape.min_seqs = 40;

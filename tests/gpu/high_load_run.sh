@@ -5,17 +5,20 @@
 # Steps, in this order (each skipped once BUDGET seconds have passed; STEPS picks some):
 #   decode   `bench decode` of qwen3-8b at batch 64 / 128 / 256 and prompt 192 (a serve mix) and
 #            llama-1b at batch 1 / 8 / 32 / 64 and prompt 512, for each binary in BINS (default astrai)
-#            and each of the switches in SWITCHES (env assignments, ';'-separated)
+#            and each of the switches in SWITCHES (env assignments, ';'-separated); DECODE_SPECS
+#            (';'-separated "model batches prompt") replaces those shapes
 #   e2e      tests/gpu/e2e_vs_transformers.py on a copy of llama-1b (LM head x6)
-#   profile  ncu of one graphed decode step of qwen3-8b at batch 64 and 256 (`bench decode
+#   profile  ncu of one graphed decode step of qwen3-8b at batch 64 and 256 (PROFILE_BATCHES; `bench decode
 #            --profile-step 2`, each graph node timed alone, clocks as found)
 #   serve    `bench serve` llama-1b, 32 streams, 128 / 256 tokens: TTFT and ITL per token
 #   serve8b  `bench serve` qwen3-8b, 1,000 requests at once, 128 / 128 tokens, with the step profile,
-#            for each of the switches in SERVE_SWITCHES
+#            for each of the switches in SERVE_SWITCHES and each of the server option sets in
+#            SERVE_OPTIONS (';'-separated sets of space-separated KEY=VALUE, e.g. "max-batch-size=512")
 #   attn     ncu's detailed sections of the decode attention kernel in a graphed step at batch 256
 #   tables   `bench decode` of both models at batch 1..256, prompts 512 and 4k (qwen3-8b to batch 128)
 #   startup  `astrai serve --device cuda` to the first /health 200, llama-1b and qwen3-8b, twice
-#   tests    the backend [gpu] cases and the gpu suite's forward / graph / step-loop cases
+#   tests    the backend [gpu] cases and the gpu suite's forward / graph / step-loop cases; the
+#            backend's attention cases again under each of TEST_SWITCHES (';'-separated)
 # Logs go into $OUT/high_load.tgz, re-packed after every step (the device tool returns only a few
 # files), one-line summaries into $OUT/progress.txt. Model directories are random bf16 presets
 # from `astrai init`, written once under $TMPDIR/m.
@@ -33,7 +36,8 @@ if want decode; then
   IFS=';' read -ra sw <<< "${SWITCHES:-X=1}"
   for bin in ${BINS:-astrai}; do
     for s in "${sw[@]}"; do
-      for spec in "qwen3-8b 64,128,256 192" "llama-1b 1,8,32,64 512"; do
+      IFS=';' read -ra specs <<< "${DECODE_SPECS:-qwen3-8b 64,128,256 192;llama-1b 1,8,32,64 512}"
+      for spec in "${specs[@]}"; do
         set -- $spec
         echo "== $bin [$s] $*" >> "$out/decode.txt"
         run_to 90 env $s $bin bench decode --device cuda --model $M/$1 --batch $2 --prompt-len $3 --tokens 32 >> "$out/decode.txt" 2>&1
@@ -48,7 +52,7 @@ if want e2e; then
   log "e2e llama-1b: exit $? $(tail -6 $out/e2e_llama-1b.txt | tr '\n' ' ' | cut -c1-500)"
 fi
 if want profile; then
-  for b in 64 256; do
+  for b in ${PROFILE_BATCHES:-64 256}; do
     run_to 150 ncu --profile-from-start off --clock-control none --graph-profiling node --metrics gpu__time_duration.sum --csv \
       astrai bench decode --device cuda --model $M/qwen3-8b --batch $b --prompt-len 192 --tokens 4 --profile-step 2 \
       > "$out/ncu_qwen3-8b_b$b.csv" 2> "$out/ncu_qwen3-8b_b$b.err"
@@ -63,12 +67,16 @@ if want serve; then
 fi
 if want serve8b; then
   IFS=';' read -ra sw <<< "${SERVE_SWITCHES:-X=1}"
+  IFS=';' read -ra so <<< "${SERVE_OPTIONS:- }"
   for s in "${sw[@]}"; do
-    tag=$(echo "$s" | tr -c 'A-Za-z0-9=\n' '_')
-    run_to 150 env ASTRAI_STEP_PROFILE=1 $s astrai bench serve --model $M/qwen3-8b --concurrency 1000 --requests 1000 --prompt-tokens 128 \
-      --max-tokens 128 --level-seconds 40 --server-log "$out/serve_qwen3-8b_$tag.log" > "$out/serve_qwen3-8b_$tag.txt" 2>&1
-    rc=$?; pkill -f "astrai serve" 2>/dev/null; sleep 1
-    log "serve qwen3-8b [$s]: exit $rc $(grep -E '^ +[0-9]+ +[0-9]' "$out/serve_qwen3-8b_$tag.txt" | tr -s ' ')"
+    for o in "${so[@]}"; do
+      tag=$(echo "$s $o" | tr -c 'A-Za-z0-9=\n' '_')
+      opts=(); for kv in $o; do opts+=(--server-option "$kv"); done
+      run_to 150 env ASTRAI_STEP_PROFILE=1 $s astrai bench serve --model $M/qwen3-8b --concurrency 1000 --requests 1000 --prompt-tokens 128 \
+        --max-tokens 128 --level-seconds 40 "${opts[@]}" --server-log "$out/serve_qwen3-8b_$tag.log" > "$out/serve_qwen3-8b_$tag.txt" 2>&1
+      rc=$?; pkill -f "astrai serve" 2>/dev/null; sleep 1
+      log "serve qwen3-8b [$s] [$o]: exit $rc $(grep -E '^ +[0-9]+ +[0-9]' "$out/serve_qwen3-8b_$tag.txt" | tr -s ' ') | $(grep -o 'decode: .*' "$out/serve_qwen3-8b_$tag.log" | cut -c1-120) | $(grep -o 'mixed: .*' "$out/serve_qwen3-8b_$tag.log" | cut -c1-120)"
+    done
   done
 fi
 if want attn; then
@@ -107,6 +115,12 @@ fi
 if want tests; then
   run_to 150 astrai_backend_tests "[gpu]" > "$out/backend_tests.log" 2>&1
   log "backend [gpu]: exit $? $(grep -E 'test cases' "$out/backend_tests.log" | tail -1)"
+  IFS=';' read -ra sw <<< "${TEST_SWITCHES:-}"
+  for s in "${sw[@]}"; do  # the attention cases again under each switch (another kernel choice)
+    tag=$(echo "$s" | tr -c 'A-Za-z0-9=\n' '_')
+    run_to 150 env $s astrai_backend_tests "paged_attention* [gpu]" > "$out/backend_attention_$tag.log" 2>&1
+    log "backend attention [$s]: exit $? $(grep -E 'test cases' "$out/backend_attention_$tag.log" | tail -1)"
+  done
   run_to 150 astrai_gpu_tests "forward*,decode steps replayed*,the step loop's greedy*,cuda *" > "$out/gpu_tests.log" 2>&1
   log "gpu tests: exit $? $(grep -E 'test cases' "$out/gpu_tests.log" | tail -1)"
 fi
