@@ -189,8 +189,8 @@ std::vector<ConfigKey> make_keys() {
       });
   add("max_prefill_tokens", "Prompt tokens per engine step (chunked prefill)", true,
       engine_int(&EngineOptions::max_prefill_tokens, 0, 1 << 24, "max_prefill_tokens"));
-  add("max_batch_size", "Sequences per engine step", true,
-      engine_int(&EngineOptions::max_batch_size, 1, 1 << 16, "max_batch_size"));
+  add("max_batch_size", "Sequences per engine step (0: 512 on a GPU, 256 on the CPU)", true,
+      engine_int(&EngineOptions::max_batch_size, 0, 1 << 16, "max_batch_size"));
   add("max_queue", "Waiting requests; past it requests get 503", true,
       engine_int(&EngineOptions::max_queue, 1, 1 << 24, "max_queue"));
   add("prefix_cache", "Reuse KV pages of shared prompt prefixes", true,

@@ -359,9 +359,19 @@ void StepLoop::run() {
   update_gauges();
 }
 
+// On a GPU a decode step's GEMMs are compute-bound from about 160 rows and run nearer the peak with
+// more; measured on the H200 (qwen3-8b, 1,000 requests of 128 / 128 tokens): 15,613 output tok/s at
+// 256, 16,530 at 512 (ITL p50 10.2 -> 18.5 ms at that load). vLLM's default on such GPUs is 1,024.
+int resolved_max_batch_size(const EngineOptions& o, bool gpu) {
+  return o.max_batch_size != 0 ? o.max_batch_size : gpu ? 512 : 256;
+}
+
 Result<std::unique_ptr<StepLoop>> make_step_loop(std::unique_ptr<Backend> backend,
-                                                 std::unique_ptr<Model> model, const EngineOptions& o) {
+                                                 std::unique_ptr<Model> model, const EngineOptions& options) {
   if (!model) return invalid_argument("engine: no model");
+  const bool gpu = model->backend().device() != Device::cpu;
+  EngineOptions o = options;
+  o.max_batch_size = resolved_max_batch_size(options, gpu);
   if (o.page_size < 1 || o.page_size > 1024) return invalid_argument("page size must be in [1, 1024]");
   if (o.max_batch_size < 1) return invalid_argument("max batch size must be at least 1");
   if (o.max_queue < 1) return invalid_argument("max queue must be at least 1");
@@ -382,7 +392,6 @@ Result<std::unique_ptr<StepLoop>> make_step_loop(std::unique_ptr<Backend> backen
   KvPoolSizing sz;
   sz.max_pages = o.max_pages;
   sz.budget_bytes = o.kv_memory_bytes;
-  const bool gpu = model->backend().device() != Device::cpu;
   sz.memory_fraction = o.kv_memory_fraction > 0 ? o.kv_memory_fraction : gpu ? 0.9 : 0.5;
   sz.available_bytes = model->backend().memory_available();  // free device memory on a GPU
   sz.bytes_per_page = model->kv_bytes_per_page(o.page_size);

@@ -111,6 +111,10 @@ class StepLoop {
   std::thread thread_;  // last: starts once everything above exists
 };
 
+// EngineOptions::max_batch_size where it is 0 (the device's default): 512 sequences a step on a GPU,
+// 256 on the CPU.
+int resolved_max_batch_size(const EngineOptions& o, bool gpu);
+
 // Validates the options, sizes and allocates the KV cache, starts the thread.
 Result<std::unique_ptr<StepLoop>> make_step_loop(std::unique_ptr<Backend> backend,
                                                  std::unique_ptr<Model> model, const EngineOptions& options);

@@ -21,7 +21,7 @@ struct GenerateArgs {
   std::string stop_token_ids;
   bool ignore_eos = false, resume = false, no_progress = false;
   std::string kv_memory;
-  int max_prefill_tokens = 2048, page_size = 16, max_batch = 256, max_queue = 1024;
+  int max_prefill_tokens = 2048, page_size = 16, max_batch = 0, max_queue = 1024;
   bool no_prefix_cache = false;
   bool no_cuda_graphs = false;
   int tp = 1;
@@ -118,8 +118,8 @@ void register_generate(CLI::App& app) {
   sub->add_option("--tp", a->tp, "Tensor-parallel ranks: the model is split over GPUs 0..tp-1")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  sub->add_option("--max-batch", a->max_batch, "Sequences per engine step")
-      ->check(CLI::PositiveNumber)
+  sub->add_option("--max-batch", a->max_batch, "Sequences per engine step (0: 512 on a GPU, 256 on the CPU)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   sub->add_option("--max-queue", a->max_queue, "Requests waiting in the engine at once")
       ->check(CLI::PositiveNumber)

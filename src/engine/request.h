@@ -151,7 +151,7 @@ struct EngineOptions {
   double kv_memory_fraction = 0;
   int max_pages = 0;              // tests: exact pool size (overrides memory sizing)
   int max_prefill_tokens = 2048;  // token budget per step (chunked prefill); 0 = unlimited
-  int max_batch_size = 256;       // sequences per step
+  int max_batch_size = 0;         // sequences per step; 0: the device's (512 on a GPU, 256 on the CPU)
   int max_queue = 1024;           // waiting requests; past it submit fails (resource_exhausted)
   bool prefix_cache = true;
   int max_model_len = 0;  // 0: config.max_position_embeddings

@@ -22,7 +22,7 @@ TEST_CASE("engine create rejects bad options with invalid_argument", "[integrati
     return Engine::create(std::move(lm.backend), std::move(lm.model), o).status();
   };
   CHECK(with([](EngineOptions& o) { o.page_size = 0; }).code() == ErrorCode::invalid_argument);
-  CHECK(with([](EngineOptions& o) { o.max_batch_size = 0; }).code() == ErrorCode::invalid_argument);
+  CHECK(with([](EngineOptions& o) { o.max_batch_size = -1; }).code() == ErrorCode::invalid_argument);
   CHECK(with([](EngineOptions& o) { o.max_model_len = 1 << 30; }).code() == ErrorCode::invalid_argument);
   CHECK(Engine::create(nullptr, nullptr, EngineOptions{}).status().code() == ErrorCode::invalid_argument);
 }

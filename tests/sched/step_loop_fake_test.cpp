@@ -449,3 +449,13 @@ TEST_CASE("stats report tokens, latencies and pages", "[integration][threads]") 
   CHECK(st.running == 0);
   CHECK(st.waiting == 0);
 }
+
+TEST_CASE("max_batch_size 0 takes the device's default; others stand", "[unit]") {
+  EngineOptions o;
+  CHECK(o.max_batch_size == 0);
+  CHECK(resolved_max_batch_size(o, false) == 256);
+  CHECK(resolved_max_batch_size(o, true) == 512);
+  o.max_batch_size = 7;
+  CHECK(resolved_max_batch_size(o, false) == 7);
+  CHECK(resolved_max_batch_size(o, true) == 7);
+}
