@@ -43,35 +43,33 @@ __device__ __forceinline__ int level_width(int level) {
 // Below this (l - max) / T, exp underflows in f64 and the CPU drops the token (e == 0).
 constexpr float kMinExponent = -745.13f;
 
-// Visits every token of a row in a block, f(t, l[t]), with several loads per thread issued before
-// the first visit, so a pass over the row is not one device-memory latency per kThreads tokens (a
-// block samples a row alone: at batch 1 each pass was a chain of ~125 dependent loads per thread).
-// vec (V % 4 == 0 and 16-byte aligned rows, Shared::vec): float4 loads, kVecUnroll of them (64 bytes
-// per thread in flight), thread i visiting tokens 4i..4i+3, then + 4 kThreads, ...; otherwise
-// kRowUnroll floats, t = threadIdx.x, + kThreads, .... The order of the visits is fixed by V and the
-// alignment alone, so a row's sums round the same in any batch.
-constexpr int kRowUnroll = 8, kVecUnroll = 4;
-
-template <class F>
-__device__ __forceinline__ void for_each_token(const float* l, int V, bool vec, F&& f) {
+// Visits tokens [lo, hi) of a row, f(t, l[t]), as thread `id` of `n` that share the range, with
+// several loads per thread issued before the first visit, so a pass over the row is not one
+// device-memory latency per n tokens (a block samples a row alone: at batch 1 each pass was a chain
+// of ~125 dependent loads per thread). vec (lo and hi multiples of 4, 16-byte aligned rows,
+// Shared::vec): float4 loads, kUnroll4 of them in flight, thread id visiting tokens 4 (lo / 4 + id)
+// .. + 3, then + 4 n, ...; otherwise kUnroll floats, t = lo + id, + n, .... The order of the visits
+// is fixed by the range, n and vec alone, so a row's sums round the same in any batch.
+template <int kUnroll, int kUnroll4, class F>
+__device__ __forceinline__ void visit_range(const float* l, int lo, int hi, int id, int n, bool vec, F&& f) {
   if (vec) {
     const float4* l4 = reinterpret_cast<const float4*>(l);
-    const int n4 = V / 4;
-    int i = int(threadIdx.x);
-    for (; i + (kVecUnroll - 1) * kThreads < n4; i += kVecUnroll * kThreads) {
-      float4 v[kVecUnroll];
+    const int end = hi / 4;
+    int i = lo / 4 + id;
+    for (; i + (kUnroll4 - 1) * n < end; i += kUnroll4 * n) {
+      float4 v[kUnroll4];
 #pragma unroll
-      for (int u = 0; u < kVecUnroll; ++u) v[u] = l4[i + u * kThreads];
+      for (int u = 0; u < kUnroll4; ++u) v[u] = l4[i + u * n];
 #pragma unroll
-      for (int u = 0; u < kVecUnroll; ++u) {
-        const int t = 4 * (i + u * kThreads);
+      for (int u = 0; u < kUnroll4; ++u) {
+        const int t = 4 * (i + u * n);
         f(t, v[u].x);
         f(t + 1, v[u].y);
         f(t + 2, v[u].z);
         f(t + 3, v[u].w);
       }
     }
-    for (; i < n4; i += kThreads) {
+    for (; i < end; i += n) {
       const float4 v = l4[i];
       f(4 * i, v.x);
       f(4 * i + 1, v.y);
@@ -80,15 +78,21 @@ __device__ __forceinline__ void for_each_token(const float* l, int V, bool vec, 
     }
     return;
   }
-  int t = int(threadIdx.x);
-  for (; t + (kRowUnroll - 1) * kThreads < V; t += kRowUnroll * kThreads) {
-    float v[kRowUnroll];
+  int t = lo + id;
+  for (; t + (kUnroll - 1) * n < hi; t += kUnroll * n) {
+    float v[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kRowUnroll; ++u) v[u] = l[t + u * kThreads];
+    for (int u = 0; u < kUnroll; ++u) v[u] = l[t + u * n];
 #pragma unroll
-    for (int u = 0; u < kRowUnroll; ++u) f(t + u * kThreads, v[u]);
+    for (int u = 0; u < kUnroll; ++u) f(t + u * n, v[u]);
   }
-  for (; t < V; t += kThreads) f(t, l[t]);
+  for (; t < hi; t += n) f(t, l[t]);
+}
+
+// Every token of a row, visited by the whole block: 64 bytes per thread in flight either way.
+template <class F>
+__device__ __forceinline__ void for_each_token(const float* l, int V, bool vec, F&& f) {
+  visit_range<8, 4>(l, 0, V, int(threadIdx.x), kThreads, vec, f);
 }
 
 // A float's order as an unsigned key (larger float, larger key; -inf lowest).
@@ -229,7 +233,7 @@ struct Shared {
   int piece_last[kWarps];
   int range_lo, range_hi, drawn;
   double range_target;
-  bool vec;  // for_each_token's float4 loads
+  bool vec;  // visit_range's float4 loads (the host checked V and the alignment)
 };
 
 __device__ bool reaches(Select mode, const Acc& a, int need_count, double need_mass) {
@@ -465,39 +469,8 @@ __device__ int draw_in_id_order(const ProcessedRow& row, int V, double u, int fa
         last = max(last, t);
       }
     };
-    if (sh.vec) {  // p_lo and p_hi are multiples of 4: whole float4s
-      const float4* l4 = reinterpret_cast<const float4*>(row.l);
-      int t = p_lo + 4 * lane;
-      for (; t + 3 * 128 < p_hi; t += 4 * 128) {  // four float4 loads in flight per lane
-        float4 v[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) v[k] = l4[(t + 128 * k) / 4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          visit(t + 128 * k, v[k].x);
-          visit(t + 128 * k + 1, v[k].y);
-          visit(t + 128 * k + 2, v[k].z);
-          visit(t + 128 * k + 3, v[k].w);
-        }
-      }
-      for (; t < p_hi; t += 128) {
-        const float4 v = l4[t / 4];
-        visit(t, v.x);
-        visit(t + 1, v.y);
-        visit(t + 2, v.z);
-        visit(t + 3, v.w);
-      }
-    } else {
-      int t = p_lo + lane;
-      for (; t + 3 * 32 < p_hi; t += 4 * 32) {  // four loads in flight per lane
-        float v[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) v[k] = row.l[t + 32 * k];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) visit(t + 32 * k, v[k]);
-      }
-      for (; t < p_hi; t += 32) visit(t, row.l[t]);
-    }
+    // Four loads in flight per lane (p_lo and p_hi are multiples of 4 when vec: whole float4s).
+    visit_range<4, 4>(row.l, p_lo, p_hi, lane, 32, sh.vec, visit);
     for (int o = 16; o > 0; o >>= 1) {
       m += __shfl_xor_sync(0xffffffffu, m, o);
       last = max(last, __shfl_xor_sync(0xffffffffu, last, o));
@@ -644,7 +617,7 @@ __global__ void __launch_bounds__(kThreads)
     return;
   }
   const float* l = direct ? logits + size_t(p.src_row) * V : work + size_t(blockIdx.x) * V;
-  if (threadIdx.x == 0) sh.vec = vec && V % 4 == 0;
+  if (threadIdx.x == 0) sh.vec = vec;
   __syncthreads();
   const Best top = row_argmax(l, V, sh);
   const int token = p.temperature > 0.0f ? draw(p, l, V, top, sh) : top.i;
@@ -731,13 +704,13 @@ void sample(cudaStream_t stream, const SampleBatch& b) {
                                                  int(V), work);
     ASTRAI_CUDA_LAUNCH_CHECK(apply_edits);
   }
-  // float4 loads need 16-byte aligned rows: V % 4 == 0 (checked in the kernel) and aligned bases.
+  // float4 loads need 16-byte aligned rows: V % 4 == 0 and aligned bases.
   // ASTRAI_SAMPLE_VEC=0 turns them off (an A/B switch for the benchmarks).
   static const bool vec_env = [] {
     const char* e = std::getenv("ASTRAI_SAMPLE_VEC");
     return !(e && std::string(e) == "0");
   }();
-  const bool vec = vec_env && reinterpret_cast<uintptr_t>(b.logits.data) % 16 == 0 &&
+  const bool vec = vec_env && V % 4 == 0 && reinterpret_cast<uintptr_t>(b.logits.data) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(work) % 16 == 0;
   sample_rows<<<unsigned(R), kThreads, 0, stream>>>(b.logits.ptr<float>(), int(L), int(V), rows, work, direct,
                                                     vec, b.out.ptr<int32_t>(), words, b.max_top_logprobs);
