@@ -73,9 +73,10 @@ class StepLoop {
   void run();
   void drain_commands();
   void apply_cancels();
-  void step();
+  bool step();  // true: it ran a forward and processed its output
   void note_admitted(const StepPlan& plan, std::chrono::steady_clock::time_point now);
   void update_gauges();
+  void deliver();     // the gauges, then the pending events to the rings and their consumers
   int flush_cache();  // flush_prefix_cache() on the loop's thread
   int pages_for(int tokens) const { return (tokens + opts_.page_size - 1) / opts_.page_size; }
 
@@ -104,6 +105,8 @@ class StepLoop {
   std::vector<RequestId> to_cancel_;
   std::vector<SampleResult> draws_;
   bool paused_ = false;
+  const bool deliver_after_launch_;  // EngineOptions::deliver_after_launch, resolved
+  bool delivery_due_ = false;        // a step's events wait for the next step's launch
   // ASTRAI_STEP_PROFILE=1: where a step's wall time goes (host phases against the wait for the
   // device's draws), logged every few thousand steps; null otherwise.
   std::unique_ptr<StepProfile> profile_;
@@ -114,6 +117,8 @@ class StepLoop {
 // EngineOptions::max_batch_size where it is 0 (the device's default): 512 sequences a step on a GPU,
 // 256 on the CPU.
 int resolved_max_batch_size(const EngineOptions& o, bool gpu);
+// EngineOptions::deliver_after_launch resolved for a device (gpu: it runs asynchronously).
+bool resolved_deliver_after_launch(const EngineOptions& o, bool gpu);
 
 // Validates the options, sizes and allocates the KV cache, starts the thread.
 Result<std::unique_ptr<StepLoop>> make_step_loop(std::unique_ptr<Backend> backend,

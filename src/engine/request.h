@@ -162,6 +162,12 @@ struct EngineOptions {
   // Decode-only steps replay a CUDA graph per batch bucket (captured at start-up) where the
   // backend has graphs; false runs them eagerly (same results, bit for bit).
   bool cuda_graphs = true;
+  // When a step's events go to the requests' rings and consumers: -1, after the next step's launch
+  // where the device runs asynchronously (a GPU: the delivery then overlaps the device's work) and
+  // at once on the CPU; 0, always at once; 1, always after the next launch (tests). Either way they
+  // go at once when no step follows right away, and before a next step with prompt chunks (its
+  // eager launch is long on the host).
+  int deliver_after_launch = -1;
 };
 
 struct LatencySummary {

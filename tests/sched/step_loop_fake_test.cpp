@@ -57,14 +57,17 @@ TEST_CASE("greedy output equals the reference decode alone, batched, cache on/of
   std::vector<std::vector<int32_t>> expect;
   for (auto& s : specs) expect.push_back(fake_greedy(s.prompt, vocab, s.max_tokens, eos));
 
-  for (bool cache : {true, false}) {
+  // Events delivered after each step, and after the next step's launch (a GPU's default).
+  for (auto [cache, deliver_after] : {std::pair{true, 0}, {false, 0}, {true, 1}, {false, 1}}) {
     for (int budget : {1, 7, 64, 0}) {
-      INFO("prefix cache " << cache << ", max_prefill_tokens " << budget);
+      INFO("prefix cache " << cache << ", max_prefill_tokens " << budget << ", deliver_after_launch "
+                           << deliver_after);
       EngineOptions o;
       o.page_size = 4;
       o.max_pages = 2000;
       o.prefix_cache = cache;
       o.max_prefill_tokens = budget;
+      o.deliver_after_launch = deliver_after;
       auto fl = make_fake_loop(o, {vocab, 4096, eos});
       // Alone: the first request by itself.
       {
@@ -97,13 +100,14 @@ TEST_CASE("a pool too small for the batch forces preemption and outputs stay exa
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);
   const int vocab = 50;
-  for (bool cache : {true, false}) {
-    INFO("prefix cache " << cache);
+  for (auto [cache, deliver_after] : {std::pair{true, 0}, {false, 0}, {true, 1}, {false, 1}}) {
+    INFO("prefix cache " << cache << ", deliver_after_launch " << deliver_after);
     EngineOptions o;
     o.page_size = 4;
     o.max_pages = 30;
     o.prefix_cache = cache;
     o.max_prefill_tokens = 16;
+    o.deliver_after_launch = deliver_after;
     auto fl = make_fake_loop(o, {vocab, 4096, {}});
     // 16 requests of 5-14 prompt tokens and 25-34 output tokens; their first tokens differ, so no
     // two share a cached page.
@@ -448,6 +452,17 @@ TEST_CASE("stats report tokens, latencies and pages", "[integration][threads]") 
   CHECK(st.prefix_hit_rate == Approx(32.0 / 51.0));
   CHECK(st.running == 0);
   CHECK(st.waiting == 0);
+}
+
+TEST_CASE("deliver_after_launch -1 defers delivery on a GPU only; 0 and 1 stand", "[unit]") {
+  EngineOptions o;
+  CHECK(o.deliver_after_launch == -1);
+  CHECK_FALSE(resolved_deliver_after_launch(o, false));
+  CHECK(resolved_deliver_after_launch(o, true));
+  o.deliver_after_launch = 0;
+  CHECK_FALSE(resolved_deliver_after_launch(o, true));
+  o.deliver_after_launch = 1;
+  CHECK(resolved_deliver_after_launch(o, false));
 }
 
 TEST_CASE("max_batch_size 0 takes the device's default; others stand", "[unit]") {
