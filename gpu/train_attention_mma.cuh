@@ -53,6 +53,51 @@ constexpr int kKeyTile = 64;  // keys per tile of the forward and dq kernels
 template <int kD>
 constexpr int kPitch = kD + 8;  // bf16 elements per shared-memory row
 
+// ---- warp GEMMs ---------------------------------------------------------------------------------
+
+// c[kMb][16][kN] (+)= A[16 kMb][kK] B, A from rows [r0, r0 + 16 kMb) of tile a, B[k][n] = b[n][k].
+// Each B fragment loaded serves the kMb row blocks (the reason a warp may own more than 16 rows).
+template <int kMb, int kK, int kN, int kP>
+__device__ __forceinline__ void gemm_abt(const bf16* a, int r0, const bf16* b, float (*c)[kN / 8][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kK / 16; ++kk) {
+    uint32_t fa[kMb][4];
+#pragma unroll
+    for (int mb = 0; mb < kMb; ++mb) load_a<kP>(a, r0 + 16 * mb, kk * 16, fa[mb]);
+#pragma unroll
+    for (int np = 0; np < kN / 16; ++np) {
+      uint32_t fb[4];
+      load_b<kP>(b, np * 16, kk * 16, fb);
+#pragma unroll
+      for (int mb = 0; mb < kMb; ++mb) {
+        mma(c[mb][2 * np], fa[mb], fb[0], fb[1]);
+        mma(c[mb][2 * np + 1], fa[mb], fb[2], fb[3]);
+      }
+    }
+  }
+}
+
+// c[kMb][16][kN] += P[16 kMb][kK] B, P held as accumulators p[kMb][kK / 8][4], B[k][n] = b[k][n].
+template <int kMb, int kK, int kN, int kP>
+__device__ __forceinline__ void gemm_pb(const float (*p)[kK / 8][4], const bf16* b, float (*c)[kN / 8][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kK / 16; ++kk) {
+    uint32_t fa[kMb][4];
+#pragma unroll
+    for (int mb = 0; mb < kMb; ++mb) acc_to_a(p[mb], kk, fa[mb]);
+#pragma unroll
+    for (int np = 0; np < kN / 16; ++np) {
+      uint32_t fb[4];
+      load_b_trans<kP>(b, kk * 16, np * 16, fb);
+#pragma unroll
+      for (int mb = 0; mb < kMb; ++mb) {
+        mma(c[mb][2 * np], fa[mb], fb[0], fb[1]);
+        mma(c[mb][2 * np + 1], fa[mb], fb[2], fb[3]);
+      }
+    }
+  }
+}
+
 // ---- tiles ---------------------------------------------------------------------------------------
 
 // Row t of head `head` of x (a Rows over [N, heads, D]: inner == heads).
