@@ -68,6 +68,12 @@ ServerProcess::ServerProcess(const std::vector<std::string>& extra_args, bool ti
   std::vector<std::string> args = {astrai_bin(), "serve", "--host",    "127.0.0.1",
                                    "--port",     "0",     "--threads", "1"};
   if (tiny_preset) args.insert(args.end(), {"--preset", "tiny"});
+  // ASTRAI_TEST_SERVE_ARGS: more arguments for every server, whitespace-separated (e.g. "--device
+  // cuda" to run the server tests against the CUDA backend on a GPU machine).
+  if (const char* more = std::getenv("ASTRAI_TEST_SERVE_ARGS")) {
+    std::istringstream in(more);
+    for (std::string a; in >> a;) args.push_back(a);
+  }
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   pid_ = ::fork();
   if (pid_ < 0) throw std::runtime_error("fork failed");

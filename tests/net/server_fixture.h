@@ -13,8 +13,9 @@ namespace astrai::test {
 
 class ServerProcess {
  public:
-  // extra_args are appended to `astrai serve [--preset tiny] --port 0 --host 127.0.0.1`. With
-  // wait_ready the constructor returns once /health is 200, else once the port is known.
+  // extra_args are appended to `astrai serve [--preset tiny] --port 0 --host 127.0.0.1` and the
+  // whitespace-separated ASTRAI_TEST_SERVE_ARGS. With wait_ready the constructor returns once
+  // /health is 200, else once the port is known.
   explicit ServerProcess(const std::vector<std::string>& extra_args = {}, bool tiny_preset = true,
                          bool wait_ready = true);
   ~ServerProcess();  // SIGTERM (then SIGKILL after a while) if still running
