@@ -404,7 +404,8 @@ Result<std::unique_ptr<StepLoop>> make_step_loop(std::unique_ptr<Backend> backen
   EngineOptions o = options;
   o.max_batch_size = resolved_max_batch_size(options, gpu);
   if (o.page_size < 1 || o.page_size > 1024) return invalid_argument("page size must be in [1, 1024]");
-  if (o.max_batch_size < 1) return invalid_argument("max batch size must be at least 1");
+  if (o.max_batch_size < 1)
+    return invalid_argument("max batch size must be at least 1 (0: the device's default)");
   if (o.max_queue < 1) return invalid_argument("max queue must be at least 1");
   if (o.max_prefill_tokens < 0) return invalid_argument("max prefill tokens must be >= 0 (0: unlimited)");
   const ModelConfig& cfg = model->config();
