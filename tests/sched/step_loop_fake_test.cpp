@@ -398,8 +398,10 @@ TEST_CASE("a slow consumer loses no events and notify fires at most once per ste
   o.page_size = 4;
   o.max_pages = 64;
   o.stream_capacity = 2;
-  auto fl = make_fake_loop(o, {50, 4096, {}});
+  // Before the loop, so that it outlives the loop's thread: the last delivery's notify may run
+  // after the reader has taken the last event.
   std::atomic<int> notified{0};
+  auto fl = make_fake_loop(o, {50, 4096, {}});
   Request r;
   r.prompt = {1, 2, 3};
   r.max_tokens = 40;
