@@ -12,9 +12,12 @@
 // and, on a GPU, decode steps replay a CUDA graph per batch bucket (captured before the prefill;
 // --no-cuda-graphs runs them eagerly).
 //
-// Bandwidth reference: at batch 1 a decode step reads every weight once, so it cannot beat
-// weight_bytes / memory bandwidth. We time a plain parallel read of all weight bytes (a sum over
-// the f32 weights) in the same run and report each batch's step time against that floor.
+// Bandwidth reference: a decode step reads every weight once and each sequence's K and V rows, so
+// it cannot beat (weight bytes + K/V bytes) / memory bandwidth. The bandwidth is measured in the
+// same run: on the CPU a plain parallel read of all weight bytes (a sum over the f32 weights), on a
+// GPU a device-to-device copy (bytes read + written). Each batch's step time is reported against
+// that floor ("x floor"; the K/V term takes the mean keys of the timed steps, prompt + (tokens + 1)
+// / 2). Not measured for a tensor-parallel group.
 #include <omp.h>
 
 #include <algorithm>
@@ -76,11 +79,39 @@ double time_weight_read(const Model& model) {
   return best;
 }
 
+// Best of 5 timed device-to-device copies (a same-dtype convert: cudaMemcpyAsync on a GPU) of up
+// to 2 GiB, as GB/s of bytes read + written; 0 where the device has too little free memory.
+double time_device_copy_gbps(Backend& be) {
+  const int64_t avail = be.memory_available();
+  const int64_t bytes = std::min<int64_t>(int64_t(2) << 30, avail > 0 ? avail / 8 : 0) / 64 * 64;
+  if (bytes < (int64_t(256) << 20)) return 0;
+  const Buffer a = be.alloc(size_t(bytes)), b = be.alloc(size_t(bytes));
+  const Tensor src(a.data(), DType::bf16, {bytes / 2}, be.device());
+  const Tensor dst(b.data(), DType::bf16, {bytes / 2}, be.device());
+  be.convert(src, dst);
+  be.synchronize();
+  double best = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = BenchClock::now();
+    be.convert(src, dst);
+    be.synchronize();
+    best = std::min(best, seconds_since(t0));
+  }
+  return 2.0 * double(bytes) / best / 1e9;
+}
+
+// The K/V bytes a decode step of B sequences reads, on average over the timed steps.
+double kv_read_bytes(const ModelConfig& cfg, const DecodeBenchOptions& o, int B, DType dt) {
+  const double keys = o.prompt_len + (o.tokens + 1) / 2.0;
+  return double(B) * keys * double(cfg.num_layers) * 2.0 * double(cfg.kv_dim()) * double(dtype_size(dt));
+}
+
 struct BatchResult {
   int batch = 0;
   double prefill_s = 0, decode_s = 0;
   double decode_forward_s = 0;  // of decode_s: forward + synchronize (the rest: logits to the host, argmax)
   int64_t prefill_tokens = 0, decode_tokens = 0;
+  double floor_ms = 0;  // (weight + K/V bytes) / the measured bandwidth; 0: not measured
 };
 
 BatchResult run_batch(Model& model, int B, const DecodeBenchOptions& o) {
@@ -213,20 +244,25 @@ void run(const DecodeBenchOptions& o) {
   const ModelConfig& cfg = model->config();
 
   const double wbytes = double(model->weight_bytes());
-  double read_s = 0;
-  // The floor of one device reading its weights: not measured for a tensor-parallel group of CPU
-  // ranks, which share the host's bandwidth.
+  double read_s = 0, copy_gbps = 0;
+  // The bandwidth of one device: not measured for a tensor-parallel group (CPU ranks share the
+  // host's; GPU ranks each read a share of the weights).
   if (backend->device() == Device::cpu && backend->compute_dtype() == DType::f32 && o.tp == 1)
     read_s = time_weight_read(*model);
-  const double gbps = read_s > 0 ? wbytes / read_s / 1e9 : 0;
+  else if (backend->device() != Device::cpu && o.tp == 1)
+    copy_gbps = time_device_copy_gbps(*backend);
+  const double gbps = read_s > 0 ? wbytes / read_s / 1e9 : copy_gbps;
 
   std::printf("model %s (%s, %lld layers, %.1fM params, %.3f GB weights%s) on %s%s\n", name.c_str(),
               cfg.architecture.c_str(), (long long)cfg.num_layers, double(cfg.num_parameters()) / 1e6,
               wbytes / 1e9, o.tp > 1 ? " on rank 0" : "", backend->name().c_str(),
               o.tp > 1 ? (" and " + std::to_string(o.tp - 1) + " more ranks (tensor parallel)").c_str() : "");
   if (read_s > 0)
-    std::printf("weight read: %.1f ms (%.1f GB/s) = decode floor of %.1f ms/step at batch 1\n", read_s * 1e3,
-                gbps, read_s * 1e3);
+    std::printf("weight read: %.1f ms (%.1f GB/s) = decode floor of %.1f ms/step at batch 1 (+ K/V)\n",
+                read_s * 1e3, gbps, read_s * 1e3);
+  if (copy_gbps > 0)
+    std::printf("device copy: %.0f GB/s (read + written) = decode floor of %.2f ms/step at batch 1 (+ K/V)\n",
+                copy_gbps, wbytes / (copy_gbps * 1e9) * 1e3);
   std::string draw = o.temperature > 0 ? "temperature " + std::to_string(o.temperature) : "greedy";
   if (o.temperature > 0 && o.top_p < 1.0f) draw += " top_p " + std::to_string(o.top_p);
   std::printf("prompt %d tokens, %d decode steps, CUDA graphs %s, %s %s\n\n", o.prompt_len, o.tokens,
@@ -240,11 +276,11 @@ void run(const DecodeBenchOptions& o) {
   for (int B : batches) {
     BatchResult r = run_batch(*model, B, o);
     const double ms = r.decode_s * 1e3 / o.tokens;
-    // The floor is measured only on the CPU backend (a timed read of the f32 weights); elsewhere the
-    // column says so rather than print 0 (on a GPU, measure the copy bandwidth:
-    // tests/gpu/device_ceilings.py).
+    // Without a measured bandwidth (tensor parallel) the column says so rather than print 0.
+    r.floor_ms =
+        gbps > 0 ? (wbytes + kv_read_bytes(cfg, o, B, backend->compute_dtype())) / (gbps * 1e9) * 1e3 : 0;
     char floor_col[32] = "-";
-    if (read_s > 0) std::snprintf(floor_col, sizeof floor_col, "%.2f", ms / (read_s * 1e3));
+    if (r.floor_ms > 0) std::snprintf(floor_col, sizeof floor_col, "%.2f", ms / r.floor_ms);
     std::printf("%6d %14.1f %14.1f %10.2f %12.3f %9s\n", B, double(r.prefill_tokens) / r.prefill_s,
                 double(r.decode_tokens) / r.decode_s, ms, r.decode_forward_s * 1e3 / o.tokens, floor_col);
     std::fflush(stdout);
@@ -281,7 +317,9 @@ void run(const DecodeBenchOptions& o) {
       .key("weight_read_ms")
       .value(read_s * 1e3)
       .key("read_gb_per_s")
-      .value(gbps)
+      .value(read_s > 0 ? gbps : 0.0)
+      .key("copy_gb_per_s")
+      .value(copy_gbps)
       .key("results")
       .begin_array();
   for (const BatchResult& r : results)
@@ -296,6 +334,8 @@ void run(const DecodeBenchOptions& o) {
         .value(r.decode_s * 1e3 / o.tokens)
         .key("forward_ms_per_step")
         .value(r.decode_forward_s * 1e3 / o.tokens)
+        .key("floor_ms_per_step")
+        .value(r.floor_ms)
         .end_object();
   w.end_array().end_object();
   std::printf("\n%s\n", w.str().c_str());

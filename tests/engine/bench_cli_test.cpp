@@ -1,8 +1,10 @@
-// `astrai bench prefill` and `astrai bench serve` end to end on the CPU: the JSON line and the errors.
+// `astrai bench prefill`, `bench decode` and `bench serve` end to end on the CPU: the JSON line and the
+// errors.
 #include <simdjson.h>
 
 #include <catch2/catch.hpp>
 
+#include "src/model/config.h"
 #include "tools/test_util.h"
 
 using namespace astrai::test;
@@ -115,4 +117,30 @@ TEST_CASE("bench serve: a model the server cannot load fails the bench at once, 
   INFO(r.out << r.err);
   CHECK(r.exit_code != 0);
   CHECK_THAT(r.err, Catch::Contains("could not load the model") && Catch::Contains("vocab_size = 100"));
+}
+
+TEST_CASE("bench decode: each batch's floor is the weights and its K/V rows over the measured bandwidth",
+          "[integration]") {
+  const astrai::ModelConfig cfg = astrai::preset_config("tiny").value();
+  const int prompt = 24, tokens = 5;
+  const CommandResult r = run_command(astrai_bin() + " bench decode --preset tiny --device cpu --threads 1 " +
+                                      "--batch 1,4 --prompt-len " + std::to_string(prompt) + " --tokens " +
+                                      std::to_string(tokens));
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  simdjson::dom::parser parser;
+  const simdjson::dom::element doc = parser.parse(last_line(r.out));
+  const double gbps = double(doc["read_gb_per_s"]), wbytes = double(int64_t(doc["weight_bytes"]));
+  REQUIRE(gbps > 0);
+  CHECK(double(doc["copy_gb_per_s"]) == 0);  // the CPU measures a read of its weights instead
+  // f32 K and V rows of every layer, over the mean keys of the timed steps: prompt + (tokens + 1) / 2.
+  const double kv_per_seq =
+      (prompt + (tokens + 1) / 2.0) * double(cfg.num_layers) * 2 * double(cfg.kv_dim()) * 4;
+  const simdjson::dom::array results = doc["results"];
+  REQUIRE(results.size() == 2);
+  for (simdjson::dom::element e : results) {
+    const double B = double(int64_t(e["batch"]));
+    CHECK(double(e["floor_ms_per_step"]) ==
+          Approx((wbytes + B * kv_per_seq) / (gbps * 1e9) * 1e3).epsilon(1e-9));
+  }
 }
