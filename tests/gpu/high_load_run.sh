@@ -19,6 +19,8 @@
 #   startup  `astrai serve --device cuda` to the first /health 200, llama-1b and qwen3-8b, twice
 #   tests    the backend [gpu] cases and the gpu suite's forward / graph / step-loop cases; the
 #            backend's attention cases again under each of TEST_SWITCHES (';'-separated)
+#   sanitize compute-sanitizer memcheck and racecheck over the backend's decode attention cases
+#            (not in the default STEPS)
 # Logs go into $OUT/high_load.tgz, re-packed after every step (the device tool returns only a few
 # files), one-line summaries into $OUT/progress.txt. Model directories are random bf16 presets
 # from `astrai init`, written once under $TMPDIR/m.
@@ -123,5 +125,14 @@ if want tests; then
   done
   run_to 150 astrai_gpu_tests "forward*,decode steps replayed*,the step loop's greedy*,cuda *" > "$out/gpu_tests.log" 2>&1
   log "gpu tests: exit $? $(grep -E 'test cases' "$out/gpu_tests.log" | tail -1)"
+fi
+if want sanitize; then
+  # compute-sanitizer over the backend's decode attention cases (the kernel's cp.async ring,
+  # ldmatrix and warp merges): memcheck, then racecheck.
+  for tool in memcheck racecheck; do
+    run_to 150 compute-sanitizer --tool $tool astrai_backend_tests "paged_attention matches float64 attention in decode steps* [gpu]" \
+      > "$out/sanitize_$tool.txt" 2>&1
+    log "compute-sanitizer $tool: exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize_$tool.txt" | tail -1)"
+  done
 fi
 log end
