@@ -47,20 +47,43 @@ void truncate_candidates(int top_k, float top_p, float min_p, std::vector<Sample
   normalise();
 }
 
+// The largest logit, NaN skipped (std::max keeps its first argument against a NaN).
+float largest_logit(std::span<const float> logits) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (float l : logits) m = std::max(m, l);
+  return m;
+}
+
+// e[t] = exp((l[t] - max) / T) for every token (0 where it is not a candidate); returns how many
+// are candidates (e > 0).
+int64_t candidate_masses(std::span<const float> logits, float max_logit, float temperature,
+                         std::vector<double>& e) {
+  e.resize(logits.size());
+  int64_t n = 0;
+  for (size_t t = 0; t < logits.size(); ++t) {
+    const double x = std::exp((double(logits[t]) - double(max_logit)) / double(temperature));
+    e[t] = x > 0 ? x : 0.0;  // NaN (a NaN logit, or max +inf) is no candidate
+    n += e[t] > 0;
+  }
+  return n;
+}
+
+// Step 3 from the masses: every candidate (e > 0) in id order with its mass, then truncated.
+void truncated_candidates(const std::vector<double>& e, int top_k, float top_p, float min_p,
+                          std::vector<SampleCandidate>& c) {
+  c.clear();
+  for (size_t t = 0; t < e.size(); ++t)
+    if (e[t] > 0) c.push_back({int32_t(t), e[t]});
+  truncate_candidates(top_k, top_p, min_p, c);
+}
+
 }  // namespace
 
 void sampling_candidates(std::span<const float> logits, float temperature, int top_k, float top_p,
                          float min_p, std::vector<SampleCandidate>& c) {
-  const size_t vocab = logits.size();
-  float max_logit = -std::numeric_limits<float>::infinity();
-  for (float l : logits) max_logit = std::max(max_logit, l);
-  c.clear();
-  c.reserve(vocab);
-  for (size_t t = 0; t < vocab; ++t) {
-    const double e = std::exp((double(logits[t]) - double(max_logit)) / double(temperature));
-    if (e > 0) c.push_back({int32_t(t), e});
-  }
-  truncate_candidates(top_k, top_p, min_p, c);
+  std::vector<double> e;
+  candidate_masses(logits, largest_logit(logits), temperature, e);
+  truncated_candidates(e, top_k, top_p, min_p, c);
 }
 
 void apply_sample_edits(std::span<float> logits, const SampleRowParams& p, const SampleEdit* edits) {
@@ -85,20 +108,6 @@ struct RowScratch {
   std::vector<SampleCandidate> candidates;
   std::vector<int32_t> ids;
 };
-
-// e[t] = exp((l[t] - max) / T) for every token (0 where it is not a candidate); returns how many
-// are candidates (e > 0).
-int64_t candidate_masses(std::span<const float> logits, float max_logit, float temperature,
-                         std::vector<double>& e) {
-  e.resize(logits.size());
-  int64_t n = 0;
-  for (size_t t = 0; t < logits.size(); ++t) {
-    const double x = std::exp((double(logits[t]) - double(max_logit)) / double(temperature));
-    e[t] = x > 0 ? x : 0.0;  // NaN (a NaN logit, or max +inf) is no candidate
-    n += e[t] > 0;
-  }
-  return n;
-}
 
 // Step 4 over every candidate in id order: the first token whose cumulative mass exceeds u * (the
 // total), else the last candidate (u * total rounded up to the total). At least one e > 0.
@@ -135,18 +144,13 @@ void sample_one(const float* raw_row, int64_t vocab, const uint32_t* mask_row, c
     const double u = counter_uniform(p.seed, uint64_t(p.choice), uint64_t(p.index));
     // One exp pass for every draw: the masses give the candidates' count (whether top_k truncates),
     // the id-order draw, and a truncating draw's candidates.
-    float max_logit = -std::numeric_limits<float>::infinity();
-    for (float l : logits) max_logit = std::max(max_logit, l);  // NaN skipped, as sampling_candidates
-    const int64_t candidates = candidate_masses(logits, max_logit, p.temperature, s.masses);
+    const int64_t candidates = candidate_masses(logits, largest_logit(logits), p.temperature, s.masses);
     if (candidates == 0) {  // every logit -inf or NaN
       token = argmax();
     } else if (sample_math::keeps_every_candidate(p, candidates)) {
       token = draw_in_id_order(s.masses, u);
     } else {
-      s.candidates.clear();
-      for (size_t t = 0; t < s.masses.size(); ++t)
-        if (s.masses[t] > 0) s.candidates.push_back({int32_t(t), s.masses[t]});
-      truncate_candidates(p.top_k, p.top_p, p.min_p, s.candidates);  // keeps at least one
+      truncated_candidates(s.masses, p.top_k, p.top_p, p.min_p, s.candidates);  // keeps at least one
       double cum = 0;
       token = s.candidates.back().token;
       for (const auto& c : s.candidates) {
