@@ -31,6 +31,8 @@ Status load_model(net::ServerState& st) {
   ASTRAI_ASSIGN_OR_RETURN(std::filesystem::path dir, resolve_model_dir(source));
   ASTRAI_ASSIGN_OR_RETURN(auto tok, Tokenizer::load(dir, c.template_limits));
   ASTRAI_ASSIGN_OR_RETURN(LoadedModel lm, astrai::load_model(dir, c.device, c.tp, c.threads));
+  spdlog::info("model {} on {}{}", dir.string(), lm.backend->name(),
+               c.tp > 1 ? " (tensor parallel over " + std::to_string(c.tp) + " devices)" : std::string());
   ASTRAI_ASSIGN_OR_RETURN(auto engine, Engine::create(std::move(lm.backend), std::move(lm.model), c.engine));
   st.reasoning = c.reasoning_parser == "auto" ? net::detect_reasoning_parser(*tok)
                                               : *net::reasoning_parser_from_name(c.reasoning_parser);

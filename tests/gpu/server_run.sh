@@ -5,14 +5,34 @@
 # root:
 #   BUDGET=540 bash tests/gpu/server_run.sh
 # The cases that drive the SDK clients run node scripts (tests/net/*.mjs) with tests/node's npm
-# packages (about 570 MB with the headless browser: past the device tool's carry limit), so where
-# the machine lacks them those cases fail and the rest (raw sockets, C++ clients) still run.
+# packages (about 570 MB with the headless browser and every tokenizer: past the device tool's carry
+# limit). A trimmed copy (the SDKs, ws, ajv, zod and the Qwen3 tokenizer's models, without type
+# declarations and source maps: 36 MB, 13 MB packed) goes into the bundle, and node itself, packed
+# with xz (22 MB; gzip leaves 32), beside it as .gpu/node.xz:
+#   gpu-bundle build/bin/astrai build/bin/astrai_net_tests -- /tmp/kit/node_modules
+#   strip -o /tmp/node $(command -v node) && xz -9e -c /tmp/node > .gpu/node.xz
+# Where the machine has neither, those cases fail and the rest (raw sockets, C++ clients) still run;
+# the chat page and dashboard cases need a headless browser, the /metrics case promtool and the
+# chat-template case python3's jinja2, so those fail where they are missing. The servers' logs are
+# kept (ASTRAI_KEEP_TMP) and each is checked for the CUDA device.
 # Logs go into $OUT/server.tgz, one-line summaries into $OUT/progress.txt.
 NAME=server; source "$(dirname "$0")/run_lib.sh"
 export ASTRAI_TEST_SERVE_ARGS="--device cuda" ASTRAI_SOURCE_DIR=$PWD
+export ASTRAI_KEEP_TMP=1
+[ -d tests/node/node_modules ] || [ ! -d "${ASTRAI_BUNDLE:-}/node_modules" ] ||
+  ln -s "$ASTRAI_BUNDLE/node_modules" tests/node/node_modules
+if ! command -v node > /dev/null && [ -f .gpu/node.xz ]; then
+  mkdir -p "$tmp/node-bin"
+  python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(".gpu/node.xz").read())' > "$tmp/node-bin/node"
+  chmod +x "$tmp/node-bin/node"; export PATH="$tmp/node-bin:$PATH"
+fi
 log "node: $(command -v node || echo none); nvidia-smi: $(nvidia-smi -L 2>/dev/null | head -1)"
 run_to $(( BUDGET - 20 )) astrai_net_tests > "$out/net_tests.log" 2>&1
 log "net tests against --device cuda: exit $? $(grep -E 'test cases' "$out/net_tests.log" | tail -1)"
 grep -E "^-{5,}$" -A2 "$out/net_tests.log" | grep -vE "^-{5,}$|^--$" | sort -u | head -40 > "$out/cases.txt"
 log "failed or reported cases: $(wc -l < "$out/cases.txt")"
+# A server logs (to stdout, its .out file) which device it runs on once its model has loaded.
+loaded=$(grep -l ' on cpu\| on cuda' "$ASTRAI_TEST_TMP"/serve-*.log.out 2>/dev/null | wc -l)
+log "servers that loaded a model: $loaded; on the CUDA device: $(grep -l ' on cuda:' "$ASTRAI_TEST_TMP"/serve-*.log.out 2>/dev/null | wc -l)"
+tar czf "$out/server_logs.tgz" -C "$ASTRAI_TEST_TMP" $(cd "$ASTRAI_TEST_TMP" && ls serve-*.log* 2>/dev/null | head -400) 2>/dev/null
 log end

@@ -136,8 +136,11 @@ int ServerProcess::terminate(seconds wait) {
 ServerProcess::~ServerProcess() {
   if (pid_ > 0) terminate(seconds(10));
   std::error_code ec;
+  // ASTRAI_KEEP_TMP keeps both: the log (stderr) and the .out file (stdout, where the server's
+  // own log lines go after its port).
+  if (std::getenv("ASTRAI_KEEP_TMP")) return;
   std::filesystem::remove(log_path_ + ".out", ec);
-  if (!std::getenv("ASTRAI_KEEP_TMP")) std::filesystem::remove(log_path_, ec);
+  std::filesystem::remove(log_path_, ec);
 }
 
 HttpReply raw_exchange(int port, const std::string& bytes, milliseconds timeout) {
