@@ -140,15 +140,18 @@ class CudaBackend final : public Backend {
     const Scope scope = enter("rope_kv_store");
     gpu::rope_kv_store(stream_, q, k, v, q_norm, k_norm, eps, positions, cos_sin, slots, k_cache, v_cache);
   }
-  void swiglu_linear(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor act, Tensor out) override {
-    const Scope scope = enter("swiglu_linear");
-    linear_->run_swiglu(stream_, gate, up, w, act, out);
-  }
   void add_rms_norm_linear(const Tensor& residual, const Tensor& x, const Tensor& norm_w, float eps,
                            Tensor residual_out, Tensor h, const Tensor& w, const Tensor* bias,
                            Tensor out) override {
     const Scope scope = enter("add_rms_norm_linear");
     linear_->run_add_norm(stream_, residual, x, norm_w, eps, residual_out, h, w, bias, out);
+  }
+  void add_rms_norm_mlp(const Tensor& residual, const Tensor& x, const Tensor& norm_w, float eps,
+                        Tensor residual_out, Tensor h, const Tensor& w_gate_up, Tensor gate_up, Tensor act,
+                        const Tensor& w_down, Tensor out) override {
+    const Scope scope = enter("add_rms_norm_mlp");
+    linear_->run_mlp(stream_, residual, x, norm_w, eps, residual_out, h, w_gate_up, gate_up, act, w_down,
+                     out);
   }
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) override {
     const Scope scope = enter("gather_rows");

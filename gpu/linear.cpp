@@ -225,40 +225,73 @@ void Linear::run(cudaStream_t stream, const Tensor& x, const Tensor& w, const Te
 
 void Linear::run_swiglu(cudaStream_t stream, const Tensor& gate, const Tensor& up, const Tensor& w,
                         Tensor act, Tensor out) {
-  check_tensor(gate, "swiglu_linear", "gate", DType::bf16, DType::f32);
-  check_tensor(up, "swiglu_linear", "up", gate.dtype);
-  check_tensor(w, "swiglu_linear", "w", gate.dtype);
-  check_tensor(out, "swiglu_linear", "out", gate.dtype);
+  check_tensor(gate, "add_rms_norm_mlp", "gate", DType::bf16, DType::f32);
+  check_tensor(up, "add_rms_norm_mlp", "up", gate.dtype);
+  check_tensor(w, "add_rms_norm_mlp", "w", gate.dtype);
+  check_tensor(out, "add_rms_norm_mlp", "out", gate.dtype);
   ASTRAI_GPU_CHECK(gate.ndim == 2 && up.ndim == 2 && gate.shape == up.shape && w.ndim == 2 && out.ndim == 2 &&
                        w.shape[1] == gate.shape[1] && out.shape[0] == gate.shape[0] &&
                        out.shape[1] == w.shape[0],
-                   "swiglu_linear: shapes gate " + gate.shape_str() + " up " + up.shape_str() + " w " +
+                   "add_rms_norm_mlp: shapes gate " + gate.shape_str() + " up " + up.shape_str() + " w " +
                        w.shape_str() + " out " + out.shape_str());
   ASTRAI_GPU_CHECK(w.is_contiguous() && gate.stride[1] == 1 && up.stride[1] == 1 && out.stride[1] == 1,
-                   "swiglu_linear: w must be contiguous, gate, up and out need a contiguous last dim");
+                   "add_rms_norm_mlp: w must be contiguous, gate, up and out need a contiguous last dim");
   if (gate.shape[0] == 0 || w.shape[0] == 0) return;
-  ASTRAI_GPU_CHECK(gate.shape[1] > 0, "swiglu_linear: F = 0");
+  ASTRAI_GPU_CHECK(gate.shape[1] > 0, "add_rms_norm_mlp: F = 0");
   if (swiglu_linear_gemv(stream, gate, up, w, out)) return;
   swiglu(stream, gate, up, act);
   run(stream, act, w, nullptr, out);
 }
 
-void Linear::run_add_norm(cudaStream_t stream, const Tensor& residual, const Tensor& x, const Tensor& norm_w,
-                          float eps, Tensor residual_out, Tensor h, const Tensor& w, const Tensor* bias,
-                          Tensor out) {
-  check_tensor(residual, "add_rms_norm_linear", "residual", DType::bf16, DType::f32);
+namespace {
+
+// add_rms_norm_linear's operands (and add_rms_norm_mlp's first half, `op`), checked before either
+// path runs, so the fused GEMV takes only what the unfused ops accept.
+void check_add_norm(const char* op, const Tensor& residual, const Tensor& x, const Tensor& norm_w,
+                    const Tensor& residual_out, const Tensor& h, const Tensor& w, const Tensor& out) {
+  check_tensor(residual, op, "residual", DType::bf16, DType::f32);
   for (const Tensor* t : std::initializer_list<const Tensor*>{&x, &norm_w, &residual_out, &h, &w, &out})
-    check_tensor(*t, "add_rms_norm_linear", "operand", residual.dtype);
+    check_tensor(*t, op, "operand", residual.dtype);
   ASTRAI_GPU_CHECK(residual.ndim == 2 && x.shape == residual.shape && residual_out.shape == residual.shape &&
                        h.shape == residual.shape && w.ndim == 2 && w.shape[1] == residual.shape[1] &&
                        out.ndim == 2 && out.shape[0] == residual.shape[0] && out.shape[1] == w.shape[0] &&
                        norm_w.numel() == residual.shape[1],
-                   "add_rms_norm_linear: shapes residual " + residual.shape_str() + " x " + x.shape_str() +
+                   std::string(op) + ": shapes residual " + residual.shape_str() + " x " + x.shape_str() +
                        " w " + w.shape_str() + " out " + out.shape_str());
+}
+
+}  // namespace
+
+void Linear::run_add_norm(cudaStream_t stream, const Tensor& residual, const Tensor& x, const Tensor& norm_w,
+                          float eps, Tensor residual_out, Tensor h, const Tensor& w, const Tensor* bias,
+                          Tensor out) {
+  check_add_norm("add_rms_norm_linear", residual, x, norm_w, residual_out, h, w, out);
   if (residual.shape[0] == 0) return;
   if (add_rms_norm_linear_gemv(stream, residual, x, norm_w, eps, residual_out, w, bias, out)) return;
   add_rms_norm(stream, residual, x, norm_w, eps, h, &residual_out);
   run(stream, h, w, bias, out);
+}
+
+void Linear::run_mlp(cudaStream_t stream, const Tensor& residual, const Tensor& x, const Tensor& norm_w,
+                     float eps, Tensor residual_out, Tensor h, const Tensor& w_gate_up, Tensor gate_up,
+                     Tensor act, const Tensor& w_down, Tensor out) {
+  const char* op = "add_rms_norm_mlp";
+  check_add_norm(op, residual, x, norm_w, residual_out, h, w_gate_up, gate_up);
+  check_tensor(act, op, "act", residual.dtype);
+  const int64_t M = residual.shape[0], F = act.ndim == 2 ? act.shape[1] : 0;
+  ASTRAI_GPU_CHECK(act.ndim == 2 && act.shape[0] == M && gate_up.shape[1] == 2 * F,
+                   std::string(op) + ": gate_up " + gate_up.shape_str() + " for act " + act.shape_str());
+  if (M == 0) return;
+  Tensor gate = gate_up, up = gate_up;  // the two column halves
+  gate.shape[1] = up.shape[1] = F;
+  up.data = static_cast<char*>(gate_up.data) + F * int64_t(dtype_size(gate_up.dtype));
+  if (M >= 2 &&
+      add_rms_norm_linear_swiglu_gemv(stream, residual, x, norm_w, eps, residual_out, h, w_gate_up, act)) {
+    run(stream, act, w_down, nullptr, out);
+    return;
+  }
+  run_add_norm(stream, residual, x, norm_w, eps, residual_out, h, w_gate_up, nullptr, gate_up);
+  run_swiglu(stream, gate, up, w_down, act, out);
 }
 
 }  // namespace astrai::gpu

@@ -27,8 +27,8 @@ class Linear {
   Linear& operator=(const Linear&) = delete;
 
   void run(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out);
-  // out = swiglu(gate, up) @ w^T (Backend::swiglu_linear): decode-sized M computes the activation
-  // inside the GEMV; otherwise swiglu into act, then run.
+  // out = swiglu(gate, up) @ w^T (run_mlp's second half): decode-sized M computes the activation
+  // inside the GEMV where that prologue is short; otherwise swiglu into act, then run.
   void run_swiglu(cudaStream_t stream, const Tensor& gate, const Tensor& up, const Tensor& w, Tensor act,
                   Tensor out);
   // Backend::add_rms_norm_linear: decode-sized M computes residual + x and its norm inside the GEMV
@@ -36,6 +36,14 @@ class Linear {
   void run_add_norm(cudaStream_t stream, const Tensor& residual, const Tensor& x, const Tensor& norm_w,
                     float eps, Tensor residual_out, Tensor h, const Tensor& w, const Tensor* bias,
                     Tensor out);
+
+  // Backend::add_rms_norm_mlp. Two to eight rows: one GEMV adds, norms (or add_rms_norm first, as
+  // run_add_norm would) and projects gate and up in pairs into act (their SwiGLU), then the down
+  // GEMV. One row, or more than eight: run_add_norm into gate_up, then run_swiglu. (At one row the
+  // pairs measured slower on the H200: qwen3-8b 207 against 212 tok/s; see docs/performance.md.)
+  void run_mlp(cudaStream_t stream, const Tensor& residual, const Tensor& x, const Tensor& norm_w, float eps,
+               Tensor residual_out, Tensor h, const Tensor& w_gate_up, Tensor gate_up, Tensor act,
+               const Tensor& w_down, Tensor out);
 
  private:
   // M, N, K, ldx, ldo, in dtype, out dtype, bias, alignments of x, w, out, bias.

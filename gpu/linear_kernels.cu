@@ -2,7 +2,9 @@
 // - gemv: out[m, n] = x[m, :] . w[n, :] (+ bias[n]) for M <= kGemvMaxRows rows of x (decode), on the
 //   tensor cores: a warp multiplies a tile of 16 weight rows, over a range of K, by all M rows of x at
 //   once, so the weights stream once for every M and the arithmetic per weight byte does not grow
-//   with M. A decode step is a stream over the weights, so this is what sets its time.
+//   with M. A decode step is a stream over the weights, so this is what sets its time. Its x may be
+//   computed in the block first (SwiGLU, or residual add + RMSNorm), and for the MLP's gate_up it can
+//   take gate and up rows in pairs and write their SwiGLU (add_rms_norm_mlp).
 // - naive: a plain GEMM for the shapes cuBLASLt has no algorithm for (rows that start on 2-byte
 //   boundaries, e.g. column slices at odd offsets): one thread per output, f32 accumulation.
 //   Correct, not fast; the model's shapes never take it.
@@ -92,7 +94,14 @@ __device__ __forceinline__ uint4 swiglu8(uint4 gate, uint4 up) {
 // dependent launch they overlap the kernel before (for llama-1b's small projections a warp's whole
 // range of K is one or two rounds), and only x waits for it. (Two rounds in registers, and asking
 // L2 for the next rounds with prefetch.global.L2, were both measured slower on the H200.)
-template <typename TO, int W, int kX>
+//
+// kPairs (the MLP's gate_up projection with the SwiGLU after it): w is [2F, K], gate rows then up
+// rows, and a tile is gate rows [8t, 8t + 8) (the MMA's rows 0-7) with the up rows F past them (rows
+// 8-15). Each is summed exactly as it would be alone (a tile of 16 rows holds each row's dot product
+// apart; the tiles, and so the split of K, number the same: N / 16), rounded to bf16 as the
+// projection's output would be, and out [M, F] gets silu(gate) * up rounded where the swiglu op
+// rounds: the projection then the swiglu, bit for bit, without the [M, 2F] round trip or the kernel.
+template <typename TO, int W, int kX, bool kPairs>
 __global__ void __launch_bounds__(W * 32)
     gemv_kernel(const bf16* __restrict__ x, int64_t ldx, int M, const bf16* __restrict__ w, int64_t K,
                 int64_t N, const TO* __restrict__ bias, TO* __restrict__ out, int64_t ldo, int ksplit,
@@ -101,15 +110,23 @@ __global__ void __launch_bounds__(W * 32)
   extern __shared__ uint4 x_shared[];  // kSwiglu, kAddNorm: x as [M][K / 8] chunks
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int tiles_per_block = W / ksplit, part = warp % ksplit;
-  const int64_t n0 = (int64_t(blockIdx.x) * tiles_per_block + warp / ksplit) * kGemvTile;
+  const int64_t tile = int64_t(blockIdx.x) * tiles_per_block + warp / ksplit, F = N / 2;
   const int64_t chunks = K / 8, per_part = (chunks + ksplit - 1) / ksplit;  // chunk: 8 values, 16 bytes
   const int64_t begin = part * per_part, end = min(chunks, begin + per_part);
-  const bool active = n0 < N && begin < end;                                 // warp-uniform: mma.sync
-  float d0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d1[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // two chains of MMAs
-  // Rows past N repeat row N - 1 (outputs dropped), so every load is in bounds.
-  const int64_t last = max(N - 1, int64_t(0));
-  const uint4* wa = reinterpret_cast<const uint4*>(w + min(n0 + g, last) * K);
-  const uint4* wb = reinterpret_cast<const uint4*>(w + min(n0 + g + 8, last) * K);
+  const bool active = (kPairs ? tile * 8 < F : tile * kGemvTile < N) && begin < end;  // warp-uniform
+  float d0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d1[4] = {0.0f, 0.0f, 0.0f, 0.0f};           // two chains of MMAs
+  // Rows past the last (of N, or of each half) repeat it (outputs dropped): every load is in bounds.
+  int64_t row_a, row_b;
+  if constexpr (kPairs) {
+    row_a = min(tile * 8 + g, max(F - 1, int64_t(0)));
+    row_b = F + row_a;
+  } else {
+    const int64_t last = max(N - 1, int64_t(0));
+    row_a = min(tile * kGemvTile + g, last);
+    row_b = min(tile * kGemvTile + g + 8, last);
+  }
+  const uint4* wa = reinterpret_cast<const uint4*>(w + row_a * K);
+  const uint4* wb = reinterpret_cast<const uint4*>(w + row_b * K);
   uint4 va[kGemvUnroll], vb[kGemvUnroll];
   // Past the part's end a lane re-reads its last chunk (no branch, so every load is issued before
   // the first MMA) and multiplies it by zeros in place of x.
@@ -195,6 +212,23 @@ __global__ void __launch_bounds__(W * 32)
   partial[warp][g + 8][2 * t] = d0[2] + d1[2];
   partial[warp][g + 8][2 * t + 1] = d0[3] + d1[3];
   __syncthreads();
+  if constexpr (kPairs) {
+    const int outs = tiles_per_block * 8;
+    for (int i = threadIdx.x; i < M * outs; i += W * 32) {
+      const int m = i / outs, r = i % outs, t = r / 8;
+      const int64_t n = int64_t(blockIdx.x) * outs + r;
+      if (n >= F) continue;
+      float gate = 0.0f, up = 0.0f;
+      for (int p = 0; p < ksplit; ++p) {
+        gate += partial[t * ksplit + p][r % 8][m];
+        up += partial[t * ksplit + p][r % 8 + 8][m];
+      }
+      gate = round_to<bf16>(gate);
+      up = round_to<bf16>(up);
+      out[m * ldo + n] = from_f32<TO>(round_to<TO>(gate / (1.0f + expf(-gate))) * up);
+    }
+    return;
+  }
   const int rows = tiles_per_block * kGemvTile;
   for (int i = threadIdx.x; i < M * rows; i += W * 32) {  // consecutive threads: consecutive n
     const int m = i / rows, r = i % rows, tile = r / kGemvTile;
@@ -206,15 +240,15 @@ __global__ void __launch_bounds__(W * 32)
   }
 }
 
-template <int W, typename TO, int kX>
+template <int W, typename TO, int kX, bool kPairs>
 void launch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, const Tensor& w,
                  const Tensor* bias, Tensor out, int64_t ldo, int ksplit, const AddNorm& an) {
   const int64_t K = w.shape[1], N = w.shape[0];
   const int64_t tiles = (N + kGemvTile - 1) / kGemvTile, tiles_per_block = W / ksplit;
   const LaunchConfig lc(dim3(unsigned((tiles + tiles_per_block - 1) / tiles_per_block)), dim3(W * 32),
                         kX != kPlain ? size_t(M * K * int64_t(sizeof(bf16))) : 0, stream, pdl_enabled());
-  ASTRAI_CUDA_CHECK(cudaLaunchKernelEx(&lc.cfg, gemv_kernel<TO, W, kX>, x, ldx, int(M), w.ptr<bf16>(), K, N,
-                                       bias ? bias->ptr<TO>() : static_cast<const TO*>(nullptr),
+  ASTRAI_CUDA_CHECK(cudaLaunchKernelEx(&lc.cfg, gemv_kernel<TO, W, kX, kPairs>, x, ldx, int(M), w.ptr<bf16>(),
+                                       K, N, bias ? bias->ptr<TO>() : static_cast<const TO*>(nullptr),
                                        out.ptr<TO>(), ldo, ksplit, an));
 }
 
@@ -230,7 +264,7 @@ bool wide_gemv_blocks(int64_t N) {
   return (N + kGemvTile - 1) / kGemvTile * 8 <= 1024;
 }
 
-template <int kX>
+template <int kX, bool kPairs = false>
 void dispatch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, const Tensor& w,
                    const Tensor* bias, Tensor out, int64_t ldo, const AddNorm& an = {}) {
   const int64_t tiles = (w.shape[0] + kGemvTile - 1) / kGemvTile;
@@ -240,14 +274,14 @@ void dispatch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, c
   const bool wide_blocks = wide_gemv_blocks(w.shape[0]);
   if (out.dtype == DType::bf16) {
     if (wide_blocks)
-      launch_gemv<16, bf16, kX>(stream, x, ldx, M, w, bias, out, ldo, 16, an);
+      launch_gemv<16, bf16, kX, kPairs>(stream, x, ldx, M, w, bias, out, ldo, 16, an);
     else
-      launch_gemv<8, bf16, kX>(stream, x, ldx, M, w, bias, out, ldo, ksplit, an);
-  } else {
+      launch_gemv<8, bf16, kX, kPairs>(stream, x, ldx, M, w, bias, out, ldo, ksplit, an);
+  } else if constexpr (!kPairs) {
     if (wide_blocks)
-      launch_gemv<16, float, kX>(stream, x, ldx, M, w, bias, out, ldo, 16, an);
+      launch_gemv<16, float, kX, kPairs>(stream, x, ldx, M, w, bias, out, ldo, 16, an);
     else
-      launch_gemv<8, float, kX>(stream, x, ldx, M, w, bias, out, ldo, ksplit, an);
+      launch_gemv<8, float, kX, kPairs>(stream, x, ldx, M, w, bias, out, ldo, ksplit, an);
   }
 }
 
@@ -294,15 +328,57 @@ void launch(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor*
   ASTRAI_CUDA_LAUNCH_CHECK(linear_naive_kernel);
 }
 
+// Whether the GEMV takes x (reading it as it is); ldx its row stride.
+bool gemv_takes(const Tensor& x, const Tensor& w, int64_t& ldx) {
+  const int64_t M = x.shape[0], K = x.shape[1];
+  ldx = M > 1 ? x.stride[0] : K;
+  return x.dtype == DType::bf16 && M >= 1 && M <= kGemvMaxRows && K % 8 == 0 && ldx % 8 == 0 &&
+         aligned16(x.data) && aligned16(w.data);
+}
+
+// add_rms_norm_linear's GEMV (and with the SwiGLU pairs after it): false where the shapes or the
+// alignment do not take it.
+template <bool kPairs>
+bool add_norm_gemv(cudaStream_t stream, const Tensor& residual, const Tensor& x, const Tensor& norm_w,
+                   float eps, const Tensor& residual_out, const Tensor& w, const Tensor* bias,
+                   const Tensor& out) {
+  const int64_t M = residual.shape[0], K = residual.shape[1];
+  auto ld = [&](const Tensor& t) { return M > 1 ? t.stride[0] : K; };
+  const int64_t ldr = ld(residual), ldy = ld(x), ld_out = ld(residual_out),
+                ldo = M > 1 ? out.stride[0] : out.shape[1];
+  // The blocks all read residual while block 0 writes residual_out: they must be different buffers.
+  const char* r0 = static_cast<const char*>(residual.data);
+  const char* o0 = static_cast<const char*>(residual_out.data);
+  const int64_t span = ((M - 1) * std::max(ldr, ld_out) + K) * int64_t(sizeof(bf16));
+  if (residual.dtype != DType::bf16 || M < 1 || M > kGemvMaxRows || K % 8 != 0 || ldr % 8 != 0 ||
+      ldy % 8 != 0 || ld_out % 8 != 0 || !aligned16(residual.data) || !aligned16(x.data) ||
+      !aligned16(residual_out.data) || !aligned16(norm_w.data) || !aligned16(w.data) ||
+      residual.stride[1] != 1 || x.stride[1] != 1 || residual_out.stride[1] != 1 ||
+      (o0 < r0 + span && r0 < o0 + span))
+    return false;
+  // The pairs: whole 8-row groups of each half, so the tiles (and the split of K) are the unpaired
+  // projection's, and no bias (the model's gate_up has none).
+  if (kPairs && (w.shape[0] % 16 != 0 || bias || out.dtype != DType::bf16)) return false;
+  static const bool never = env_is("ASTRAI_ADD_NORM", "unfused");
+  if (!fuse_prologue(never, M, K, w.shape[0])) return false;
+  AddNorm an;
+  an.y = x.ptr<bf16>();
+  an.ldy = ldy;
+  an.w = norm_w.ptr<bf16>();
+  an.eps = eps;
+  an.residual_out = residual_out.ptr<bf16>();
+  an.ld_out = ld_out;
+  dispatch_gemv<kAddNorm, kPairs>(stream, residual.ptr<bf16>(), ldr, M, w, bias, out, ldo, an);
+  return true;
+}
+
 }  // namespace
 
 bool linear_gemv(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {
-  const int64_t M = x.shape[0], K = x.shape[1];
-  const int64_t ldx = M > 1 ? x.stride[0] : K, ldo = M > 1 ? out.stride[0] : w.shape[0];
-  if (x.dtype != DType::bf16 || M < 1 || M > kGemvMaxRows || K % 8 != 0 || ldx % 8 != 0 ||
-      !aligned16(x.data) || !aligned16(w.data))
-    return false;
-  dispatch_gemv<kPlain>(stream, x.ptr<bf16>(), ldx, M, w, bias, out, ldo);
+  int64_t ldx = 0;
+  if (!gemv_takes(x, w, ldx)) return false;
+  dispatch_gemv<kPlain>(stream, x.ptr<bf16>(), ldx, x.shape[0], w, bias, out,
+                        x.shape[0] > 1 ? out.stride[0] : w.shape[0]);
   return true;
 }
 
@@ -326,30 +402,23 @@ bool swiglu_linear_gemv(cudaStream_t stream, const Tensor& gate, const Tensor& u
 bool add_rms_norm_linear_gemv(cudaStream_t stream, const Tensor& residual, const Tensor& x,
                               const Tensor& norm_w, float eps, Tensor residual_out, const Tensor& w,
                               const Tensor* bias, Tensor out) {
-  const int64_t M = residual.shape[0], K = residual.shape[1];
-  auto ld = [&](const Tensor& t) { return M > 1 ? t.stride[0] : K; };
-  const int64_t ldr = ld(residual), ldy = ld(x), ld_out = ld(residual_out),
-                ldo = M > 1 ? out.stride[0] : w.shape[0];
-  // The blocks all read residual while block 0 writes residual_out: they must be different buffers.
-  const char* r0 = static_cast<const char*>(residual.data);
-  const char* o0 = static_cast<const char*>(residual_out.data);
-  const int64_t span = ((M - 1) * std::max(ldr, ld_out) + K) * int64_t(sizeof(bf16));
-  if (residual.dtype != DType::bf16 || M < 1 || M > kGemvMaxRows || K % 8 != 0 || ldr % 8 != 0 ||
-      ldy % 8 != 0 || ld_out % 8 != 0 || !aligned16(residual.data) || !aligned16(x.data) ||
-      !aligned16(residual_out.data) || !aligned16(norm_w.data) || !aligned16(w.data) ||
-      residual.stride[1] != 1 || x.stride[1] != 1 || residual_out.stride[1] != 1 ||
-      (o0 < r0 + span && r0 < o0 + span))
-    return false;
-  static const bool never = env_is("ASTRAI_ADD_NORM", "unfused");
-  if (!fuse_prologue(never, M, K, w.shape[0])) return false;
-  AddNorm an;
-  an.y = x.ptr<bf16>();
-  an.ldy = ldy;
-  an.w = norm_w.ptr<bf16>();
-  an.eps = eps;
-  an.residual_out = residual_out.ptr<bf16>();
-  an.ld_out = ld_out;
-  dispatch_gemv<kAddNorm>(stream, residual.ptr<bf16>(), ldr, M, w, bias, out, ldo, an);
+  return add_norm_gemv<false>(stream, residual, x, norm_w, eps, residual_out, w, bias, out);
+}
+
+bool add_rms_norm_linear_swiglu_gemv(cudaStream_t stream, const Tensor& residual, const Tensor& x,
+                                     const Tensor& norm_w, float eps, Tensor residual_out, Tensor h,
+                                     const Tensor& w, Tensor act) {
+  static const bool never = env_is("ASTRAI_SWIGLU", "unpaired");  // to measure without the pairs
+  if (never) return false;
+  if (add_norm_gemv<true>(stream, residual, x, norm_w, eps, residual_out, w, nullptr, act)) return true;
+  // Where the GEMV does not add and norm (a long prologue), what add_rms_norm_linear then runs
+  // (add_rms_norm into h, the GEMV on h), with the pairs.
+  const int64_t M = h.shape[0];
+  int64_t ldh = 0;
+  if (!gemv_takes(h, w, ldh) || w.shape[0] % 16 != 0 || act.dtype != DType::bf16) return false;
+  add_rms_norm(stream, residual, x, norm_w, eps, h, &residual_out);
+  dispatch_gemv<kPlain, true>(stream, h.ptr<bf16>(), ldh, M, w, nullptr, act,
+                              M > 1 ? act.stride[0] : act.shape[1]);
   return true;
 }
 

@@ -70,6 +70,12 @@ bool swiglu_linear_gemv(cudaStream_t stream, const Tensor& gate, const Tensor& u
 bool add_rms_norm_linear_gemv(cudaStream_t stream, const Tensor& residual, const Tensor& x,
                               const Tensor& norm_w, float eps, Tensor residual_out, const Tensor& w,
                               const Tensor* bias, Tensor out);
+// The same with the SwiGLU of the projection's two halves after it (the MLP's gate_up, w [2F, K]):
+// act [M, F]. Where the GEMV would not add and norm, add_rms_norm into h first (as
+// add_rms_norm_linear does there). False (nothing launched) when the shapes do not take it.
+bool add_rms_norm_linear_swiglu_gemv(cudaStream_t stream, const Tensor& residual, const Tensor& x,
+                                     const Tensor& norm_w, float eps, Tensor residual_out, Tensor h,
+                                     const Tensor& w, Tensor act);
 void linear_fallback(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out);
 
 }  // namespace astrai::gpu

@@ -52,17 +52,24 @@ void Backend::rope_kv_store(Tensor q, Tensor k, const Tensor& v, const Tensor* q
   kv_store(k, v, slots, k_cache, v_cache);
 }
 
-void Backend::swiglu_linear(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor act, Tensor out) {
-  swiglu(gate, up, act);
-  linear(act, w, nullptr, out);
-}
-
 void Backend::add_rms_norm_linear(const Tensor& residual, const Tensor& x, const Tensor& norm_w, float eps,
                                   Tensor residual_out, Tensor h, const Tensor& w, const Tensor* bias,
                                   Tensor out) {
   add(residual, x, residual_out);
   rms_norm(residual_out, norm_w, eps, h);
   linear(h, w, bias, out);
+}
+
+void Backend::add_rms_norm_mlp(const Tensor& residual, const Tensor& x, const Tensor& norm_w, float eps,
+                               Tensor residual_out, Tensor h, const Tensor& w_gate_up, Tensor gate_up,
+                               Tensor act, const Tensor& w_down, Tensor out) {
+  add_rms_norm_linear(residual, x, norm_w, eps, residual_out, h, w_gate_up, nullptr, gate_up);
+  const int64_t F = act.shape[1];
+  Tensor gate = gate_up, up = gate_up;  // the two column halves
+  gate.shape[1] = up.shape[1] = F;
+  up.data = static_cast<char*>(gate_up.data) + F * int64_t(dtype_size(gate_up.dtype));
+  swiglu(gate, up, act);
+  linear(act, w_down, nullptr, out);
 }
 
 void Backend::linear_residual(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& residual,

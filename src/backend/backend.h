@@ -157,11 +157,6 @@ class Backend {
                              float eps, const Tensor& positions, const Tensor& cos_sin, const Tensor& slots,
                              Tensor k_cache, Tensor v_cache);
 
-  // The MLP's down projection of the SwiGLU activation: swiglu(gate, up, act); linear(act, w, out).
-  //   gate, up [T, F] (the two halves of one gate_up buffer), w [N, F], out [T, N]; act [T, F] is
-  //   where the activation goes when the backend does not fuse it (its contents are unspecified after).
-  virtual void swiglu_linear(const Tensor& gate, const Tensor& up, const Tensor& w, Tensor act, Tensor out);
-
   // A sub-layer's pre-norm and its first projection, the residual written to a second buffer:
   //   add(residual, x, residual_out); rms_norm(residual_out, norm_w, eps, h); linear(h, w, bias, out)
   //   residual, x, residual_out, h [T, hidden]; w [N, hidden]; out [T, N]. residual_out must not
@@ -171,6 +166,16 @@ class Backend {
   virtual void add_rms_norm_linear(const Tensor& residual, const Tensor& x, const Tensor& norm_w, float eps,
                                    Tensor residual_out, Tensor h, const Tensor& w, const Tensor* bias,
                                    Tensor out);
+
+  // The MLP sub-layer after its pre-norm's residual add (x is the attention's output):
+  //   add_rms_norm_linear(residual, x, norm_w, eps, residual_out, h, w_gate_up, nullptr, gate_up);
+  //   swiglu(gate_up[:, :F], gate_up[:, F:], act); linear(act, w_down, nullptr, out)
+  //   w_gate_up [2F, hidden] (gate rows, then up rows), gate_up [T, 2F], act [T, F], w_down [N, F],
+  //   out [T, N]; the rest as in add_rms_norm_linear. gate_up and act are where the intermediate
+  //   values go when the backend does not fuse (their contents are unspecified after); out may be x.
+  virtual void add_rms_norm_mlp(const Tensor& residual, const Tensor& x, const Tensor& norm_w, float eps,
+                                Tensor residual_out, Tensor h, const Tensor& w_gate_up, Tensor gate_up,
+                                Tensor act, const Tensor& w_down, Tensor out);
 
   // Copies rows: out[i, :] = x[rows[i], :]     x [T, H], rows [R] i32, out [R, H]
   virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) = 0;

@@ -5,9 +5,10 @@
 //   q, k = rms_norm per head (Qwen3), then RoPE       q_norm / k_norm, rotate-half
 //   kv_store(k, v); a = paged_attention(q)            causal GQA, scale 1/sqrt(head_dim)
 //                                                     (norm, RoPE and kv_store: one rope_kv_store)
-//   x += a @ Wo^T (+ bo); h = rms_norm(x)             o_proj, post_attention_layernorm (fused add)
-//   x += down(silu(h @ Wg^T) * (h @ Wu^T))            gate_proj, up_proj fused into one GEMM;
-//                                                     silu * up and down: one swiglu_linear
+//   x += a @ Wo^T (+ bo)                              o_proj
+//   x += down(silu(h @ Wg^T) * (h @ Wu^T)),           post_attention_layernorm (with the add before
+//     h = rms_norm(x)                                 it), gate_proj and up_proj fused into one GEMM,
+//                                                     down_proj: one add_rms_norm_mlp
 // then the final norm (fused into the last layer's add) and the LM head on logit_rows only.
 #include "src/model/model.h"
 
@@ -395,7 +396,7 @@ class DecoderModel final : public Model {
     ab.max_kv_len = sh.max_kv_len;
     ab.num_decode_seqs = sh.num_decode_seqs;
 
-    const int64_t qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), F = cfg_.intermediate_size;
+    const int64_t qd = cfg_.q_dim(), kvd = cfg_.kv_dim();
     const int64_t nh = cfg_.num_heads, nkv = cfg_.num_kv_heads, hd = cfg_.head_dim;
     const float eps = float(cfg_.rms_norm_eps);
     const float scale = float(1.0 / std::sqrt(double(hd)));
@@ -404,7 +405,6 @@ class DecoderModel final : public Model {
     const Tensor attn2(attn.data, attn.dtype, {T, qd}, attn.device);
     const Tensor q = head_view(qkv, 0, nh, hd), k = head_view(qkv, qd, nkv, hd),
                  v = head_view(qkv, qd + kvd, nkv, hd);
-    const Tensor gate = col_view(gu, 0, F), up = col_view(gu, F, F);
     // The residual stream alternates between two buffers: each add_rms_norm_linear reads one and
     // writes the sum to the other (backend.h says why).
     Tensor x = ws_.x(T), x_next = ws_.x2(T);
@@ -428,8 +428,8 @@ class DecoderModel final : public Model {
       be_.paged_attention(q, kv.k_layer(int(l)), kv.v_layer(int(l)), ab, scale, attn);
       be_.linear(attn2, w.o, w.has_o_bias ? &w.o_bias : nullptr, y);
       if (shard_.comm) shard_.comm->all_reduce_sum(y);  // row-parallel o: sum over the ranks' heads
-      add_norm_linear(w.post_norm, w.gate_up, nullptr, gu);
-      be_.swiglu_linear(gate, up, w.down, act, y);
+      be_.add_rms_norm_mlp(x, y, w.post_norm, eps, x_next, h, w.gate_up, gu, act, w.down, y);
+      std::swap(x, x_next);
       if (shard_.comm) shard_.comm->all_reduce_sum(y);  // row-parallel down: sum over the MLP slices
     }
     if (layers_.empty())

@@ -1,10 +1,11 @@
 // The fused forward ops (backend.h) against float64 loops of the ops they replace, on every backend:
 // rope_kv_store (q/k RMSNorm, RoPE and the KV-cache write) on q/k/v slices of one qkv buffer, with
-// and without the norms; swiglu_linear (silu(gate) * up, then x @ w^T) on the two halves of one
-// gate_up buffer, at decode-sized M (the CUDA backend's fused GEMV) and larger M (its unfused path).
+// and without the norms; add_rms_norm_linear; add_rms_norm_mlp (the MLP sub-layer after the residual
+// add), at decode-sized M (the CUDA backend's fused GEMVs) and larger M (its unfused path).
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "backend/op_test_util.h"
@@ -117,60 +118,6 @@ void rope_kv_store_matches_the_unfused_ops(Backend& be) {
   }
 }
 
-// out = (silu(gate) * up) @ w^T with gate | up one [M, 2F + pad] buffer. Scale as in linear_test:
-// sum_k |act_k w_k| (the activation's own bf16 rounding is relative to each term), and for a bf16 out
-// its last rounding, |want| * 2^-8.
-void check_swiglu_linear(Backend& be, int64_t M, int64_t F, int64_t N, int64_t pad, Rng& rng) {
-  INFO("M " << M << " F " << F << " N " << N << " pad " << pad);
-  const int64_t ld = 2 * F + pad;
-  auto gu_h = rng.vec(size_t(M * ld), 3.0f);
-  auto w_h = rng.vec(size_t(N * F));
-  auto gu = to_device(be, gu_h, {M, ld});
-  auto w = to_device(be, w_h, {N, F});
-  auto act = zeros(be, {M, F});
-  auto out = poisoned(be, {M, N});
-  Tensor gate(gu.t.data, gu.t.dtype, {M, F}, gu.t.device),
-      up(offset(gu.t, F), gu.t.dtype, {M, F}, gu.t.device);
-  gate.stride = up.stride = {ld, 1, 0, 0};
-  be.swiglu_linear(gate, up, w.t, act.t, out.t);
-  const auto got = to_host(be, out.t);
-  std::vector<double> want(got.size()), mag(got.size());
-  for (int64_t m = 0; m < M; ++m) {
-    std::vector<double> a(static_cast<size_t>(F));
-    for (int64_t k = 0; k < F; ++k) {
-      const double g = gu_h[size_t(m * ld + k)], u = gu_h[size_t(m * ld + F + k)];
-      a[size_t(k)] = g / (1.0 + std::exp(-g)) * u;
-    }
-    for (int64_t n = 0; n < N; ++n) {
-      double acc = 0, mg = 0;
-      for (int64_t k = 0; k < F; ++k) {
-        acc += a[size_t(k)] * w_h[size_t(n * F + k)];
-        mg += std::abs(a[size_t(k)] * w_h[size_t(n * F + k)]);
-      }
-      want[size_t(m * N + n)] = acc;
-      mag[size_t(m * N + n)] = mg;
-    }
-  }
-  const double out_rounding = be.compute_dtype() == DType::bf16 ? std::ldexp(1.0, -8) / kBf16Tol.rtol : 0.0;
-  require_close(
-      be, got, want, [&](size_t i) { return mag[i] + out_rounding * std::abs(want[i]); }, Tol{1e-5, 1e-6});
-}
-
-void swiglu_linear_matches_swiglu_then_linear(Backend& be) {
-  const uint64_t seed = fresh_seed();
-  INFO("seed " << seed);
-  Rng rng(seed);
-  for (int64_t M : {1, 2, 5, 8})
-    check_swiglu_linear(be, M, 8 * rng.randint(1, 96), rng.randint(1, 300), 0, rng);
-  check_swiglu_linear(be, 3, 8 * rng.randint(1, 64), rng.randint(1, 100), 8 * rng.randint(1, 4), rng);
-  check_swiglu_linear(be, rng.randint(9, 40), 8 * rng.randint(1, 64), rng.randint(1, 200), 0, rng);
-  check_swiglu_linear(be, rng.randint(1, 8), rng.randint(1, 100) | 1, rng.randint(1, 50), 0, rng);  // odd F
-  // The CUDA backend fuses while M x F <= 16 x its GEMV block's threads (8,192 for these small N),
-  // else runs swiglu then the GEMV: one row at about that bound, and 8 rows past it.
-  check_swiglu_linear(be, 1, 8 * rng.randint(960, 1088), rng.randint(1, 64), 0, rng);
-  check_swiglu_linear(be, 8, 8 * rng.randint(330, 400), rng.randint(1, 64), 0, rng);
-}
-
 // add_rms_norm_linear against float64: residual + x, its RMSNorm (rounded as the backend's
 // add_rms_norm rounds), then the projection; residual_out holds the sum, residual is unchanged.
 void check_add_rms_norm_linear(Backend& be, int64_t M, int64_t K, int64_t N, bool bias, Rng& rng) {
@@ -235,14 +182,113 @@ void add_rms_norm_linear_matches_the_unfused_ops(Backend& be) {
   check_add_rms_norm_linear(be, rng.randint(9, 40), rng.randint(1, 100) | 1, rng.randint(1, 50), false, rng);
 }
 
+// add_rms_norm_mlp against the ops it stands for on the same backend, bit for bit
+// (add_rms_norm_linear into gate_up, swiglu of its halves, the down projection: on the GPU the decode
+// GEMVs that pair gate and up rows, or compute the SwiGLU in the down projection, must sum and round
+// as those ops do), and those ops' act and out against float64: act = silu(gate) * up of the exact
+// projection (gate and up each off by about three roundings, the sum, the normed row and the
+// projection, of their terms' magnitude; the product by two more of itself), out = act @ w_down^T
+// from the device's act (scale as in linear_test).
+void check_add_rms_norm_mlp(Backend& be, int64_t M, int64_t K, int64_t F, int64_t N, Rng& rng) {
+  INFO("M " << M << " K " << K << " F " << F << " N " << N);
+  const float eps = 1e-5f;
+  auto r_h = rng.vec(size_t(M * K), 2.0f), x_h = rng.vec(size_t(M * K), 2.0f), g_h = rng.vec(size_t(K), 1.5f),
+       wgu_h = rng.vec(size_t(2 * F * K), 0.5f), wd_h = rng.vec(size_t(N * F));
+  auto res = to_device(be, r_h, {M, K}), x = to_device(be, x_h, {M, K}), g = to_device(be, g_h, {K}),
+       wgu = to_device(be, wgu_h, {2 * F, K}), wd = to_device(be, wd_h, {N, F});
+  r_h = to_host(be, res.t);
+  x_h = to_host(be, x.t);
+  g_h = to_host(be, g.t);
+  wgu_h = to_host(be, wgu.t);
+  wd_h = to_host(be, wd.t);
+  auto res_out = poisoned(be, {M, K}), h = zeros(be, {M, K}), gu = zeros(be, {M, 2 * F}),
+       act = zeros(be, {M, F}), out = poisoned(be, {M, N});
+  be.add_rms_norm_mlp(res.t, x.t, g.t, eps, res_out.t, h.t, wgu.t, gu.t, act.t, wd.t, out.t);
+  const auto got = to_host(be, out.t), got_res = to_host(be, res_out.t);
+  // The unfused ops.
+  auto res_out2 = poisoned(be, {M, K}), gu2 = poisoned(be, {M, 2 * F}), act2 = poisoned(be, {M, F}),
+       out2 = poisoned(be, {M, N});
+  be.add_rms_norm_linear(res.t, x.t, g.t, eps, res_out2.t, h.t, wgu.t, nullptr, gu2.t);
+  Tensor gate = gu2.t, up = gu2.t;
+  gate.shape[1] = up.shape[1] = F;
+  up.data = static_cast<char*>(gu2.t.data) + F * int64_t(dtype_size(gu2.t.dtype));
+  be.swiglu(gate, up, act2.t);
+  be.linear(act2.t, wd.t, nullptr, out2.t);
+  const auto unfused = to_host(be, out2.t), unfused_res = to_host(be, res_out2.t),
+             act_h = to_host(be, act2.t);
+  REQUIRE(std::memcmp(got.data(), unfused.data(), got.size() * sizeof(float)) == 0);
+  REQUIRE(std::memcmp(got_res.data(), unfused_res.data(), got_res.size() * sizeof(float)) == 0);
+  std::vector<double> want_act(size_t(M * F)), act_scale(size_t(M * F)), want(size_t(M * N)),
+      mag(size_t(M * N));
+  for (int64_t m = 0; m < M; ++m) {
+    double ss = 0;
+    std::vector<double> hk(static_cast<size_t>(K));
+    for (int64_t k = 0; k < K; ++k) {
+      const double v = double(r_h[size_t(m * K + k)]) + double(x_h[size_t(m * K + k)]);
+      hk[size_t(k)] = v;
+      ss += v * v;
+    }
+    const double inv = 1.0 / std::sqrt(ss / double(K) + eps);
+    for (int64_t k = 0; k < K; ++k) hk[size_t(k)] *= inv * double(g_h[size_t(k)]);
+    for (int64_t n = 0; n < F; ++n) {
+      double gs = 0, us = 0, gm = 0, um = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        gs += hk[size_t(k)] * double(wgu_h[size_t(n * K + k)]);
+        us += hk[size_t(k)] * double(wgu_h[size_t((F + n) * K + k)]);
+        gm += std::abs(hk[size_t(k)] * double(wgu_h[size_t(n * K + k)]));
+        um += std::abs(hk[size_t(k)] * double(wgu_h[size_t((F + n) * K + k)]));
+      }
+      const double silu = gs / (1.0 + std::exp(-gs));
+      want_act[size_t(m * F + n)] = silu * us;
+      act_scale[size_t(m * F + n)] = 1.1 * std::abs(us) * gm + std::abs(silu) * um + std::abs(silu * us);
+    }
+    for (int64_t n = 0; n < N; ++n) {
+      double acc = 0, mg = 0;
+      for (int64_t k = 0; k < F; ++k) {
+        acc += double(act_h[size_t(m * F + k)]) * double(wd_h[size_t(n * F + k)]);
+        mg += std::abs(double(act_h[size_t(m * F + k)]) * double(wd_h[size_t(n * F + k)]));
+      }
+      want[size_t(m * N + n)] = acc;
+      mag[size_t(m * N + n)] = mg;
+    }
+  }
+  require_close(
+      be, act_h, want_act, [&](size_t i) { return act_scale[i]; }, Tol{1e-5, 1e-6});
+  const double out_rounding = be.compute_dtype() == DType::bf16 ? std::ldexp(1.0, -8) / kBf16Tol.rtol : 0.0;
+  require_close(
+      be, unfused, want, [&](size_t i) { return mag[i] + out_rounding * std::abs(want[i]); },
+      Tol{1e-5, 1e-6});
+}
+
+void add_rms_norm_mlp_matches_the_unfused_ops(Backend& be) {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Rng rng(seed);
+  // Decode-sized M (on the GPU: one row computes the SwiGLU in the down projection's GEMV where that
+  // prologue is short, two to eight pair gate and up rows, adding and norming in the GEMV where that
+  // prologue is short), long rows, a wide projection, the SwiGLU prologue about its bound at one row
+  // (M x F against 16 x 512 threads), then past the GEMV, and an F of odd fours (no pairs).
+  for (int64_t M : {1, 2, 5, 8})
+    check_add_rms_norm_mlp(be, M, 8 * rng.randint(1, 64), 8 * rng.randint(1, 40), rng.randint(1, 300), rng);
+  check_add_rms_norm_mlp(be, rng.randint(1, 8), 8 * rng.randint(64, 200), 8 * rng.randint(1, 40),
+                         rng.randint(1, 100), rng);
+  check_add_rms_norm_mlp(be, rng.randint(1, 8), 8 * rng.randint(4, 32), 8 * rng.randint(150, 300),
+                         rng.randint(1, 100), rng);
+  check_add_rms_norm_mlp(be, 1, 8 * rng.randint(1, 8), 8 * rng.randint(960, 1088), rng.randint(1, 64), rng);
+  check_add_rms_norm_mlp(be, rng.randint(9, 24), 8 * rng.randint(1, 64), 8 * rng.randint(1, 40),
+                         rng.randint(1, 200), rng);
+  check_add_rms_norm_mlp(be, rng.randint(1, 8), 8 * rng.randint(1, 64), 4 * (2 * rng.randint(1, 40) + 1),
+                         rng.randint(1, 100), rng);
+}
+
 }  // namespace
 
+ASTRAI_BACKEND_TEST("add_rms_norm_mlp equals add_rms_norm_linear, swiglu and linear bit for bit, and float64",
+                    add_rms_norm_mlp_matches_the_unfused_ops)
 ASTRAI_BACKEND_TEST("add_rms_norm_linear equals residual + x, RMSNorm and the projection in float64",
                     add_rms_norm_linear_matches_the_unfused_ops)
 ASTRAI_BACKEND_TEST("rope_kv_store equals q/k norm, RoPE and kv_store in float64, with and without the norms",
                     rope_kv_store_matches_the_unfused_ops)
-ASTRAI_BACKEND_TEST("swiglu_linear equals silu(gate) * up then the down projection in float64",
-                    swiglu_linear_matches_swiglu_then_linear)
 
 TEST_CASE("rope_kv_store rejects a q norm without a k norm", "[unit]") {
   auto be = cpu_backend();
