@@ -321,7 +321,7 @@ struct Device {
     g.kv_heads = p.c.kv_heads;
     g.group = p.c.heads / p.c.kv_heads;
     g.scale = p.scale;
-    g.scale_log2 = p.scale * am::kLog2e;
+    g.scale_log2 = p.scale * astrai::gpu::kLog2e;
     return g;
   }
   void tensor_core(const Variant& v) {

@@ -302,7 +302,7 @@ struct Device {
     g.kv_heads = sh.kv_heads;
     g.group = sh.heads / sh.kv_heads;
     g.scale = scale;
-    g.scale_log2 = scale * am::kLog2e;
+    g.scale_log2 = scale * astrai::gpu::kLog2e;
   }
   ~Device() {
     cudaFree(qkv);

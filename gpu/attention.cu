@@ -353,7 +353,7 @@ __device__ void merge_warps(const AttnParams& p, const float (*ml_s)[G][2], cons
       const int64_t part_row = row * p.splits + split;
       p.part_acc[part_row * D + i] = A;
       if (i == 0) {
-        p.part_ml[2 * part_row] = M * 0.6931471805599453f;  // log2 units to natural (ln 2)
+        p.part_ml[2 * part_row] = M * kLn2;  // log2 units to natural
         p.part_ml[2 * part_row + 1] = L;
       }
     }
@@ -482,7 +482,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
       qa[kk][1] = g < G ? *reinterpret_cast<const uint32_t*>(qrow + kk * 16 + 8 + 2 * c4) : 0u;
     }
   }
-  const float scale_log2 = p.scale * 1.4426950408889634f;
+  const float scale_log2 = p.scale * kLog2e;
   float m = -INFINITY, l = 0.0f;  // row g's state (each of the four lanes of a row holds it)
   float o[D / 8][4];
 #pragma unroll

@@ -102,6 +102,11 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
+// Softmax kernels keep scores in log2 units (exp2 is one instruction): x * kLog2e turns a natural
+// exponent into one, y * kLn2 back.
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
 // 2^x in one instruction (ex2.approx: about 2 ulp; results below 2^-126 flush to 0, as softmax
 // terms that small are).
 __device__ __forceinline__ float fast_exp2(float x) {

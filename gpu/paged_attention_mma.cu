@@ -31,7 +31,7 @@ bool paged_attention_mma(cudaStream_t stream, const Tensor& q, const Tensor& k_c
   g.kv_heads = int(KVH);
   g.group = int(H / KVH);
   g.scale = scale;
-  g.scale_log2 = scale * am::kLog2e;
+  g.scale_log2 = scale * kLog2e;
   am::PagedKv kv;
   kv.k_cache = k_cache.ptr<bf16>();
   kv.v_cache = v_cache.ptr<bf16>();

@@ -27,7 +27,7 @@ am::Geo geo(const Tensor& q, const Tensor& k, float scale) {
   g.kv_heads = int(k.shape[1]);
   g.group = g.heads / g.kv_heads;
   g.scale = scale;
-  g.scale_log2 = scale * am::kLog2e;
+  g.scale_log2 = scale * kLog2e;
   return g;
 }
 

@@ -47,8 +47,6 @@ struct Geo {
   float scale_log2 = 1.0f;  // scale * log2(e): scores in log2 units, for exp2
 };
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kKeyTile = 64;  // keys per tile of the forward and dq kernels
 template <int kD>
 constexpr int kPitch = kD + 8;  // bf16 elements per shared-memory row
