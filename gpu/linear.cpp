@@ -175,7 +175,8 @@ cublasLtMatmulAlgo_t Linear::timed_pick(const Plan& p, const cublasLtMatmulHeuri
   return cand[best].algo;
 }
 
-void Linear::run(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {
+void Linear::run(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,
+                 bool gemv_pdl) {
   check_tensor(x, "linear", "x", DType::bf16, DType::f32);
   check_tensor(w, "linear", "w", x.dtype);
   check_tensor(out, "linear", "out", DType::bf16, DType::f32);
@@ -195,7 +196,7 @@ void Linear::run(cudaStream_t stream, const Tensor& x, const Tensor& w, const Te
   ASTRAI_GPU_CHECK(K > 0, "linear: K = 0");
   const int64_t ldx = M > 1 ? x.stride[0] : K, ldo = M > 1 ? out.stride[0] : N;
   ASTRAI_GPU_CHECK(ldx >= K && ldo >= N, "linear: row stride smaller than the width");
-  if (linear_gemv(stream, x, w, bias, out)) return;  // decode-sized M: our weight-streaming GEMV
+  if (linear_gemv(stream, x, w, bias, out, gemv_pdl)) return;  // decode-sized M: our weight-streaming GEMV
   const Key key{M,
                 N,
                 K,
@@ -285,9 +286,12 @@ void Linear::run_mlp(cudaStream_t stream, const Tensor& residual, const Tensor& 
   Tensor gate = gate_up, up = gate_up;  // the two column halves
   gate.shape[1] = up.shape[1] = F;
   up.data = static_cast<char*>(gate_up.data) + F * int64_t(dtype_size(gate_up.dtype));
-  if (M >= 2 &&
+  // A long down projection (a 7-8B model's) follows the pairs with a plain launch, and then one row
+  // takes the pairs too; see linear.h.
+  const bool long_down = int64_t(w_down.nbytes()) >= kLongDownBytes;
+  if ((M >= 2 || long_down) &&
       add_rms_norm_linear_swiglu_gemv(stream, residual, x, norm_w, eps, residual_out, h, w_gate_up, act)) {
-    run(stream, act, w_down, nullptr, out);
+    run(stream, act, w_down, nullptr, out, !long_down);
     return;
   }
   run_add_norm(stream, residual, x, norm_w, eps, residual_out, h, w_gate_up, nullptr, gate_up);

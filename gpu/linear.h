@@ -19,6 +19,9 @@
 
 namespace astrai::gpu {
 
+// run_mlp's bound on a long down projection (bytes of its weight).
+constexpr int64_t kLongDownBytes = int64_t(64) << 20;
+
 class Linear {
  public:
   Linear();
@@ -26,7 +29,9 @@ class Linear {
   Linear(const Linear&) = delete;
   Linear& operator=(const Linear&) = delete;
 
-  void run(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out);
+  // gemv_pdl false: the decode GEMV, where it runs, goes out with a plain launch (run_mlp).
+  void run(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,
+           bool gemv_pdl = true);
   // out = swiglu(gate, up) @ w^T (run_mlp's second half): decode-sized M computes the activation
   // inside the GEMV where that prologue is short; otherwise swiglu into act, then run.
   void run_swiglu(cudaStream_t stream, const Tensor& gate, const Tensor& up, const Tensor& w, Tensor act,
@@ -39,8 +44,13 @@ class Linear {
 
   // Backend::add_rms_norm_mlp. Two to eight rows: one GEMV adds, norms (or add_rms_norm first, as
   // run_add_norm would) and projects gate and up in pairs into act (their SwiGLU), then the down
-  // GEMV. One row, or more than eight: run_add_norm into gate_up, then run_swiglu. (At one row the
-  // pairs measured slower on the H200: qwen3-8b 207 against 212 tok/s; see docs/performance.md.)
+  // GEMV. One row, or more than eight: run_add_norm into gate_up, then run_swiglu.
+  // A down weight of kLongDownBytes or more (qwen3-8b's 100 MB; llama-1b's is 34, qwen3-0.6b's 6)
+  // goes out with a plain launch after the pairs, and then one row takes the pairs too. Measured on
+  // the H200 (docs/performance.md): launched early under programmatic launch, a long down GEMV slowed
+  // the pairs before it (qwen3-8b batch 2 / 8 +2% / +3% plain, batch 1 with the pairs 214.9 against
+  // 212.3 tok/s), where the short ones gained from it (llama-1b and qwen3-0.6b batch 2 -1.5% / -2.5%
+  // plain) and their one row lost with the pairs (-2% / -5%).
   void run_mlp(cudaStream_t stream, const Tensor& residual, const Tensor& x, const Tensor& norm_w, float eps,
                Tensor residual_out, Tensor h, const Tensor& w_gate_up, Tensor gate_up, Tensor act,
                const Tensor& w_down, Tensor out);

@@ -242,11 +242,12 @@ __global__ void __launch_bounds__(W * 32)
 
 template <int W, typename TO, int kX, bool kPairs>
 void launch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, const Tensor& w,
-                 const Tensor* bias, Tensor out, int64_t ldo, int ksplit, const AddNorm& an) {
+                 const Tensor* bias, Tensor out, int64_t ldo, int ksplit, const AddNorm& an, bool pdl) {
   const int64_t K = w.shape[1], N = w.shape[0];
   const int64_t tiles = (N + kGemvTile - 1) / kGemvTile, tiles_per_block = W / ksplit;
   const LaunchConfig lc(dim3(unsigned((tiles + tiles_per_block - 1) / tiles_per_block)), dim3(W * 32),
-                        kX != kPlain ? size_t(M * K * int64_t(sizeof(bf16))) : 0, stream, pdl_enabled());
+                        kX != kPlain ? size_t(M * K * int64_t(sizeof(bf16))) : 0, stream,
+                        pdl && pdl_enabled());
   ASTRAI_CUDA_CHECK(cudaLaunchKernelEx(&lc.cfg, gemv_kernel<TO, W, kX, kPairs>, x, ldx, int(M), w.ptr<bf16>(),
                                        K, N, bias ? bias->ptr<TO>() : static_cast<const TO*>(nullptr),
                                        out.ptr<TO>(), ldo, ksplit, an));
@@ -264,9 +265,11 @@ bool wide_gemv_blocks(int64_t N) {
   return (N + kGemvTile - 1) / kGemvTile * 8 <= 1024;
 }
 
+// pdl: launched with programmatic dependent launch (when the device has it), which the decode
+// GEMVs are but for the exception in Linear::run_mlp.
 template <int kX, bool kPairs = false>
 void dispatch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, const Tensor& w,
-                   const Tensor* bias, Tensor out, int64_t ldo, const AddNorm& an = {}) {
+                   const Tensor* bias, Tensor out, int64_t ldo, const AddNorm& an = {}, bool pdl = true) {
   const int64_t tiles = (w.shape[0] + kGemvTile - 1) / kGemvTile;
   int ksplit = 8;
   if (tiles * ksplit > kGemvSplitWarps && tiles * ksplit < 8 * kGemvSplitWarps)
@@ -274,14 +277,14 @@ void dispatch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, c
   const bool wide_blocks = wide_gemv_blocks(w.shape[0]);
   if (out.dtype == DType::bf16) {
     if (wide_blocks)
-      launch_gemv<16, bf16, kX, kPairs>(stream, x, ldx, M, w, bias, out, ldo, 16, an);
+      launch_gemv<16, bf16, kX, kPairs>(stream, x, ldx, M, w, bias, out, ldo, 16, an, pdl);
     else
-      launch_gemv<8, bf16, kX, kPairs>(stream, x, ldx, M, w, bias, out, ldo, ksplit, an);
+      launch_gemv<8, bf16, kX, kPairs>(stream, x, ldx, M, w, bias, out, ldo, ksplit, an, pdl);
   } else if constexpr (!kPairs) {
     if (wide_blocks)
-      launch_gemv<16, float, kX, kPairs>(stream, x, ldx, M, w, bias, out, ldo, 16, an);
+      launch_gemv<16, float, kX, kPairs>(stream, x, ldx, M, w, bias, out, ldo, 16, an, pdl);
     else
-      launch_gemv<8, float, kX, kPairs>(stream, x, ldx, M, w, bias, out, ldo, ksplit, an);
+      launch_gemv<8, float, kX, kPairs>(stream, x, ldx, M, w, bias, out, ldo, ksplit, an, pdl);
   }
 }
 
@@ -374,11 +377,12 @@ bool add_norm_gemv(cudaStream_t stream, const Tensor& residual, const Tensor& x,
 
 }  // namespace
 
-bool linear_gemv(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {
+bool linear_gemv(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,
+                 bool pdl) {
   int64_t ldx = 0;
   if (!gemv_takes(x, w, ldx)) return false;
   dispatch_gemv<kPlain>(stream, x.ptr<bf16>(), ldx, x.shape[0], w, bias, out,
-                        x.shape[0] > 1 ? out.stride[0] : w.shape[0]);
+                        x.shape[0] > 1 ? out.stride[0] : w.shape[0], {}, pdl);
   return true;
 }
 

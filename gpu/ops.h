@@ -60,7 +60,9 @@ size_t sample_workspace_bytes(int rows, int vocab);
 // linear's own kernels (linear_kernels.cu; arguments checked by Linear): the small-M GEMV, which
 // returns false when the shape or alignment does not suit it, and the plain path for shapes
 // cuBLASLt has no algorithm for.
-bool linear_gemv(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out);
+// pdl false: launched plainly (it starts once the kernel before it has finished).
+bool linear_gemv(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,
+                 bool pdl = true);
 // The same GEMV with x = swiglu(gate, up) computed as it is read (the down projection without the
 // swiglu kernel); false unless gate and up are the two halves of one bf16 [M, 2K] buffer.
 bool swiglu_linear_gemv(cudaStream_t stream, const Tensor& gate, const Tensor& up, const Tensor& w,

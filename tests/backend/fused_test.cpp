@@ -267,7 +267,8 @@ void add_rms_norm_mlp_matches_the_unfused_ops(Backend& be) {
   // Decode-sized M (on the GPU: one row computes the SwiGLU in the down projection's GEMV where that
   // prologue is short, two to eight pair gate and up rows, adding and norming in the GEMV where that
   // prologue is short), long rows, a wide projection, the SwiGLU prologue about its bound at one row
-  // (M x F against 16 x 512 threads), then past the GEMV, and an F of odd fours (no pairs).
+  // (M x F against 16 x 512 threads), then past the GEMV, an F of odd fours (no pairs), and a long
+  // down projection.
   for (int64_t M : {1, 2, 5, 8})
     check_add_rms_norm_mlp(be, M, 8 * rng.randint(1, 64), 8 * rng.randint(1, 40), rng.randint(1, 300), rng);
   check_add_rms_norm_mlp(be, rng.randint(1, 8), 8 * rng.randint(64, 200), 8 * rng.randint(1, 40),
@@ -279,6 +280,9 @@ void add_rms_norm_mlp_matches_the_unfused_ops(Backend& be) {
                          rng.randint(1, 200), rng);
   check_add_rms_norm_mlp(be, rng.randint(1, 8), 8 * rng.randint(1, 64), 4 * (2 * rng.randint(1, 40) + 1),
                          rng.randint(1, 100), rng);
+  // A down weight of 64 MiB in bf16 (on the GPU: the pairs at one row too, the down GEMV launched
+  // plainly after them).
+  for (int64_t M : {1, 3}) check_add_rms_norm_mlp(be, M, 8 * rng.randint(2, 8), 8192, 4096, rng);
 }
 
 }  // namespace
