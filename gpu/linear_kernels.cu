@@ -339,8 +339,8 @@ bool gemv_takes(const Tensor& x, const Tensor& w, int64_t& ldx) {
          aligned16(x.data) && aligned16(w.data);
 }
 
-// add_rms_norm_linear's GEMV (and with the SwiGLU pairs after it): false where the shapes or the
-// alignment do not take it.
+// add_rms_norm_linear's GEMV (and with the SwiGLU pairs after it, whose own bounds
+// add_rms_norm_linear_swiglu_gemv checks): false where the shapes or the alignment do not take it.
 template <bool kPairs>
 bool add_norm_gemv(cudaStream_t stream, const Tensor& residual, const Tensor& x, const Tensor& norm_w,
                    float eps, const Tensor& residual_out, const Tensor& w, const Tensor* bias,
@@ -359,9 +359,6 @@ bool add_norm_gemv(cudaStream_t stream, const Tensor& residual, const Tensor& x,
       residual.stride[1] != 1 || x.stride[1] != 1 || residual_out.stride[1] != 1 ||
       (o0 < r0 + span && r0 < o0 + span))
     return false;
-  // The pairs: whole 8-row groups of each half, so the tiles (and the split of K) are the unpaired
-  // projection's, and no bias (the model's gate_up has none).
-  if (kPairs && (w.shape[0] % 16 != 0 || bias || out.dtype != DType::bf16)) return false;
   static const bool never = env_is("ASTRAI_ADD_NORM", "unfused");
   if (!fuse_prologue(never, M, K, w.shape[0])) return false;
   AddNorm an;
@@ -413,13 +410,15 @@ bool add_rms_norm_linear_swiglu_gemv(cudaStream_t stream, const Tensor& residual
                                      const Tensor& norm_w, float eps, Tensor residual_out, Tensor h,
                                      const Tensor& w, Tensor act) {
   static const bool never = env_is("ASTRAI_SWIGLU", "unpaired");  // to measure without the pairs
-  if (never) return false;
+  // The pairs take whole 8-row groups of each half, so the tiles (and the split of K) are the
+  // unpaired projection's; act is bf16, as the projection's output would be.
+  if (never || w.shape[0] % 16 != 0 || act.dtype != DType::bf16) return false;
   if (add_norm_gemv<true>(stream, residual, x, norm_w, eps, residual_out, w, nullptr, act)) return true;
   // Where the GEMV does not add and norm (a long prologue), what add_rms_norm_linear then runs
   // (add_rms_norm into h, the GEMV on h), with the pairs.
   const int64_t M = h.shape[0];
   int64_t ldh = 0;
-  if (!gemv_takes(h, w, ldh) || w.shape[0] % 16 != 0 || act.dtype != DType::bf16) return false;
+  if (!gemv_takes(h, w, ldh)) return false;
   add_rms_norm(stream, residual, x, norm_w, eps, h, &residual_out);
   dispatch_gemv<kPlain, true>(stream, h.ptr<bf16>(), ldh, M, w, nullptr, act,
                               M > 1 ? act.stride[0] : act.shape[1]);
