@@ -118,6 +118,26 @@ void rope_kv_store_matches_the_unfused_ops(Backend& be) {
   }
 }
 
+// The float64 reference of the add and norm before a sub-layer's first projection, rows of K: sum =
+// residual + x, h = sum / sqrt(mean(sum^2) + eps) * g.
+void add_rms_norm_reference(const std::vector<float>& r_h, const std::vector<float>& x_h,
+                            const std::vector<float>& g_h, int64_t M, int64_t K, float eps,
+                            std::vector<double>& sum, std::vector<double>& h) {
+  sum.assign(size_t(M * K), 0.0);
+  h.assign(size_t(M * K), 0.0);
+  for (int64_t m = 0; m < M; ++m) {
+    double ss = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      const double v = double(r_h[size_t(m * K + k)]) + double(x_h[size_t(m * K + k)]);
+      sum[size_t(m * K + k)] = v;
+      ss += v * v;
+    }
+    const double inv = 1.0 / std::sqrt(ss / double(K) + eps);
+    for (int64_t k = 0; k < K; ++k)
+      h[size_t(m * K + k)] = sum[size_t(m * K + k)] * inv * double(g_h[size_t(k)]);
+  }
+}
+
 // add_rms_norm_linear against float64: residual + x, its RMSNorm (rounded as the backend's
 // add_rms_norm rounds), then the projection; residual_out holds the sum, residual is unchanged.
 void check_add_rms_norm_linear(Backend& be, int64_t M, int64_t K, int64_t N, bool bias, Rng& rng) {
@@ -138,19 +158,13 @@ void check_add_rms_norm_linear(Backend& be, int64_t M, int64_t K, int64_t N, boo
   const auto got_out = to_host(be, out.t), got_res = to_host(be, res_out.t), res_after = to_host(be, res.t);
   CHECK(res_after == r_h);  // the input residual is left as it was
   const bool bf16 = be.compute_dtype() == DType::bf16;
-  std::vector<double> want_res(size_t(M * K)), want(size_t(M * N)), mag(size_t(M * N));
+  std::vector<double> want_res, hk_all, want(size_t(M * N)), mag(size_t(M * N));
+  add_rms_norm_reference(r_h, x_h, g_h, M, K, eps, want_res, hk_all);
   for (int64_t m = 0; m < M; ++m) {
-    double ss = 0;
-    for (int64_t k = 0; k < K; ++k) {
-      const double v = double(r_h[size_t(m * K + k)]) + double(x_h[size_t(m * K + k)]);
-      want_res[size_t(m * K + k)] = v;
-      ss += v * v;
-    }
-    const double inv = 1.0 / std::sqrt(ss / double(K) + eps);
     for (int64_t n = 0; n < N; ++n) {
       double acc = bias ? double(b_h[size_t(n)]) : 0.0, mg = std::abs(acc);
       for (int64_t k = 0; k < K; ++k) {
-        const double hk = want_res[size_t(m * K + k)] * inv * double(g_h[size_t(k)]);
+        const double hk = hk_all[size_t(m * K + k)];
         acc += hk * double(w_h[size_t(n * K + k)]);
         mg += std::abs(hk * double(w_h[size_t(n * K + k)]));
       }
@@ -220,16 +234,10 @@ void check_add_rms_norm_mlp(Backend& be, int64_t M, int64_t K, int64_t F, int64_
   REQUIRE(std::memcmp(got_res.data(), unfused_res.data(), got_res.size() * sizeof(float)) == 0);
   std::vector<double> want_act(size_t(M * F)), act_scale(size_t(M * F)), want(size_t(M * N)),
       mag(size_t(M * N));
+  std::vector<double> sum, h_ref;
+  add_rms_norm_reference(r_h, x_h, g_h, M, K, eps, sum, h_ref);
   for (int64_t m = 0; m < M; ++m) {
-    double ss = 0;
-    std::vector<double> hk(static_cast<size_t>(K));
-    for (int64_t k = 0; k < K; ++k) {
-      const double v = double(r_h[size_t(m * K + k)]) + double(x_h[size_t(m * K + k)]);
-      hk[size_t(k)] = v;
-      ss += v * v;
-    }
-    const double inv = 1.0 / std::sqrt(ss / double(K) + eps);
-    for (int64_t k = 0; k < K; ++k) hk[size_t(k)] *= inv * double(g_h[size_t(k)]);
+    const double* hk = h_ref.data() + m * K;
     for (int64_t n = 0; n < F; ++n) {
       double gs = 0, us = 0, gm = 0, um = 0;
       for (int64_t k = 0; k < K; ++k) {
