@@ -283,9 +283,6 @@ void Linear::run_mlp(cudaStream_t stream, const Tensor& residual, const Tensor& 
   ASTRAI_GPU_CHECK(act.ndim == 2 && act.shape[0] == M && gate_up.shape[1] == 2 * F,
                    std::string(op) + ": gate_up " + gate_up.shape_str() + " for act " + act.shape_str());
   if (M == 0) return;
-  Tensor gate = gate_up, up = gate_up;  // the two column halves
-  gate.shape[1] = up.shape[1] = F;
-  up.data = static_cast<char*>(gate_up.data) + F * int64_t(dtype_size(gate_up.dtype));
   // A long down projection (a 7-8B model's) follows the pairs with a plain launch, and then one row
   // takes the pairs too; see linear.h.
   const bool long_down = int64_t(w_down.nbytes()) >= kLongDownBytes;
@@ -295,7 +292,7 @@ void Linear::run_mlp(cudaStream_t stream, const Tensor& residual, const Tensor& 
     return;
   }
   run_add_norm(stream, residual, x, norm_w, eps, residual_out, h, w_gate_up, nullptr, gate_up);
-  run_swiglu(stream, gate, up, w_down, act, out);
+  run_swiglu(stream, gate_up.cols(0, F), gate_up.cols(F, 2 * F), w_down, act, out);
 }
 
 }  // namespace astrai::gpu

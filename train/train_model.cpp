@@ -391,7 +391,7 @@ class DecoderTrainModel final : public TrainModel {
       linear_residual(a.attn, w.o, cfg_.o_proj_bias ? &w.o_bias : nullptr, a.x, a.x_mid);
       be_.rms_norm_train(a.x_mid, w.post_norm, eps, a.h2, a.rstd2);
       be_.linear(a.h2, w.gate_up, nullptr, a.gate_up);
-      be_.swiglu(col_view(a.gate_up, 0, F), col_view(a.gate_up, F, F), a.act);
+      be_.swiglu(a.gate_up.cols(0, F), a.gate_up.cols(F, 2 * F), a.act);
       linear_residual(a.act, w.down, nullptr, a.x_mid, stream(l + 1));
     }
     be_.rms_norm_train(final_x_, g.final_norm, eps, final_h_, final_rstd_);
@@ -470,8 +470,8 @@ class DecoderTrainModel final : public TrainModel {
       const LayerActs& a = acts_[size_t(l)];
       // MLP: x_{l+1} = x_mid + down(silu(gate) * up), gate|up = h2 Wgu^T, h2 = norm(x_mid).
       be_.linear_backward(dres_, a.act, w.down, &dact_, dw.down, nullptr);
-      be_.swiglu_backward(dact_, col_view(a.gate_up, 0, F), col_view(a.gate_up, F, F),
-                          col_view(dgate_up_, 0, F), col_view(dgate_up_, F, F));
+      be_.swiglu_backward(dact_, a.gate_up.cols(0, F), a.gate_up.cols(F, 2 * F), dgate_up_.cols(0, F),
+                          dgate_up_.cols(F, 2 * F));
       be_.linear_backward(dgate_up_, a.h2, w.gate_up, &dh_, dw.gate_up, nullptr);
       be_.rms_norm_backward(dh_, a.x_mid, w.post_norm, a.rstd2, dres_, dw.post_norm, /*accumulate=*/true);
       // Attention: x_mid = x_l + attn Wo^T (+ bo).

@@ -65,10 +65,7 @@ void Backend::add_rms_norm_mlp(const Tensor& residual, const Tensor& x, const Te
                                Tensor act, const Tensor& w_down, Tensor out) {
   add_rms_norm_linear(residual, x, norm_w, eps, residual_out, h, w_gate_up, nullptr, gate_up);
   const int64_t F = act.shape[1];
-  Tensor gate = gate_up, up = gate_up;  // the two column halves
-  gate.shape[1] = up.shape[1] = F;
-  up.data = static_cast<char*>(gate_up.data) + F * int64_t(dtype_size(gate_up.dtype));
-  swiglu(gate, up, act);
+  swiglu(gate_up.cols(0, F), gate_up.cols(F, 2 * F), act);
   linear(act, w_down, nullptr, out);
 }
 

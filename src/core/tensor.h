@@ -70,6 +70,14 @@ struct Tensor {
     t.shape[0] = end - begin;
     return t;
   }
+  // Columns [begin, end) along dim 1 of a matrix; the row stride stays the parent's.
+  Tensor cols(int64_t begin, int64_t end) const {
+    assert(ndim == 2 && 0 <= begin && begin <= end && end <= shape[1]);
+    Tensor t = *this;
+    t.data = static_cast<char*>(data) + begin * stride[1] * int64_t(dtype_size(dtype));
+    t.shape[1] = end - begin;
+    return t;
+  }
   // Same memory, new contiguous shape; numel must match.
   Tensor view(std::initializer_list<int64_t> dims) const {
     Tensor t(data, dtype, dims, device);

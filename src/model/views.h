@@ -1,4 +1,4 @@
-// Views into the decoder's fused buffers (qkv, gate_up), shared by the serving forward
+// Views into the decoder's fused qkv buffer, shared by the serving forward
 // (src/model/model.cpp) and the training model (train/train_model.cpp).
 #pragma once
 
@@ -13,14 +13,6 @@ inline Tensor head_view(const Tensor& buf, int64_t col, int64_t heads, int64_t h
   Tensor t(static_cast<char*>(buf.data) + col * int64_t(dtype_size(buf.dtype)), buf.dtype,
            {buf.shape[0], heads, head_dim}, buf.device);
   t.stride = {buf.stride[0], head_dim, 1, 0};
-  return t;
-}
-
-// Column slice [col, col + width) of a [T, W] buffer.
-inline Tensor col_view(const Tensor& buf, int64_t col, int64_t width) {
-  Tensor t = buf;
-  t.data = static_cast<char*>(buf.data) + col * int64_t(dtype_size(buf.dtype));
-  t.shape[1] = width;
   return t;
 }
 

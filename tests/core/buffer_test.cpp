@@ -31,3 +31,21 @@ TEST_CASE("moving a buffer transfers ownership once", "[unit]") {
   a = std::move(b);
   CHECK(a.data() == p);
 }
+
+TEST_CASE("rows and cols of a matrix address the same elements as the parent", "[unit]") {
+  constexpr int64_t R = 5, C = 7;
+  astrai::Buffer b = astrai::Buffer::host(size_t(R * C) * sizeof(float));
+  const astrai::Tensor m = b.as(astrai::DType::f32, {R, C});
+  for (int64_t i = 0; i < R * C; ++i) m.ptr<float>()[i] = float(i);
+  const astrai::Tensor c = m.cols(2, 6), r = m.rows(1, 4).cols(3, 4);
+  CHECK(c.shape[0] == R);
+  CHECK(c.shape[1] == 4);
+  CHECK(c.stride[0] == C);
+  CHECK_FALSE(c.is_contiguous());
+  for (int64_t i = 0; i < R; ++i)
+    for (int64_t j = 0; j < 4; ++j) CHECK(c.ptr<float>()[i * c.stride[0] + j] == float(i * C + 2 + j));
+  CHECK(r.shape[0] == 3);
+  CHECK(r.shape[1] == 1);
+  for (int64_t i = 0; i < 3; ++i) CHECK(r.ptr<float>()[i * r.stride[0]] == float((i + 1) * C + 3));
+  CHECK(m.cols(0, C).is_contiguous());
+}
