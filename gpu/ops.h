@@ -42,6 +42,11 @@ void add(cudaStream_t stream, const Tensor& a, const Tensor& b, Tensor out);
 void rope_kv_store(cudaStream_t stream, Tensor q, Tensor k, const Tensor& v, const Tensor* q_norm,
                    const Tensor* k_norm, float eps, const Tensor& positions, const Tensor& cos_sin,
                    const Tensor& slots, Tensor k_cache, Tensor v_cache);
+// rope_kv_store's argument checks: throws as rope_kv_store would; true
+// where every row, table row and weight allows 16-byte vectors.
+bool check_rope_kv_store(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* q_norm,
+                         const Tensor* k_norm, const Tensor& positions, const Tensor& cos_sin,
+                         const Tensor& slots, const Tensor& k_cache, const Tensor& v_cache);
 void kv_store(cudaStream_t stream, const Tensor& k, const Tensor& v, const Tensor& slots, Tensor k_cache,
               Tensor v_cache);
 // scratch: the split-KV partial results (grown as needed).

@@ -16,21 +16,13 @@
 #include "gpu/check.h"
 #include "gpu/device_util.cuh"
 #include "gpu/ops.h"
+#include "gpu/rope_head.cuh"
 #include "gpu/rows.h"
 #include "gpu/rows_map.cuh"
 #include "gpu/train_ops.h"
 
 namespace astrai::gpu {
 namespace {
-
-// The pair (x1, x2) of dims (i, i + D/2) rotated by the angle whose f32 (cos, sin) is (cos_f, sin_f).
-template <typename T>
-__device__ __forceinline__ void rotate(float& x1, float& x2, float cos_f, float sin_f) {
-  const float c = round_to<T>(cos_f), s = round_to<T>(sin_f);
-  const float a = round_to<T>(round_to<T>(x1 * c) - round_to<T>(x2 * s));
-  x2 = round_to<T>(round_to<T>(x2 * c) + round_to<T>(x1 * s));
-  x1 = a;
-}
 
 // Token t's head h of x [T, heads, D] starts at base + t * s_tok + h * s_head elements.
 struct HeadRows {
@@ -122,20 +114,6 @@ __device__ __forceinline__ T* head_ptr(const Rows& x, int64_t t, int h) {
   return reinterpret_cast<T*>(x.base + (t * x.s_outer + int64_t(h) * x.s_inner) * x.esize);
 }
 
-// N consecutive f32 (N > 1: 16-byte aligned, loaded 4 at a time).
-template <int N>
-__device__ __forceinline__ void load_f32(const float* p, float* f) {
-#pragma unroll
-  for (int i = 0; i < N; i += 4) {
-    if constexpr (N == 1) {
-      f[0] = *p;
-    } else {
-      const float4 v = *reinterpret_cast<const float4*>(p + i);
-      f[i] = v.x, f[i + 1] = v.y, f[i + 2] = v.z, f[i + 3] = v.w;
-    }
-  }
-}
-
 // blockIdx.y walks tokens; the threads of blockIdx.x walk the token's heads (q, then k, then v), a
 // group of 2^lanes_log2 lanes per head, each lane N elements at a time (N > 1: 16-byte vectors): no
 // division anywhere, and rows of 64 or 128 dims take one 16-byte load per lane and half.
@@ -149,7 +127,7 @@ __global__ void rope_kv_store_kernel(RopeKvParams p, const T* __restrict__ q_nor
   if (j >= p.heads + 2 * p.kv_heads) return;  // the whole lane group: its shuffles stay within it
   const unsigned group_mask =
       lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1u) << ((threadIdx.x % 32) & ~unsigned(lanes - 1));
-  const int D = p.head_dim, half = D / 2, step = lanes * N;
+  const int D = p.head_dim, step = lanes * N;
   const bool is_v = j >= p.heads + p.kv_heads, is_q = j < p.heads;
   const int h = is_q ? j : is_v ? j - p.heads - p.kv_heads : j - p.heads;
   const T* w = is_q ? q_norm : k_norm;
@@ -168,50 +146,10 @@ __global__ void rope_kv_store_kernel(RopeKvParams p, const T* __restrict__ q_nor
       continue;
     }
     T* a = is_q ? head_ptr<T>(p.q, t, h) : head_ptr<T>(p.k, t, h);
-    float inv = 1.0f;
-    if (w) {
-      float ss = 0.0f, x[N];
-      for (int i = lane * N; i < D; i += step) {
-        load_vec<T, N>(a + i, x);
-#pragma unroll
-        for (int e = 0; e < N; ++e) ss += x[e] * x[e];
-      }
-      for (int o = lanes / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(group_mask, ss, o);
-      inv = rsqrtf(ss / float(D) + p.eps);  // every read of the group's row is done before any write
-    }
     const int32_t pos = p.positions[t];
     const bool pos_ok = pos >= 0 && pos < p.max_pos;  // validated by the model; never read outside
-    const float* cs = p.cos_sin + int64_t(pos_ok ? pos : 0) * D;
-    T* cache = !is_q && slot_ok ? k_cache + cache_row : nullptr;
-    for (int i = lane * N; i < half; i += step) {
-      float x1[N], x2[N], c[N], s[N], w1[N], w2[N];
-      load_vec<T, N>(a + i, x1);
-      load_vec<T, N>(a + half + i, x2);
-      load_f32<N>(cs + i, c);
-      load_f32<N>(cs + half + i, s);
-      if (w) {
-        load_vec<T, N>(w + i, w1);
-        load_vec<T, N>(w + half + i, w2);
-      }
-#pragma unroll
-      for (int e = 0; e < N; ++e) {
-        if (w) {  // the value the unfused rms_norm would have stored
-          x1[e] = round_to<T>(round_to<T>(x1[e] * inv) * w1[e]);
-          x2[e] = round_to<T>(round_to<T>(x2[e] * inv) * w2[e]);
-        }
-        if (pos_ok) {
-          rotate<T>(x1[e], x2[e], c[e], s[e]);
-        } else {
-          x1[e] = x2[e] = __int_as_float(0x7fc00000);
-        }
-      }
-      store_vec<T, N>(a + i, x1);
-      store_vec<T, N>(a + half + i, x2);
-      if (cache) {
-        store_vec<T, N>(cache + i, x1);
-        store_vec<T, N>(cache + half + i, x2);
-      }
-    }
+    rope_head<T, N>(a, a, !is_q && slot_ok ? k_cache + cache_row : nullptr, w, p.eps,
+                    pos_ok ? p.cos_sin + int64_t(pos) * D : nullptr, D, lane, lanes, group_mask);
   }
 }
 
@@ -225,9 +163,9 @@ void check_cache(const Tensor& c, const char* name, DType dt, int64_t kv_heads, 
 
 }  // namespace
 
-void rope_kv_store(cudaStream_t stream, Tensor q, Tensor k, const Tensor& v, const Tensor* q_norm,
-                   const Tensor* k_norm, float eps, const Tensor& positions, const Tensor& cos_sin,
-                   const Tensor& slots, Tensor k_cache, Tensor v_cache) {
+bool check_rope_kv_store(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* q_norm,
+                         const Tensor* k_norm, const Tensor& positions, const Tensor& cos_sin,
+                         const Tensor& slots, const Tensor& k_cache, const Tensor& v_cache) {
   check_tensor(q, "rope_kv_store", "q", DType::bf16, DType::f32);
   check_tensor(k, "rope_kv_store", "k", q.dtype);
   check_tensor(v, "rope_kv_store", "v", q.dtype);
@@ -255,8 +193,24 @@ void rope_kv_store(cudaStream_t stream, Tensor q, Tensor k, const Tensor& v, con
   check_cache(v_cache, "v_cache", q.dtype, KVH, D);
   ASTRAI_GPU_CHECK(k_cache.shape[0] == v_cache.shape[0],
                    "rope_kv_store: k_cache and v_cache differ in slots");
-  if (T == 0) return;
   ASTRAI_GPU_CHECK((H + 2 * KVH) * D < (int64_t(1) << 30), "rope_kv_store: too many heads");
+  // 16 bytes per lane when every row, table row and weight allows it.
+  const int64_t vec = 16 / int64_t(dtype_size(q.dtype));
+  auto aligned16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  bool use_vec = (D / 2) % vec == 0 && rows_aligned16(rows_of(q, "rope_kv_store")) &&
+                 rows_aligned16(rows_of(k, "rope_kv_store")) && rows_aligned16(rows_of(v, "rope_kv_store")) &&
+                 aligned16(cos_sin.data) && aligned16(k_cache.data) && aligned16(v_cache.data);
+  for (const Tensor* w : {q_norm, k_norm}) use_vec = use_vec && (!w || aligned16(w->data));
+  return use_vec;
+}
+
+void rope_kv_store(cudaStream_t stream, Tensor q, Tensor k, const Tensor& v, const Tensor* q_norm,
+                   const Tensor* k_norm, float eps, const Tensor& positions, const Tensor& cos_sin,
+                   const Tensor& slots, Tensor k_cache, Tensor v_cache) {
+  const bool use_vec =
+      check_rope_kv_store(q, k, v, q_norm, k_norm, positions, cos_sin, slots, k_cache, v_cache);
+  const int64_t T = q.shape[0], H = q.shape[1], KVH = k.shape[1], D = q.shape[2];
+  if (T == 0) return;
   RopeKvParams p{rows_of(q, "rope_kv_store"),
                  rows_of(k, "rope_kv_store"),
                  rows_of(v, "rope_kv_store"),
@@ -271,12 +225,7 @@ void rope_kv_store(cudaStream_t stream, Tensor q, Tensor k, const Tensor& v, con
                  cos_sin.shape[0],
                  slots.ptr<int32_t>(),
                  k_cache.shape[0]};
-  // 16 bytes per lane when every row, table row and weight allows it, else one element.
   const int64_t vec = 16 / int64_t(dtype_size(q.dtype));
-  auto aligned16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  bool use_vec = (D / 2) % vec == 0 && rows_aligned16(p.q) && rows_aligned16(p.k) && rows_aligned16(p.v) &&
-                 aligned16(cos_sin.data) && aligned16(k_cache.data) && aligned16(v_cache.data);
-  for (const Tensor* w : {q_norm, k_norm}) use_vec = use_vec && (!w || aligned16(w->data));
   // Lanes per head: the power of two (at most a warp) nearest below the vectors in half a row.
   const int64_t chunks = (D / 2) / (use_vec ? vec : 1);
   while (p.lanes_log2 < 5 && (int64_t(2) << p.lanes_log2) <= chunks) ++p.lanes_log2;

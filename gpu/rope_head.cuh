@@ -1,0 +1,92 @@
+// RoPE (and the q/k RMSNorm before it) of one head row, by a group of lanes: the arithmetic of
+// rope_kv_store (rope.cu), shared with the decode attention kernel that applies it itself
+// (attention.cu, rope_attention), so the two give the same bits.
+#pragma once
+
+#include <cstdint>
+
+#include "gpu/device_util.cuh"
+#include "gpu/rows_map.cuh"
+
+namespace astrai::gpu {
+
+// The pair (x1, x2) of dims (i, i + D/2) rotated by the angle whose f32 (cos, sin) is (cos_f, sin_f).
+// Like Hugging Face (cos.to(x.dtype), then q * cos + rotate_half(q) * sin in x's dtype), cos and sin
+// are rounded to the storage dtype T and each product and the sum round to T.
+template <typename T>
+__device__ __forceinline__ void rotate(float& x1, float& x2, float cos_f, float sin_f) {
+  const float c = round_to<T>(cos_f), s = round_to<T>(sin_f);
+  const float a = round_to<T>(round_to<T>(x1 * c) - round_to<T>(x2 * s));
+  x2 = round_to<T>(round_to<T>(x2 * c) + round_to<T>(x1 * s));
+  x1 = a;
+}
+
+// N consecutive f32 (N > 1: 16-byte aligned, loaded 4 at a time).
+template <int N>
+__device__ __forceinline__ void load_f32(const float* p, float* f) {
+#pragma unroll
+  for (int i = 0; i < N; i += 4) {
+    if constexpr (N == 1) {
+      f[0] = *p;
+    } else {
+      const float4 v = *reinterpret_cast<const float4*>(p + i);
+      f[i] = v.x, f[i + 1] = v.y, f[i + 2] = v.z, f[i + 3] = v.w;
+    }
+  }
+}
+
+// One head row a[0, D) normed (when w: a / sqrt(mean(a^2) + eps) * w, rounded where rms_norm rounds)
+// and rotated by the table row cs (cos in [0, D/2), sin in [D/2, D); nullptr: a position outside the
+// table, NaN written), into dst (which may be a) and, when cache is not null, into cache too. The
+// `lanes` lanes of group_mask (a power of two, lane = this one's index among them) each take N
+// elements at a time (N > 1: 16-byte vectors); the norm's sum of squares is a butterfly over them.
+// Every read of a is done before any write.
+template <typename T, int N>
+__device__ __forceinline__ void rope_head(const T* a, T* dst, T* cache, const T* w, float eps,
+                                          const float* cs, int D, int lane, int lanes, unsigned group_mask) {
+  const int half = D / 2, step = lanes * N;
+  float inv = 1.0f;
+  if (w) {
+    float ss = 0.0f, x[N];
+    for (int i = lane * N; i < D; i += step) {
+      load_vec<T, N>(a + i, x);
+#pragma unroll
+      for (int e = 0; e < N; ++e) ss += x[e] * x[e];
+    }
+    for (int o = lanes / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(group_mask, ss, o);
+    inv = rsqrtf(ss / float(D) + eps);
+  }
+  for (int i = lane * N; i < half; i += step) {
+    float x1[N], x2[N], c[N], s[N], w1[N], w2[N];
+    load_vec<T, N>(a + i, x1);
+    load_vec<T, N>(a + half + i, x2);
+    if (cs) {
+      load_f32<N>(cs + i, c);
+      load_f32<N>(cs + half + i, s);
+    }
+    if (w) {
+      load_vec<T, N>(w + i, w1);
+      load_vec<T, N>(w + half + i, w2);
+    }
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      if (w) {  // the value the unfused rms_norm would have stored
+        x1[e] = round_to<T>(round_to<T>(x1[e] * inv) * w1[e]);
+        x2[e] = round_to<T>(round_to<T>(x2[e] * inv) * w2[e]);
+      }
+      if (cs) {
+        rotate<T>(x1[e], x2[e], c[e], s[e]);
+      } else {
+        x1[e] = x2[e] = __int_as_float(0x7fc00000);
+      }
+    }
+    store_vec<T, N>(dst + i, x1);
+    store_vec<T, N>(dst + half + i, x2);
+    if (cache) {
+      store_vec<T, N>(cache + i, x1);
+      store_vec<T, N>(cache + half + i, x2);
+    }
+  }
+}
+
+}  // namespace astrai::gpu
