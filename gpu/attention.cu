@@ -22,6 +22,10 @@
 // splits rounded up to a key tile, so splits past its keys exit at once, and its result depends on
 // its own length and the grid only, never on the other sequences' lengths. Any head_dim up to
 // kMaxHeadDim (shared memory grows with it).
+//
+// rope_attention: rope_kv_store then paged_attention. A decode step that the decode kernel takes
+// (and that fits one wave of its blocks) runs as that kernel alone: each block norms and rotates
+// its q rows itself, and the block that holds the step's own key writes that key's K and V.
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -34,6 +38,7 @@
 #include "gpu/device_util.cuh"
 #include "gpu/mma_fragments.cuh"
 #include "gpu/ops.h"
+#include "gpu/rope_head.cuh"
 #include "gpu/rows.h"
 
 namespace astrai::gpu {
@@ -75,6 +80,22 @@ struct AttnParams {
   int splits;          // KV ranges per (row, head); 1: write out directly
   float* part_acc;     // [rows * heads * splits, D]   (splits > 1)
   float* part_ml;      // [rows * heads * splits, 2]  m, l
+};
+
+// rope_attention's decode kernel (kRope) takes the step's rows as the qkv projection wrote them
+// (AttnParams::q before its norm and RoPE) and does rope_kv_store's work for them itself.
+struct DecodeRope {
+  Rows k, v;                     // [T, KVH, D]
+  const bf16* q_norm = nullptr;  // [D], with k_norm, or neither
+  const bf16* k_norm = nullptr;
+  float eps = 0.0f;
+  const int32_t* positions = nullptr;  // [T]
+  const float* cos_sin = nullptr;      // [max_pos, D]
+  int64_t max_pos = 0;
+  const int32_t* slots = nullptr;  // [T]: where each token's K and V go
+  int64_t n_slots = 0;
+  bf16* k_cache = nullptr;  // the caches the kernel reads, written at this step's slots
+  bf16* v_cache = nullptr;
 };
 
 // Grid: x = query tile within the sequence, y = group of heads_per_tile heads, z = sequence * splits
@@ -307,6 +328,11 @@ constexpr int64_t kDecodeMinKeys = 64;
 // reach at most 2^kRescaleSlack, far inside f32).
 constexpr float kRescaleSlack = 8.0f;
 
+// Asks L1 for the line holding p (no register result, no wait).
+__device__ __forceinline__ void prefetch_l1(const void* p) {
+  asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p));
+}
+
 // The cache slot of key `key` of the sequence whose page-table row is `pages`, or -1 where its
 // page is outside the cache (validated by the model: never read). 32-bit key arithmetic, a shift
 // for a power-of-two page size.
@@ -389,10 +415,14 @@ constexpr size_t decode_smem() {
   return size_t(kDecodeWarps) * kDecodeStages * 2 * kDecodeTileKeys * (D + 8) * sizeof(bf16);
 }
 
-template <int D, int G>
+// kRope (rope_attention): after pdl_wait the block norms and rotates its group's q rows into shared
+// memory with rope_kv_store's arithmetic (rope_head.cuh), and the block whose split holds the step's
+// own key does the same for that key's K into the step's cache slot (V as it is), then reads both
+// back as its tiles need them. Only that block reads the slot, so no other kernel is needed.
+template <int D, int G, bool kRope>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
-    decode_attention_kernel(AttnParams p, const bf16* __restrict__ k_cache,
-                            const bf16* __restrict__ v_cache) {
+    decode_attention_kernel(AttnParams p, const bf16* __restrict__ k_cache, const bf16* __restrict__ v_cache,
+                            DecodeRope rp) {
   namespace am = attention_mma;
   pdl_launch_dependents();  // the o projection's GEMV may start loading its weights
   constexpr int W = kDecodeWarps, kS = kDecodeStages;
@@ -420,6 +450,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   const int32_t* pages = p.page_table + int64_t(s) * p.max_pages;
   const int key_end = int(j1), own = int(kv_len - 1);
   bf16* my_tiles = tiles + warp * kS * 2 * kTile;
+  // kRope: the group's q rows after norm and RoPE, [G][D], in warp 0's last stage, which no copy
+  // fills before the key loop (static shared memory would cost llama-1b's shapes a resident block
+  // per multiprocessor).
+  bf16* q_s = tiles + (kS - 1) * 2 * kTile;
   // Tile `round` of this warp into stage st: lane l looks up key l % 16's slot; a lane's pieces are
   // pieces lane + 32 i of the tile (row c / (D / 8), 8 dims at (c % (D / 8)) * 8). Valid keys' bits
   // go to okbits (16 a stage). skip_own: the step's own key is left for after pdl_wait.
@@ -447,7 +481,47 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     issue(r, r, true);
     cp_async_commit();
   }
+  // kRope: the step's position and slot are step inputs, and the table and norm weights constants,
+  // so they are read (the table row and the weights asked into L1) before pdl_wait.
+  int32_t rope_pos = 0, rope_slot = -1;
+  if constexpr (kRope) {
+    rope_pos = rp.positions[q0];
+    rope_slot = rp.slots[q0];
+    const int lines = D * int(sizeof(float)) / 128;  // the table row's 128-byte lines
+    if (rope_pos >= 0 && rope_pos < rp.max_pos && int(threadIdx.x) < lines)
+      prefetch_l1(reinterpret_cast<const char*>(rp.cos_sin + int64_t(rope_pos) * D) + 128 * threadIdx.x);
+    if (rp.q_norm != nullptr && int(threadIdx.x) >= 32 && int(threadIdx.x) < 32 + 2 * D * 2 / 128) {
+      const int i = int(threadIdx.x) - 32, per = D * 2 / 128;  // lines per weight
+      prefetch_l1(reinterpret_cast<const char*>(i < per ? rp.q_norm : rp.k_norm) + 128 * (i % per));
+    }
+  }
   pdl_wait();
+  if constexpr (kRope) {
+    // Tasks: the group's G q rows, then (the block that holds the own key) its K row and its V row
+    // into the cache slot; a group of D / 16 lanes per task, as rope_kv_store takes a row of
+    // 16-byte vectors. The __syncthreads below makes the cache rows visible to the block's reads.
+    constexpr int kLanes = D / 16, kGroups = kDecodeWarps * 32 / kLanes;
+    const int task0 = int(threadIdx.x) / kLanes, rl = int(threadIdx.x) % kLanes;
+    const unsigned mask = ((1u << kLanes) - 1u) << ((threadIdx.x % 32) & ~unsigned(kLanes - 1));
+    const float* cs = rope_pos >= 0 && rope_pos < rp.max_pos ? rp.cos_sin + int64_t(rope_pos) * D : nullptr;
+    const bool slot_ok =
+        rope_slot >= 0 && rope_slot < rp.n_slots;  // validated by the model; never write outside
+    const int64_t cache_row = (int64_t(rope_slot) * p.kv_heads + kvh) * D;
+    const int tasks = G + (own >= int(j0) && own < key_end && slot_ok ? 2 : 0);
+    for (int task = task0; task < tasks; task += kGroups) {  // uniform over each lane group
+      if (task < G) {
+        rope_head<bf16, 8>(p.q.row<bf16>(row0 + task), q_s + task * D, nullptr, rp.q_norm, rp.eps, cs, D, rl,
+                           kLanes, mask);
+      } else if (task == G) {
+        rope_head<bf16, 8>(rp.k.row<bf16>(q0 * p.kv_heads + kvh), rp.k_cache + cache_row, nullptr, rp.k_norm,
+                           rp.eps, cs, D, rl, kLanes, mask);
+      } else {
+        const uint4* src = reinterpret_cast<const uint4*>(rp.v.row<bf16>(q0 * p.kv_heads + kvh));
+        for (int c = rl; c < D / 8; c += kLanes) reinterpret_cast<uint4*>(rp.v_cache + cache_row)[c] = src[c];
+      }
+    }
+    __syncthreads();
+  }
   // The step's own key, if one of the tiles above holds it (a plain store: the other lanes see it
   // after the loop's __syncwarp).
   if (own >= int(j0) && own < key_end) {
@@ -462,10 +536,14 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
         if (c / (D / 8) == r) {  // an invalid page (masked): zeros, as the copies' zero fill
           const int64_t off = (max(slot, int64_t(0)) * p.kv_heads + kvh) * D + part * 8;
           const uint4 zero{0u, 0u, 0u, 0u};
+          // kRope: this block wrote the row; read it back through the pointer it wrote with (the
+          // caches' own are read-only to the compiler).
+          const bf16* kc = kRope ? rp.k_cache : k_cache;
+          const bf16* vc = kRope ? rp.v_cache : v_cache;
           *reinterpret_cast<uint4*>(kt + r * kP + part * 8) =
-              slot >= 0 ? *reinterpret_cast<const uint4*>(k_cache + off) : zero;
+              slot >= 0 ? *reinterpret_cast<const uint4*>(kc + off) : zero;
           *reinterpret_cast<uint4*>(kt + kTile + r * kP + part * 8) =
-              slot >= 0 ? *reinterpret_cast<const uint4*>(v_cache + off) : zero;
+              slot >= 0 ? *reinterpret_cast<const uint4*>(vc + off) : zero;
         }
       }
     }
@@ -475,13 +553,14 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   const int g = lane / 4, c4 = lane % 4;
   uint32_t qa[D / 16][2];
   {
-    const bf16* qrow = p.q.row<bf16>(row0 + min(g, G - 1));
+    const bf16* qrow = kRope ? q_s + min(g, G - 1) * D : p.q.row<bf16>(row0 + min(g, G - 1));
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       qa[kk][0] = g < G ? *reinterpret_cast<const uint32_t*>(qrow + kk * 16 + 2 * c4) : 0u;
       qa[kk][1] = g < G ? *reinterpret_cast<const uint32_t*>(qrow + kk * 16 + 8 + 2 * c4) : 0u;
     }
   }
+  if constexpr (kRope) __syncthreads();  // every warp has its q before warp 0's first round refills q_s
   const float scale_log2 = p.scale * kLog2e;
   float m = -INFINITY, l = 0.0f;  // row g's state (each of the four lanes of a row holds it)
   float o[D / 8][4];
@@ -652,7 +731,7 @@ const std::string& decode_attention_env() {
   return v;
 }
 
-using DecodeKernel = void (*)(AttnParams, const bf16*, const bf16*);
+using DecodeKernel = void (*)(AttnParams, const bf16*, const bf16*, DecodeRope);
 
 // A decode kernel with its launch shape: warps per block, dynamic shared memory, and the blocks a
 // multiprocessor holds at once (the split count is chosen to fill them).
@@ -663,9 +742,9 @@ struct DecodeLaunch {
   int per_sm = 1;
 };
 
-template <int D, int G>
+template <int D, int G, bool kRope>
 DecodeLaunch decode_launch() {
-  constexpr auto kernel = decode_attention_kernel<D, G>;
+  constexpr auto kernel = decode_attention_kernel<D, G, kRope>;
   constexpr size_t smem = decode_smem<D>();
   allow_smem<kernel>(smem);
   static const int per_sm = [] {
@@ -677,14 +756,14 @@ DecodeLaunch decode_launch() {
 }
 
 // The decode kernel for this head_dim and group (kernel nullptr: none, the general kernel runs).
-template <int D>
+template <int D, bool kRope>
 DecodeLaunch decode_launch_for(int64_t group) {
   if (decode_attention_env() == "general") return {};
   switch (group) {
-    case 1: return decode_launch<D, 1>();
-    case 2: return decode_launch<D, 2>();
-    case 4: return decode_launch<D, 4>();
-    case 8: return decode_launch<D, 8>();
+    case 1: return decode_launch<D, 1, kRope>();
+    case 2: return decode_launch<D, 2, kRope>();
+    case 4: return decode_launch<D, 4, kRope>();
+    case 8: return decode_launch<D, 8, kRope>();
     default: return {};
   }
 }
@@ -722,8 +801,9 @@ AttentionBatch tail_of(const AttentionBatch& b, int n) {
 }
 
 // The decode kernel goes out with programmatic dependent launch (sm_90 on), so that its first K/V
-// loads overlap rope_kv_store: measured on the H200 at +1-3% decode tok/s (batch 1-64, llama-1b and
-// qwen3-8b). ASTRAI_ATTENTION_PDL=0 (or ASTRAI_NO_PDL, which also stops the GEMV's) turns it off.
+// loads overlap rope_kv_store (or, under rope_attention, the qkv projection): measured on the H200 at +1-3%
+// decode tok/s (batch 1-64, llama-1b and qwen3-8b). ASTRAI_ATTENTION_PDL=0 (or ASTRAI_NO_PDL, which also
+// stops the GEMV's) turns it off.
 bool decode_pdl() {
   static const bool on = [] {
     const char* e = std::getenv("ASTRAI_ATTENTION_PDL");
@@ -732,17 +812,99 @@ bool decode_pdl() {
   return on;
 }
 
-void launch_decode(cudaStream_t stream, DecodeKernel kernel, dim3 grid, int threads, size_t smem,
-                   const AttnParams& p, const Tensor& k_cache, const Tensor& v_cache) {
-  const LaunchConfig lc(grid, dim3(unsigned(threads)), smem, stream, decode_pdl());
-  ASTRAI_CUDA_CHECK(cudaLaunchKernelEx(&lc.cfg, kernel, p, k_cache.ptr<bf16>(), v_cache.ptr<bf16>()));
-}
-
 void check_cache(const Tensor& c, const char* op, const char* name, DType dt) {
   check_tensor(c, op, name, dt);
   ASTRAI_GPU_CHECK(
       c.ndim == 3 && c.is_contiguous(),
       std::string(op) + ": " + name + " must be a contiguous [slots, KVH, D], got " + c.shape_str());
+}
+
+// paged_attention's checks, and its kernels' parameters but for the split count and scratch.
+AttnParams attention_params(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                            const AttentionBatch& batch, float scale, const Tensor& out) {
+  check_tensor(q, "paged_attention", "q", DType::bf16, DType::f32);
+  check_tensor(out, "paged_attention", "out", q.dtype);
+  check_cache(k_cache, "paged_attention", "k_cache", q.dtype);
+  check_cache(v_cache, "paged_attention", "v_cache", q.dtype);
+  check_index(batch.q_start, "paged_attention", "q_start");
+  check_index(batch.kv_len, "paged_attention", "kv_len");
+  check_index(batch.page_table, "paged_attention", "page_table");
+  ASTRAI_GPU_CHECK(
+      q.ndim == 3 && out.ndim == 3 && q.shape == out.shape,
+      "paged_attention: q " + q.shape_str() + " and out " + out.shape_str() + " must be [T, H, D]");
+  const int64_t T = q.shape[0], H = q.shape[1], D = q.shape[2];
+  const int64_t KVH = k_cache.shape[1], ps = batch.page_size, S = batch.num_seqs;
+  ASTRAI_GPU_CHECK(k_cache.shape == v_cache.shape && k_cache.shape[2] == D && KVH > 0 && H % KVH == 0,
+                   "paged_attention: cache " + k_cache.shape_str() + " for q " + q.shape_str());
+  ASTRAI_GPU_CHECK(ps > 0 && k_cache.shape[0] % ps == 0,
+                   "paged_attention: cache slots not a multiple of page_size");
+  ASTRAI_GPU_CHECK(batch.q_start.numel() == S + 1 && batch.kv_len.numel() == S &&
+                       batch.page_table.numel() >= S * int64_t(batch.max_pages),
+                   "paged_attention: q_start/kv_len/page_table sizes do not match num_seqs");
+  ASTRAI_GPU_CHECK(D >= 1 && D <= kMaxHeadDim, "paged_attention: head_dim " + std::to_string(D) + " above " +
+                                                   std::to_string(kMaxHeadDim));
+  ASTRAI_GPU_CHECK(H <= 65535 && S <= 65535, "paged_attention: more than 65535 heads or sequences");
+  ASTRAI_GPU_CHECK(T == 0 || H == 0 || S >= 1, "paged_attention: tokens but no sequences");
+  AttnParams p;
+  p.q = rows_of(q, "paged_attention");
+  p.out = rows_of(out, "paged_attention");
+  p.q_start = batch.q_start.ptr<int32_t>();
+  p.kv_len = batch.kv_len.ptr<int32_t>();
+  p.page_table = batch.page_table.ptr<int32_t>();
+  p.num_seqs = int(S);
+  p.max_pages = batch.max_pages;
+  p.page_size = int(ps);
+  p.page_shift = std::has_single_bit(uint64_t(ps)) ? std::countr_zero(uint64_t(ps)) : -1;
+  p.heads = H;
+  p.group = KVH > 0 ? H / KVH : 0;
+  p.kv_heads = KVH;
+  p.head_dim = D;
+  p.n_pages = k_cache.shape[0] / ps;
+  p.scale = scale;
+  return p;
+}
+
+// The decode kernel for a step of one query per sequence (kernel nullptr: none applies).
+template <bool kRope>
+DecodeLaunch decode_kernel_for(const Tensor& q, const Tensor& k_cache, const AttnParams& p,
+                               const AttentionBatch& batch) {
+  const bool decode_step = q.dtype == DType::bf16 && batch.max_q_len == 1 && rows_aligned16(p.q) &&
+                           rows_aligned16(rows_of(k_cache, "paged_attention"));
+  if (!decode_step) return {};
+  if (p.head_dim == 64) return decode_launch_for<64, kRope>(p.group);
+  if (p.head_dim == 128) return decode_launch_for<128, kRope>(p.group);
+  return {};
+}
+
+// The decode kernel over S sequences, then the combine of its splits: as many splits as keep the
+// blocks within one wave of the multiprocessors' resident blocks (rounded down: a second, partial
+// wave would run at a fraction of the occupancy), each split at least kDecodeMinKeys keys.
+void launch_decode(cudaStream_t stream, const DecodeLaunch& decode, AttnParams& p,
+                   const AttentionBatch& batch, int64_t T, Scratch& scratch, const Tensor& k_cache,
+                   const Tensor& v_cache, const DecodeRope& rope) {
+  const int64_t S = batch.num_seqs, KVH = p.kv_heads;
+  const int64_t blocks = S * KVH;
+  const int64_t want = int64_t(decode.per_sm) * sm_count() / blocks;
+  const int64_t most = (batch.max_kv_len + kDecodeMinKeys - 1) / kDecodeMinKeys;
+  p.splits = int(std::clamp<int64_t>(std::min(want, most), 1, std::min<int64_t>(kMaxSplits, 65535 / S)));
+  p.heads_per_tile = int(p.group);
+  p.rows_per_tile = 1;
+  set_partials(p, scratch, T);
+  const LaunchConfig lc(dim3(unsigned(KVH), unsigned(S * p.splits)), dim3(unsigned(decode.warps * 32)),
+                        decode.smem, stream, decode_pdl());
+  ASTRAI_CUDA_CHECK(
+      cudaLaunchKernelEx(&lc.cfg, decode.kernel, p, k_cache.ptr<bf16>(), v_cache.ptr<bf16>(), rope));
+  launch_combine<bf16>(stream, p);
+}
+
+// ASTRAI_ROPE_ATTENTION=unfused (for A/B timing): rope_attention runs rope_kv_store, then
+// paged_attention, on every step.
+bool rope_attention_unfused() {
+  static const bool v = [] {
+    const char* e = std::getenv("ASTRAI_ROPE_ATTENTION");
+    return e != nullptr && std::string(e) == "unfused";
+  }();
+  return v;
 }
 
 }  // namespace
@@ -776,30 +938,9 @@ void kv_store(cudaStream_t stream, const Tensor& k, const Tensor& v, const Tenso
 
 void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                      const AttentionBatch& batch, float scale, Tensor out, Scratch& scratch) {
-  check_tensor(q, "paged_attention", "q", DType::bf16, DType::f32);
-  check_tensor(out, "paged_attention", "out", q.dtype);
-  check_cache(k_cache, "paged_attention", "k_cache", q.dtype);
-  check_cache(v_cache, "paged_attention", "v_cache", q.dtype);
-  check_index(batch.q_start, "paged_attention", "q_start");
-  check_index(batch.kv_len, "paged_attention", "kv_len");
-  check_index(batch.page_table, "paged_attention", "page_table");
-  ASTRAI_GPU_CHECK(
-      q.ndim == 3 && out.ndim == 3 && q.shape == out.shape,
-      "paged_attention: q " + q.shape_str() + " and out " + out.shape_str() + " must be [T, H, D]");
-  const int64_t T = q.shape[0], H = q.shape[1], D = q.shape[2];
-  const int64_t KVH = k_cache.shape[1], ps = batch.page_size, S = batch.num_seqs;
-  ASTRAI_GPU_CHECK(k_cache.shape == v_cache.shape && k_cache.shape[2] == D && KVH > 0 && H % KVH == 0,
-                   "paged_attention: cache " + k_cache.shape_str() + " for q " + q.shape_str());
-  ASTRAI_GPU_CHECK(ps > 0 && k_cache.shape[0] % ps == 0,
-                   "paged_attention: cache slots not a multiple of page_size");
-  ASTRAI_GPU_CHECK(batch.q_start.numel() == S + 1 && batch.kv_len.numel() == S &&
-                       batch.page_table.numel() >= S * int64_t(batch.max_pages),
-                   "paged_attention: q_start/kv_len/page_table sizes do not match num_seqs");
-  ASTRAI_GPU_CHECK(D >= 1 && D <= kMaxHeadDim, "paged_attention: head_dim " + std::to_string(D) + " above " +
-                                                   std::to_string(kMaxHeadDim));
-  ASTRAI_GPU_CHECK(H <= 65535 && S <= 65535, "paged_attention: more than 65535 heads or sequences");
+  AttnParams p = attention_params(q, k_cache, v_cache, batch, scale, out);
+  const int64_t T = q.shape[0], H = q.shape[1], S = batch.num_seqs;
   if (T == 0 || H == 0) return;
-  ASTRAI_GPU_CHECK(S >= 1, "paged_attention: tokens but no sequences");
   // Prefill and extend steps whose sequences bring many queries run on tensor cores
   // (paged_attention_mma.cu); decode and short extends stay here, where split-KV fills the GPU.
   if (batch.max_q_len >= kMmaMinQueries) {
@@ -814,42 +955,9 @@ void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache
       return;
     }
   }
-  AttnParams p;
-  p.q = rows_of(q, "paged_attention");
-  p.out = rows_of(out, "paged_attention");
-  p.q_start = batch.q_start.ptr<int32_t>();
-  p.kv_len = batch.kv_len.ptr<int32_t>();
-  p.page_table = batch.page_table.ptr<int32_t>();
-  p.num_seqs = int(S);
-  p.max_pages = batch.max_pages;
-  p.page_size = int(ps);
-  p.page_shift = std::has_single_bit(uint64_t(ps)) ? std::countr_zero(uint64_t(ps)) : -1;
-  p.heads = H;
-  p.group = H / KVH;
-  p.kv_heads = KVH;
-  p.head_dim = D;
-  p.n_pages = k_cache.shape[0] / ps;
-  p.scale = scale;
   const int64_t max_q = std::max(1, batch.max_q_len);
-  const bool decode_step = q.dtype == DType::bf16 && batch.max_q_len == 1 && rows_aligned16(p.q) &&
-                           rows_aligned16(rows_of(k_cache, "paged_attention"));
-  DecodeLaunch decode;
-  if (decode_step && (D == 64 || D == 128))
-    decode = D == 64 ? decode_launch_for<64>(p.group) : decode_launch_for<128>(p.group);
-  if (decode.kernel != nullptr) {
-    // As many splits as keep the blocks within one wave of the multiprocessors' resident blocks
-    // (rounded down: a second, partial wave would run at a fraction of the occupancy), each split at
-    // least kDecodeMinKeys keys.
-    const int64_t blocks = S * KVH;
-    const int64_t want = int64_t(decode.per_sm) * sm_count() / blocks;
-    const int64_t most = (batch.max_kv_len + kDecodeMinKeys - 1) / kDecodeMinKeys;
-    p.splits = int(std::clamp<int64_t>(std::min(want, most), 1, std::min<int64_t>(kMaxSplits, 65535 / S)));
-    p.heads_per_tile = int(p.group);
-    p.rows_per_tile = 1;
-    set_partials(p, scratch, T);
-    launch_decode(stream, decode.kernel, dim3(unsigned(KVH), unsigned(S * p.splits)), decode.warps * 32,
-                  decode.smem, p, k_cache, v_cache);
-    launch_combine<bf16>(stream, p);
+  if (const DecodeLaunch decode = decode_kernel_for<false>(q, k_cache, p, batch); decode.kernel != nullptr) {
+    launch_decode(stream, decode, p, batch, T, scratch, k_cache, v_cache, DecodeRope{});
     return;
   }
   // Short query runs: the heads of a GQA group share a tile and its K/V loads; prefill: kTileRows
@@ -870,6 +978,41 @@ void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache
     launch<bf16>(stream, p, tiles, S, k_cache, v_cache);
   else
     launch<float>(stream, p, tiles, S, k_cache, v_cache);
+}
+
+void rope_attention(cudaStream_t stream, Tensor q, Tensor k, const Tensor& v, const Tensor* q_norm,
+                    const Tensor* k_norm, float eps, const Tensor& positions, const Tensor& cos_sin,
+                    const Tensor& slots, Tensor k_cache, Tensor v_cache, const AttentionBatch& batch,
+                    float scale, Tensor out, Scratch& scratch) {
+  const bool vec = check_rope_kv_store(q, k, v, q_norm, k_norm, positions, cos_sin, slots, k_cache, v_cache);
+  AttnParams p = attention_params(q, k_cache, v_cache, batch, scale, out);
+  const int64_t T = q.shape[0];
+  DecodeLaunch decode;
+  if (vec && !rope_attention_unfused()) decode = decode_kernel_for<true>(q, k_cache, p, batch);
+  // Past one wave of resident blocks the norm and RoPE in each block lengthen every wave, where
+  // rope_kv_store does that work once, all at the same time: measured on the H200, fused was 1-2%
+  // slower at batch 128-256 (llama-1b, qwen3-8b), 1-2% faster at 8-32, even at 1 and 64.
+  if (decode.kernel != nullptr && int64_t(batch.num_seqs) * p.kv_heads > int64_t(decode.per_sm) * sm_count())
+    decode = {};
+  if (decode.kernel == nullptr || T == 0) {
+    rope_kv_store(stream, q, k, v, q_norm, k_norm, eps, positions, cos_sin, slots, k_cache, v_cache);
+    paged_attention(stream, q, k_cache, v_cache, batch, scale, out, scratch);
+    return;
+  }
+  DecodeRope r;
+  r.k = rows_of(k, "rope_attention");
+  r.v = rows_of(v, "rope_attention");
+  r.q_norm = q_norm ? q_norm->ptr<bf16>() : nullptr;
+  r.k_norm = k_norm ? k_norm->ptr<bf16>() : nullptr;
+  r.eps = eps;
+  r.positions = positions.ptr<int32_t>();
+  r.cos_sin = cos_sin.ptr<float>();
+  r.max_pos = cos_sin.shape[0];
+  r.slots = slots.ptr<int32_t>();
+  r.n_slots = k_cache.shape[0];
+  r.k_cache = k_cache.ptr<bf16>();
+  r.v_cache = v_cache.ptr<bf16>();
+  launch_decode(stream, decode, p, batch, T, scratch, k_cache, v_cache, r);
 }
 
 }  // namespace astrai::gpu

@@ -140,6 +140,14 @@ class CudaBackend final : public Backend {
     const Scope scope = enter("rope_kv_store");
     gpu::rope_kv_store(stream_, q, k, v, q_norm, k_norm, eps, positions, cos_sin, slots, k_cache, v_cache);
   }
+  void rope_attention(Tensor q, Tensor k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
+                      float eps, const Tensor& positions, const Tensor& cos_sin, const Tensor& slots,
+                      Tensor k_cache, Tensor v_cache, const AttentionBatch& batch, float scale,
+                      Tensor out) override {
+    const Scope scope = enter("rope_attention");
+    gpu::rope_attention(stream_, q, k, v, q_norm, k_norm, eps, positions, cos_sin, slots, k_cache, v_cache,
+                        batch, scale, out, capture_scratch_ ? *capture_scratch_ : attention_scratch_);
+  }
   void add_rms_norm_linear(const Tensor& residual, const Tensor& x, const Tensor& norm_w, float eps,
                            Tensor residual_out, Tensor h, const Tensor& w, const Tensor* bias,
                            Tensor out) override {

@@ -42,7 +42,7 @@ void add(cudaStream_t stream, const Tensor& a, const Tensor& b, Tensor out);
 void rope_kv_store(cudaStream_t stream, Tensor q, Tensor k, const Tensor& v, const Tensor* q_norm,
                    const Tensor* k_norm, float eps, const Tensor& positions, const Tensor& cos_sin,
                    const Tensor& slots, Tensor k_cache, Tensor v_cache);
-// rope_kv_store's argument checks: throws as rope_kv_store would; true
+// rope_kv_store's argument checks, shared with rope_attention: throws as rope_kv_store would; true
 // where every row, table row and weight allows 16-byte vectors.
 bool check_rope_kv_store(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* q_norm,
                          const Tensor* k_norm, const Tensor& positions, const Tensor& cos_sin,
@@ -52,6 +52,12 @@ void kv_store(cudaStream_t stream, const Tensor& k, const Tensor& v, const Tenso
 // scratch: the split-KV partial results (grown as needed).
 void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                      const AttentionBatch& batch, float scale, Tensor out, Scratch& scratch);
+// rope_kv_store then paged_attention (Backend::rope_attention; attention.cu): a decode step that the
+// decode kernel takes runs as that kernel alone, which norms and rotates q and the step's K itself.
+void rope_attention(cudaStream_t stream, Tensor q, Tensor k, const Tensor& v, const Tensor* q_norm,
+                    const Tensor* k_norm, float eps, const Tensor& positions, const Tensor& cos_sin,
+                    const Tensor& slots, Tensor k_cache, Tensor v_cache, const AttentionBatch& batch,
+                    float scale, Tensor out, Scratch& scratch);
 // The tensor-core path of paged_attention for prefill/extend steps (paged_attention_mma.cu), on
 // arguments paged_attention has validated; false (nothing launched) where it does not apply.
 // sm_count: the device's multiprocessors (the tile size depends on how many blocks fill them).

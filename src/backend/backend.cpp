@@ -52,6 +52,14 @@ void Backend::rope_kv_store(Tensor q, Tensor k, const Tensor& v, const Tensor* q
   kv_store(k, v, slots, k_cache, v_cache);
 }
 
+void Backend::rope_attention(Tensor q, Tensor k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
+                             float eps, const Tensor& positions, const Tensor& cos_sin, const Tensor& slots,
+                             Tensor k_cache, Tensor v_cache, const AttentionBatch& batch, float scale,
+                             Tensor out) {
+  rope_kv_store(q, k, v, q_norm, k_norm, eps, positions, cos_sin, slots, k_cache, v_cache);
+  paged_attention(q, k_cache, v_cache, batch, scale, out);
+}
+
 void Backend::add_rms_norm_linear(const Tensor& residual, const Tensor& x, const Tensor& norm_w, float eps,
                                   Tensor residual_out, Tensor h, const Tensor& w, const Tensor* bias,
                                   Tensor out) {

@@ -157,6 +157,14 @@ class Backend {
                              float eps, const Tensor& positions, const Tensor& cos_sin, const Tensor& slots,
                              Tensor k_cache, Tensor v_cache);
 
+  // The attention between the qkv and o projections: rope_kv_store, then paged_attention of the
+  // rotated q (the arguments as there). q's contents are unspecified after: a decode step on the
+  // CUDA backend rotates q inside its attention kernel and leaves the buffer as it was.
+  virtual void rope_attention(Tensor q, Tensor k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
+                              float eps, const Tensor& positions, const Tensor& cos_sin, const Tensor& slots,
+                              Tensor k_cache, Tensor v_cache, const AttentionBatch& batch, float scale,
+                              Tensor out);
+
   // A sub-layer's pre-norm and its first projection, the residual written to a second buffer:
   //   add(residual, x, residual_out); rms_norm(residual_out, norm_w, eps, h); linear(h, w, bias, out)
   //   residual, x, residual_out, h [T, hidden]; w [N, hidden]; out [T, N]. residual_out must not

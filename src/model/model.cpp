@@ -423,9 +423,8 @@ class DecoderModel final : public Model {
       } else {
         add_norm_linear(w.input_norm, w.qkv, qkv_bias, qkv);  // + the previous layer's MLP output
       }
-      be_.rope_kv_store(q, k, v, cfg_.qk_norm ? &w.q_norm : nullptr, cfg_.qk_norm ? &w.k_norm : nullptr, eps,
-                        pos, cos_sin_, slots, kv.k_layer(int(l)), kv.v_layer(int(l)));
-      be_.paged_attention(q, kv.k_layer(int(l)), kv.v_layer(int(l)), ab, scale, attn);
+      be_.rope_attention(q, k, v, cfg_.qk_norm ? &w.q_norm : nullptr, cfg_.qk_norm ? &w.k_norm : nullptr, eps,
+                         pos, cos_sin_, slots, kv.k_layer(int(l)), kv.v_layer(int(l)), ab, scale, attn);
       be_.linear(attn2, w.o, w.has_o_bias ? &w.o_bias : nullptr, y);
       if (shard_.comm) shard_.comm->all_reduce_sum(y);  // row-parallel o: sum over the ranks' heads
       be_.add_rms_norm_mlp(x, y, w.post_norm, eps, x_next, h, w.gate_up, gu, act, w.down, y);

@@ -1,7 +1,8 @@
 // The fused forward ops (backend.h) against float64 loops of the ops they replace, on every backend:
 // rope_kv_store (q/k RMSNorm, RoPE and the KV-cache write) on q/k/v slices of one qkv buffer, with
 // and without the norms; add_rms_norm_linear; add_rms_norm_mlp (the MLP sub-layer after the residual
-// add), at decode-sized M (the CUDA backend's fused GEMVs) and larger M (its unfused path).
+// add), at decode-sized M (the CUDA backend's fused GEMVs) and larger M (its unfused path);
+// rope_attention against the two ops it fuses.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -290,8 +291,114 @@ void add_rms_norm_mlp_matches_the_unfused_ops(Backend& be) {
   for (int64_t M : {1, 3}) check_add_rms_norm_mlp(be, M, 8 * rng.randint(2, 8), 8192, 4096, rng);
 }
 
+// rope_attention against rope_kv_store then paged_attention on the same backend, over one step of
+// S sequences: decode (one query each, which the CUDA backend runs as one kernel that norms and
+// rotates q and the step's K itself) or query runs of up to 20 (its fallback to the two ops); q/k/v
+// column slices of one qkv buffer (rows padded by 0 or 8 elements), a random paged cache, the grid
+// sometimes sized for a longer context than the step's (a graph's). The output and both caches must
+// be the same bits; the two-op path is itself checked against float64 (attention_test.cpp and
+// rope_kv_store above).
+void check_rope_attention(Backend& be, Rng& rng, int64_t D, int64_t group, bool qk_norm, bool decode) {
+  const int64_t KVH = rng.randint(1, 3), H = KVH * group, S = rng.randint(1, 5);
+  const int ps = std::vector<int>{16, 1, 3}[size_t(rng.randint(0, 2))];
+  const int64_t max_pos = 1200, ld = (H + 2 * KVH) * D + 8 * rng.randint(0, 1);
+  const float eps = 1e-6f, scale = 1.0f / std::sqrt(float(D));
+  std::vector<int32_t> kv_len, q_start{0};
+  int max_kv = 0, max_q = 0, pages_needed = 0, max_pages = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    const int n = rng.randint(1, rng.randint(0, 1) ? 40 : 700);
+    const int q = decode ? 1 : rng.randint(1, std::min(n, 20));
+    kv_len.push_back(n);
+    q_start.push_back(q_start.back() + q);
+    max_kv = std::max(max_kv, n);
+    max_q = std::max(max_q, q);
+    pages_needed += (n + ps - 1) / ps;
+    max_pages = std::max(max_pages, (n + ps - 1) / ps);
+  }
+  const int64_t T = q_start.back(), n_pages = pages_needed + 3, n_slots = n_pages * ps;
+  INFO("S " << S << " T " << T << " H " << H << " KVH " << KVH << " D " << D << " page_size " << ps
+            << " qk_norm " << qk_norm << " decode " << decode);
+  std::vector<int32_t> perm(static_cast<size_t>(n_pages)), page_table(size_t(S * max_pages), 0);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng.gen);
+  std::vector<int32_t> positions, slots;
+  size_t next = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    for (int p = 0; p < (kv_len[size_t(s)] + ps - 1) / ps; ++p)
+      page_table[size_t(s * max_pages + p)] = perm[next++];
+    for (int i = q_start[size_t(s)]; i < q_start[size_t(s) + 1]; ++i) {
+      const int pos = kv_len[size_t(s)] - (q_start[size_t(s) + 1] - i);
+      positions.push_back(pos);
+      slots.push_back(page_table[size_t(s * max_pages + pos / ps)] * ps + pos % ps);
+    }
+  }
+  auto qkv_h = rng.vec(size_t(T * ld), 2.0f);
+  auto kc_h = rng.vec(size_t(n_slots * KVH * D)), vc_h = rng.vec(kc_h.size());
+  auto qn_h = rng.vec(size_t(D), 1.5f), kn_h = rng.vec(size_t(D), 1.5f);
+  auto cs = rope_table(max_pos, D);
+  auto qn = to_device(be, qn_h, {D});
+  auto kn = to_device(be, kn_h, {D});
+  auto table = to_device(be, cs, {max_pos, D}, DType::f32);
+  auto pos_t = to_device(be, positions, {T});
+  auto slot_t = to_device(be, slots, {T});
+  auto qs_t = to_device(be, q_start, {S + 1});
+  auto kl_t = to_device(be, kv_len, {S});
+  auto pt_t = to_device(be, page_table, {S, max_pages});
+  AttentionBatch batch{qs_t.t, kl_t.t, pt_t.t, int(S), max_pages, ps, max_q, max_kv};
+  if (rng.randint(0, 1)) batch.max_kv_len = int(max_pos);  // a graph's grid, sized for the longest context
+  batch.num_decode_seqs = decode ? int(S) : 0;
+  // Two copies of everything the op writes: the fused op on one, the two ops on the other.
+  struct Run {
+    DeviceTensor qkv, k_cache, v_cache, out;
+  };
+  std::vector<Run> runs;
+  for (int r = 0; r < 2; ++r)
+    runs.push_back(Run{to_device(be, qkv_h, {T, ld}), to_device(be, kc_h, {n_slots, KVH, D}),
+                       to_device(be, vc_h, {n_slots, KVH, D}), poisoned(be, {T, H, D})});
+  auto view = [&](const Tensor& qkv, int64_t col, int64_t heads) {
+    Tensor t(offset(qkv, col), qkv.dtype, {T, heads, D}, qkv.device);
+    t.stride = {ld, D, 1, 0};
+    return t;
+  };
+  const Tensor* qnp = qk_norm ? &qn.t : nullptr;
+  const Tensor* knp = qk_norm ? &kn.t : nullptr;
+  {
+    const Run& r = runs[0];
+    be.rope_attention(view(r.qkv.t, 0, H), view(r.qkv.t, H * D, KVH), view(r.qkv.t, (H + KVH) * D, KVH), qnp,
+                      knp, eps, pos_t.t, table.t, slot_t.t, r.k_cache.t, r.v_cache.t, batch, scale, r.out.t);
+  }
+  {
+    const Run& r = runs[1];
+    const Tensor q = view(r.qkv.t, 0, H);
+    be.rope_kv_store(q, view(r.qkv.t, H * D, KVH), view(r.qkv.t, (H + KVH) * D, KVH), qnp, knp, eps, pos_t.t,
+                     table.t, slot_t.t, r.k_cache.t, r.v_cache.t);
+    be.paged_attention(q, r.k_cache.t, r.v_cache.t, batch, scale, r.out.t);
+  }
+  const auto out = to_host(be, runs[0].out.t), out2 = to_host(be, runs[1].out.t);
+  REQUIRE(std::all_of(out.begin(), out.end(), [](float x) { return std::isfinite(x); }));
+  REQUIRE(std::memcmp(out.data(), out2.data(), out.size() * sizeof(float)) == 0);
+  REQUIRE(to_host(be, runs[0].k_cache.t) == to_host(be, runs[1].k_cache.t));
+  REQUIRE(to_host(be, runs[0].v_cache.t) == to_host(be, runs[1].v_cache.t));
+}
+
+void rope_attention_matches_the_two_ops(Backend& be) {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Rng rng(seed);
+  for (const int64_t D : {64, 128})
+    for (const int64_t group : {1, 2, 4, 8})
+      for (const bool qk_norm : {false, true}) check_rope_attention(be, rng, D, group, qk_norm, true);
+  // Steps the CUDA backend does not fuse: query runs, a head_dim its decode kernel lacks, a group of 3.
+  check_rope_attention(be, rng, 64, 4, true, false);
+  check_rope_attention(be, rng, 128, 2, false, false);
+  check_rope_attention(be, rng, 96, 2, true, true);
+  check_rope_attention(be, rng, 64, 3, false, true);
+}
 }  // namespace
 
+ASTRAI_BACKEND_TEST(
+    "rope_attention equals rope_kv_store then paged_attention bit for bit, decode steps and not",
+    rope_attention_matches_the_two_ops)
 ASTRAI_BACKEND_TEST("add_rms_norm_mlp equals add_rms_norm_linear, swiglu and linear bit for bit, and float64",
                     add_rms_norm_mlp_matches_the_unfused_ops)
 ASTRAI_BACKEND_TEST("add_rms_norm_linear equals residual + x, RMSNorm and the projection in float64",
