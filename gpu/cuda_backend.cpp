@@ -196,7 +196,8 @@ class CudaBackend final : public Backend {
     gemm_->run(stream_, x, false, w, true, 1.0f, 1.0f, out, &residual);
   }
   // dx = dy w, dw += dy^T x (f32 dw from bf16 operands), dbias += column sums of dy. An f32 dy with
-  // bf16 x (the loss's logit gradient) is rounded to bf16 first: cuBLASLt multiplies one dtype.
+  // bf16 x (the loss's logit gradient) is rounded to bf16 for the GEMMs (cuBLASLt multiplies one
+  // dtype); the bias gradient sums it unrounded.
   void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx, Tensor dw,
                        const Tensor* dbias) override {
     const Scope scope = enter("linear_backward");
@@ -210,7 +211,7 @@ class CudaBackend final : public Backend {
     }
     if (dx) gemm_->run(stream_, g, false, w, false, 1.0f, 0.0f, *dx);
     gemm_->run(stream_, g, true, x, false, 1.0f, 1.0f, dw);
-    if (dbias) gpu::column_sum(stream_, g, *dbias, reduce_scratch_);
+    if (dbias) gpu::column_sum(stream_, dy, *dbias, reduce_scratch_);
   }
   void rms_norm_train(const Tensor& x, const Tensor& w, float eps, Tensor out, Tensor rstd) override {
     const Scope scope = enter("rms_norm_train");
