@@ -40,6 +40,7 @@
 #include "gpu/ops.h"
 #include "gpu/rope_head.cuh"
 #include "gpu/rows.h"
+#include "src/backend/attention_shapes.h"
 
 namespace astrai::gpu {
 namespace {
@@ -829,18 +830,9 @@ AttnParams attention_params(const Tensor& q, const Tensor& k_cache, const Tensor
   check_index(batch.q_start, "paged_attention", "q_start");
   check_index(batch.kv_len, "paged_attention", "kv_len");
   check_index(batch.page_table, "paged_attention", "page_table");
-  ASTRAI_GPU_CHECK(
-      q.ndim == 3 && out.ndim == 3 && q.shape == out.shape,
-      "paged_attention: q " + q.shape_str() + " and out " + out.shape_str() + " must be [T, H, D]");
+  check_attention_shapes(q, k_cache, v_cache, batch, out);
   const int64_t T = q.shape[0], H = q.shape[1], D = q.shape[2];
   const int64_t KVH = k_cache.shape[1], ps = batch.page_size, S = batch.num_seqs;
-  ASTRAI_GPU_CHECK(k_cache.shape == v_cache.shape && k_cache.shape[2] == D && KVH > 0 && H % KVH == 0,
-                   "paged_attention: cache " + k_cache.shape_str() + " for q " + q.shape_str());
-  ASTRAI_GPU_CHECK(ps > 0 && k_cache.shape[0] % ps == 0,
-                   "paged_attention: cache slots not a multiple of page_size");
-  ASTRAI_GPU_CHECK(batch.q_start.numel() == S + 1 && batch.kv_len.numel() == S &&
-                       batch.page_table.numel() >= S * int64_t(batch.max_pages),
-                   "paged_attention: q_start/kv_len/page_table sizes do not match num_seqs");
   ASTRAI_GPU_CHECK(D >= 1 && D <= kMaxHeadDim, "paged_attention: head_dim " + std::to_string(D) + " above " +
                                                    std::to_string(kMaxHeadDim));
   ASTRAI_GPU_CHECK(H <= 65535 && S <= 65535, "paged_attention: more than 65535 heads or sequences");

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <vector>
 
+#include "src/backend/attention_shapes.h"
 #include "src/backend/cpu/ops.h"
 #include "src/backend/cpu/rows.h"
 #include "src/backend/cpu/vec.h"
@@ -66,19 +67,10 @@ void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
   check_i32(batch.q_start, "paged_attention", "q_start");
   check_i32(batch.kv_len, "paged_attention", "kv_len");
   check_i32(batch.page_table, "paged_attention", "page_table");
-  ASTRAI_OP_CHECK(
-      q.ndim == 3 && out.ndim == 3 && q.shape == out.shape,
-      "paged_attention: q " + q.shape_str() + " and out " + out.shape_str() + " must be [T, H, D]");
+  check_attention_shapes(q, k_cache, v_cache, batch, out);
   const int64_t T = q.shape[0], H = q.shape[1], D = q.shape[2];
   const int64_t KVH = k_cache.shape[1], ps = batch.page_size, S = batch.num_seqs, max_pages = batch.max_pages;
-  ASTRAI_OP_CHECK(k_cache.shape == v_cache.shape && k_cache.shape[2] == D && KVH > 0 && H % KVH == 0,
-                  "paged_attention: cache " + k_cache.shape_str() + " for q " + q.shape_str());
-  ASTRAI_OP_CHECK(ps > 0 && k_cache.shape[0] % ps == 0,
-                  "paged_attention: cache slots not a multiple of page_size");
   const int64_t n_pages = k_cache.shape[0] / ps;
-  ASTRAI_OP_CHECK(batch.q_start.numel() == S + 1 && batch.kv_len.numel() == S &&
-                      batch.page_table.numel() >= S * max_pages,
-                  "paged_attention: q_start/kv_len/page_table sizes do not match num_seqs");
   const int32_t* qs = batch.q_start.ptr<int32_t>();
   const int32_t* kvl = batch.kv_len.ptr<int32_t>();
   const int32_t* pt = batch.page_table.ptr<int32_t>();
