@@ -2,34 +2,56 @@
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
 
 namespace astrai::structured {
 
-void Grammar::finish() {
-  for (Rule& r : rules) {
-    const size_t n = r.out.size();
-    r.eps_closure.assign(n, {});
-    r.scans.assign(n, 0);
-    r.tag.resize(n, -1);
-    for (size_t s = 0; s < n; ++s) {
-      std::vector<uint8_t> seen(n, 0);
-      std::vector<int32_t> todo{int32_t(s)};
-      seen[s] = 1;
-      while (!todo.empty()) {
-        const int32_t t = todo.back();
-        todo.pop_back();
-        r.eps_closure[s].push_back(t);
-        for (const Edge& e : r.out[size_t(t)]) {
-          if (e.kind == Edge::Kind::byte) r.scans[size_t(t)] = 1;
-          if (e.kind == Edge::Kind::eps && !seen[size_t(e.to)]) {
-            seen[size_t(e.to)] = 1;
-            todo.push_back(e.to);
-          }
+bool Grammar::finish() {
+  std::vector<uint32_t> mark;  // mark[t] == s + 1: t is in s's closure already
+  std::vector<int32_t> todo;
+  // Walks s's closure once, calling visit(t) on each state of it.
+  auto walk = [&](const Rule& r, size_t s, auto&& visit) {
+    todo.assign(1, int32_t(s));
+    mark[s] = uint32_t(s + 1);
+    while (!todo.empty()) {
+      const int32_t t = todo.back();
+      todo.pop_back();
+      visit(t);
+      for (const Edge& e : r.out[size_t(t)])
+        if (e.kind == Edge::Kind::eps && mark[size_t(e.to)] != s + 1) {
+          mark[size_t(e.to)] = uint32_t(s + 1);
+          todo.push_back(e.to);
         }
-      }
-      std::sort(r.eps_closure[s].begin(), r.eps_closure[s].end());
+    }
+  };
+  // Counted first, without storing or sorting, so that a grammar past the budget is refused at
+  // the cost of the walk alone.
+  size_t entries = 0;
+  for (const Rule& r : rules) {
+    mark.assign(r.out.size(), 0);
+    for (size_t s = 0; s < r.out.size(); ++s) {
+      walk(r, s, [&](int32_t) { ++entries; });
+      if (entries > kMaxClosureEntries) return false;
     }
   }
+  for (Rule& r : rules) {
+    const size_t n = r.out.size();
+    r.closure_at.assign(1, 0);
+    r.closure.clear();
+    r.scans.assign(n, 0);
+    r.tag.resize(n, -1);
+    for (size_t t = 0; t < n; ++t)
+      for (const Edge& e : r.out[t])
+        if (e.kind == Edge::Kind::byte) r.scans[t] = 1;
+    mark.assign(n, 0);
+    for (size_t s = 0; s < n; ++s) {
+      const auto begin = std::ptrdiff_t(r.closure.size());
+      walk(r, s, [&](int32_t t) { r.closure.push_back(t); });
+      std::sort(r.closure.begin() + begin, r.closure.end());
+      r.closure_at.push_back(int32_t(r.closure.size()));
+    }
+  }
+  return true;
 }
 
 size_t Grammar::num_states() const {
@@ -164,16 +186,17 @@ void GrammarBuilder::end_rule(Frag body) {
 void GrammarBuilder::tag_scanning_from(int32_t from, int32_t value) {
   Rule& r = rule();
   if (r.tag.size() < r.out.size()) r.tag.resize(r.out.size(), -1);
-  std::vector<uint8_t> seen(r.out.size(), 0);
+  if (mark_.size() < r.out.size()) mark_.resize(r.out.size(), 0);
+  ++stamp_;
   std::vector<int32_t> todo{from};
-  seen[size_t(from)] = 1;
+  mark_[size_t(from)] = stamp_;
   while (!todo.empty()) {
     const int32_t s = todo.back();
     todo.pop_back();
     for (const Edge& e : r.out[size_t(s)]) {
       if (e.kind == Edge::Kind::byte) r.tag[size_t(s)] = value;
-      if (e.kind == Edge::Kind::eps && !seen[size_t(e.to)]) {
-        seen[size_t(e.to)] = 1;
+      if (e.kind == Edge::Kind::eps && mark_[size_t(e.to)] != stamp_) {
+        mark_[size_t(e.to)] = stamp_;
         todo.push_back(e.to);
       }
     }
@@ -186,6 +209,7 @@ int32_t GrammarBuilder::add_string_position(StringPosition p) {
 }
 
 int32_t GrammarBuilder::state() {
+  if (++states_ > kMaxGrammarStates) throw GrammarTooLarge{};
   rule().out.emplace_back();
   return int32_t(rule().out.size() - 1);
 }

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -33,10 +34,15 @@ struct Rule {
   // tag[state]: the Grammar::string_positions entry the state belongs to (-1: none). Set on the
   // states of one position inside a plain JSON string (its next character or its closing quote).
   std::vector<int32_t> tag;
-  // Filled by Grammar::finish: the states reachable through epsilon edges (the state included),
-  // and which states have byte edges (a matcher waits there for input).
-  std::vector<std::vector<int32_t>> eps_closure;
+  // Filled by Grammar::finish: the states reachable through epsilon edges (the state included,
+  // sorted), and which states have byte edges (a matcher waits there for input). The closures
+  // lie in one array: state s's is closure[closure_at[s] .. closure_at[s + 1]).
+  std::vector<int32_t> closure_at;
+  std::vector<int32_t> closure;
   std::vector<uint8_t> scans;
+  std::span<const int32_t> eps_closure(int32_t s) const {
+    return {closure.data() + closure_at[size_t(s)], closure.data() + closure_at[size_t(s) + 1]};
+  }
 };
 
 // A position inside a JSON string without a pattern: how many more characters it may take
@@ -49,12 +55,29 @@ struct StringPosition {
   bool bmp_only = false;
 };
 
+// What one grammar may hold. Bounded repeats are unrolled, so nested counts multiply
+// ((a{4096}){4096}: 16M copies), and a run of optional copies makes the epsilon closures
+// quadratic ((a?){4096}: 75M entries); a request must not be able to hold gigabytes or the thread
+// for minutes with a few bytes. The largest single construct allowed (a string of maxLength 4096:
+// about 210k states, 1M closure entries) fits twice over.
+inline constexpr size_t kMaxGrammarStates = size_t(1) << 19;
+inline constexpr size_t kMaxClosureEntries = size_t(1) << 22;
+// What compiling says when a budget is passed (after "schema: " or "regex: ").
+inline constexpr std::string_view kTooLarge =
+    "is too large to compile: its automaton would pass the size limit (bounded repetitions, "
+    "minLength / maxLength and minItems / maxItems are unrolled, and nested ones multiply)";
+
+// Thrown by GrammarBuilder::state() past kMaxGrammarStates; compile_json_schema and compile_regex
+// catch it and return kTooLarge (it never leaves the structured module).
+struct GrammarTooLarge {};
+
 struct Grammar {
   std::vector<Rule> rules;
   std::vector<StringPosition> string_positions;
   int32_t root = -1;
-  // Computes each rule's epsilon closures; call once, after the last rule is built.
-  void finish();
+  // Computes each rule's epsilon closures; call once, after the last rule is built. False (the
+  // grammar is then unusable) when they would hold more than kMaxClosureEntries.
+  [[nodiscard]] bool finish();
   size_t num_states() const;
 };
 
@@ -109,6 +132,10 @@ class GrammarBuilder {
   Rule& rule() { return g_.rules[size_t(cur_)]; }
   Grammar& g_;
   int32_t cur_ = -1;
+  size_t states_ = 0;  // in every rule, against kMaxGrammarStates
+  // tag_scanning_from's visited set: mark_[s] == stamp_ (one allocation for every call).
+  std::vector<uint32_t> mark_;
+  uint32_t stamp_ = 0;
 };
 
 }  // namespace astrai::structured

@@ -707,17 +707,37 @@ class Compiler {
 
 }  // namespace
 
+namespace {
+
+// Runs `build` (it fills `out` and returns "" or the error), then Grammar::finish; past either
+// budget (grammar.h) the error is kTooLarge after `what`. On any error `out` is emptied.
+template <typename Build>
+std::string build_grammar(Grammar& out, std::string_view what, Build build) {
+  std::string err;
+  try {
+    err = build();
+  } catch (const GrammarTooLarge&) {
+    err = std::string(what) + ": " + std::string(kTooLarge);
+  }
+  if (err.empty() && !out.finish()) err = std::string(what) + ": " + std::string(kTooLarge);
+  if (!err.empty()) out = Grammar{};
+  return err;
+}
+
+}  // namespace
+
 std::string compile_json_schema(std::string_view schema_json, Grammar& out) {
   out = Grammar{};
   dom::parser parser;
   dom::element root;
   if (parser.parse(schema_json.data(), schema_json.size()).get(root)) return "schema: is not valid JSON";
-  Compiler c(out);
-  const int32_t r = c.compile_root(root);
-  if (r < 0) return c.error;
-  out.root = r;
-  out.finish();
-  return "";
+  return build_grammar(out, "schema", [&]() -> std::string {
+    Compiler c(out);
+    const int32_t r = c.compile_root(root);
+    if (r < 0) return c.error;
+    out.root = r;
+    return "";
+  });
 }
 
 std::string compile_json_object(Grammar& out) {
@@ -729,11 +749,12 @@ std::string compile_regex(std::string_view pattern, Grammar& out) {
   ParsedRegex rx;
   std::string err;
   if (!parse_regex(pattern, rx, err)) return "regex: " + err;
-  GrammarBuilder b(out);
-  out.root = b.begin_rule("regex");
-  b.end_rule(build_regex(b, rx.root, [&](const std::vector<CodeRange>& r) { return b.code_points(r); }));
-  out.finish();
-  return "";
+  return build_grammar(out, "regex", [&]() -> std::string {
+    GrammarBuilder b(out);
+    out.root = b.begin_rule("regex");
+    b.end_rule(build_regex(b, rx.root, [&](const std::vector<CodeRange>& r) { return b.code_points(r); }));
+    return "";
+  });
 }
 
 }  // namespace astrai::structured

@@ -43,7 +43,7 @@ void GrammarDfa::close(int32_t f0, std::vector<int32_t>& out, bool& accept) {
     seen_[size_t(f)] = stamp_;
     const Frame fr = frames_[size_t(f)];
     const Rule& r = g_.rules[size_t(fr.rule)];
-    for (int32_t t : r.eps_closure[size_t(fr.state)]) {
+    for (int32_t t : r.eps_closure(fr.state)) {
       if (r.scans[size_t(t)]) out.push_back(t == fr.state ? f : frame(fr.rule, t, fr.parent));
       for (const Edge& e : r.out[size_t(t)]) {
         if (e.kind != Edge::Kind::call) continue;

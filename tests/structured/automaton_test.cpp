@@ -232,6 +232,34 @@ TEST_CASE("regular expressions match whole texts", "[structured]") {
   CHECK(compile_regex("\\1", g).find("backreferences") != std::string::npos);
 }
 
+TEST_CASE("a pattern or schema whose automaton passes the size budget is refused, not built",
+          "[structured]") {
+  // Nested bounded repeats multiply (16M copies); optional copies in a row make quadratic epsilon
+  // closures (75M entries). Both would hold gigabytes; both are an error naming the cause.
+  for (std::string_view p : {"(a{4096}){4096}", "(a?){4096}", "(a*){4096}", "((ab|c){64}x){2000}"}) {
+    Grammar g;
+    const std::string err = compile_regex(p, g);
+    INFO(p);
+    CHECK(err == "regex: " + std::string(kTooLarge));
+    CHECK(g.rules.empty());
+  }
+  std::string many = R"({"type":"object","properties":{)";
+  for (int i = 0; i < 3; ++i)
+    many += std::string(i ? "," : "") + "\"p" + std::to_string(i) + R"(":{"type":"string","maxLength":4096})";
+  many += "}}";
+  CHECK(schema_error(many) == "schema: " + std::string(kTooLarge));
+  CHECK(schema_error(R"({"type":"array","items":{"type":"string","pattern":"(x?){4096}"}})") ==
+        "schema: " + std::string(kTooLarge));
+  // The largest single constructs stay within it, twice over, and still match what they should.
+  auto two = schema(R"({"type":"object","properties":{"a":{"type":"string","maxLength":4096},
+                       "b":{"type":"string","minLength":4096}},"required":["a","b"]})");
+  CHECK(run(two, R"({"a":"x","b":")" + std::string(4096, 'y') + "\"}") == Verdict::accept);
+  CHECK(run(two, R"({"a":"x","b":")" + std::string(4095, 'y') + "\"}") == Verdict::reject);
+  auto dots = regex("[^\"]{4096}.{0,4096}");
+  CHECK(run(dots, std::string(4096, 'z')) == Verdict::accept);
+  CHECK(run(dots, std::string(4095, 'z')) == Verdict::prefix);
+}
+
 TEST_CASE("a state inside a plain string names its position and room; one inside an escape does not",
           "[structured]") {
   auto d = schema(R"({"type":"string","minLength":1,"maxLength":3})");

@@ -81,6 +81,8 @@ TEST_CASE("a bad text.format is an error naming the field inside it") {
       {R"({"type":"json_schema","schema":{"type":"object","properties":{"a":{"type":"integer","multipleOf":3}}}})",
        "text.format.schema.properties.a", "'multipleOf'"},
       {R"({"type":"json_schema","strict":"yes","schema":{}})", "text.format.strict", "boolean"},
+      {R"({"type":"json_schema","schema":{"type":"string","pattern":"(a{4096}){4096}"}})",
+       "text.format.schema", "too large to compile"},
       {R"({"type":"grammar"})", "text.format.type", "'grammar'"},
       {R"({"name":"x"})", "text.format.type", "is required"},
       {R"(["json_object"])", "text.format", "must be an object"},
