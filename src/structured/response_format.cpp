@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "src/core/json_writer.h"
+#include "src/core/lru_cache.h"
 #include "src/structured/json_schema.h"
 
 namespace astrai::structured {
@@ -26,16 +27,33 @@ FieldError schema_error(const std::string& field, const std::string& err, std::s
   return {field + path, colon == std::string::npos ? err : err.substr(colon + 2)};
 }
 
+// What compiling `source` says ("" or the reason), remembered for the last kRemembered sources up
+// to kRememberedBytes each: requests that share a schema would otherwise compile it again on every
+// request's parse, on a network thread (6-10 ms for an extraction schema of a dozen fields on the
+// 2-core development VM). The engine compiles it once more, through its own cache
+// (compile_constraint), for the tokenizer's vocabulary.
+constexpr size_t kRemembered = 64, kRememberedBytes = 64 << 10;
+
+std::string compile_verdict(ConstraintKind kind, const std::string& source) {
+  static LruCache<std::pair<ConstraintKind, std::string>, std::string> verdicts(kRemembered);
+  if (kind != ConstraintKind::json_schema && kind != ConstraintKind::regex) return "";
+  const bool remember = source.size() <= kRememberedBytes;
+  if (remember)
+    if (auto v = verdicts.get(std::pair(kind, source))) return *v;
+  Grammar g;
+  std::string err =
+      kind == ConstraintKind::json_schema ? compile_json_schema(source, g) : compile_regex(source, g);
+  if (remember) verdicts.put({kind, source}, err);
+  return err;
+}
+
 MaybeFieldError set(ConstraintSpec& out, const std::string& field, ConstraintKind kind, std::string source,
                     std::string_view schema_root = "schema") {
   if (out.kind != ConstraintKind::none)
     return FieldError{field,
                       "only one structured-output constraint may be given (response_format, "
                       "structured_outputs, guided_json / guided_regex / guided_choice or json_schema)"};
-  Grammar g;
-  std::string err;
-  if (kind == ConstraintKind::json_schema) err = compile_json_schema(source, g);
-  if (kind == ConstraintKind::regex) err = compile_regex(source, g);
+  const std::string err = compile_verdict(kind, source);
   if (!err.empty()) {
     if (kind == ConstraintKind::json_schema) return schema_error(field, err, schema_root);
     return FieldError{field, err.rfind("regex: ", 0) == 0 ? err.substr(7) : err};

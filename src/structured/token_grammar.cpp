@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
-#include <list>
 #include <numeric>
 #include <unordered_map>
 #include <utility>
 
+#include "src/core/lru_cache.h"
 #include "src/core/utf8.h"
 #include "src/structured/json_schema.h"
 #include "src/tokenizer/tokenizer.h"
@@ -139,29 +139,23 @@ uint64_t fingerprint(const Tokenizer& tok) {
   return h;
 }
 
-struct VocabEntry {
+// A tokenizer object at an address, and its fingerprint (a later tokenizer may reuse the address).
+struct VocabKey {
   const Tokenizer* tok;
   uint64_t print;
-  std::shared_ptr<const TokenVocabulary> vocab;
+  bool operator==(const VocabKey&) const = default;
 };
 
-std::mutex g_vocab_mu;
-std::list<VocabEntry> g_vocabs;  // most recent first, at most 4
+LruCache<VocabKey, std::shared_ptr<const TokenVocabulary>> g_vocabs(4);
 
 }  // namespace
 
 std::shared_ptr<const TokenVocabulary> TokenVocabulary::of(const Tokenizer& tok) {
-  const uint64_t print = fingerprint(tok);
-  std::lock_guard g(g_vocab_mu);
-  for (auto it = g_vocabs.begin(); it != g_vocabs.end(); ++it) {
-    if (it->tok == &tok && it->print == print) {
-      g_vocabs.splice(g_vocabs.begin(), g_vocabs, it);
-      return g_vocabs.front().vocab;
-    }
-  }
-  g_vocabs.push_front({&tok, print, build_vocabulary(tok)});
-  if (g_vocabs.size() > 4) g_vocabs.pop_back();
-  return g_vocabs.front().vocab;
+  const VocabKey key{&tok, fingerprint(tok)};
+  if (auto v = g_vocabs.get(key)) return *v;
+  auto vocab = build_vocabulary(tok);
+  g_vocabs.put(key, vocab);
+  return vocab;
 }
 
 // ---- token grammar ---------------------------------------------------------------------------------
@@ -261,31 +255,22 @@ size_t TokenGrammar::dfa_states() {
 
 namespace {
 
-struct CacheEntry {
-  const TokenVocabulary* vocab;
+struct GrammarKey {
+  const TokenVocabulary* vocab;  // alive while the entry is: its grammar holds it
   ConstraintKind kind;
   std::string source;
-  std::shared_ptr<TokenGrammar> grammar;
+  bool operator==(const GrammarKey&) const = default;
 };
 
-std::mutex g_cache_mu;
-std::list<CacheEntry> g_cache;  // most recent first
 // With kMaskBudgetBytes each, the grammars the cache keeps hold at most 1 GiB of masks.
-constexpr size_t kMaxCachedGrammars = 16;
+LruCache<GrammarKey, std::shared_ptr<TokenGrammar>> g_grammars(16);
 
 }  // namespace
 
 Result<std::shared_ptr<TokenGrammar>> compile_constraint(
     ConstraintKind kind, std::string_view source, const std::shared_ptr<const TokenVocabulary>& vocab) {
-  {
-    std::lock_guard g(g_cache_mu);
-    for (auto it = g_cache.begin(); it != g_cache.end(); ++it) {
-      if (it->vocab == vocab.get() && it->kind == kind && it->source == source) {
-        g_cache.splice(g_cache.begin(), g_cache, it);
-        return g_cache.front().grammar;
-      }
-    }
-  }
+  GrammarKey key{vocab.get(), kind, std::string(source)};
+  if (auto cached = g_grammars.get(key)) return *cached;
   Grammar g;
   std::string err;
   switch (kind) {
@@ -297,9 +282,7 @@ Result<std::shared_ptr<TokenGrammar>> compile_constraint(
   if (!err.empty()) return invalid_argument(err);
   auto tg = std::make_shared<TokenGrammar>(std::move(g), vocab);
   if (tg->start() == GrammarDfa::kDead) return invalid_argument("the constraint allows no output at all");
-  std::lock_guard lock(g_cache_mu);
-  g_cache.push_front({vocab.get(), kind, std::string(source), tg});
-  if (g_cache.size() > kMaxCachedGrammars) g_cache.pop_back();
+  g_grammars.put(std::move(key), tg);
   return tg;
 }
 
