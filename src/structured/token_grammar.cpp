@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <mutex>
 #include <numeric>
 #include <unordered_map>
 #include <utility>
@@ -147,11 +148,16 @@ struct VocabKey {
 };
 
 LruCache<VocabKey, std::shared_ptr<const TokenVocabulary>> g_vocabs(4);
+// Held while a table is built, so that the first requests of a server, arriving together, build
+// it once and not once each.
+std::mutex g_vocab_build_mu;
 
 }  // namespace
 
 std::shared_ptr<const TokenVocabulary> TokenVocabulary::of(const Tokenizer& tok) {
   const VocabKey key{&tok, fingerprint(tok)};
+  if (auto v = g_vocabs.get(key)) return *v;
+  std::lock_guard g(g_vocab_build_mu);
   if (auto v = g_vocabs.get(key)) return *v;
   auto vocab = build_vocabulary(tok);
   g_vocabs.put(key, vocab);
