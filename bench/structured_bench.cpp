@@ -5,6 +5,9 @@
 //     until the value is complete; per token, the mask (Matcher::fill_mask into a row of the
 //     sample op's size) plus advancing past the drawn token. "cold" is the first request on a
 //     fresh grammar (every state's trie walk and DFA transitions are new), "warm" the others.
+//  0. Grammar compile time (no vocabulary): the schema above, a string of maxLength 4096, and two
+//     patterns refused at the size budget (grammar.h); then reading a request's response_format with
+//     that schema, the first time and again (its compile verdict is remembered).
 //  2. Decode tokens/s on --model (tiny: CPU) at batch 1 and 32, without and with a JSON-schema
 //     constraint whose one string keeps the model writing until max_tokens (ignore_eos), after a
 //     warm-up pass of each; best of --rounds alternating runs.
@@ -21,6 +24,8 @@
 #include "src/engine/engine.h"
 #include "src/engine/loader.h"
 #include "src/model/config.h"
+#include "src/structured/json_schema.h"
+#include "src/structured/response_format.h"
 #include "src/structured/token_grammar.h"
 #include "src/tokenizer/tokenizer.h"
 
@@ -58,6 +63,61 @@ struct StructuredArgs {
   int rounds = 5;
   uint64_t seed = 1;
 };
+
+// Best of 3 compiles of `source` (a pattern when regex), ms; `states` and `err` of the last.
+double compile_ms(bool regex, const std::string& source, size_t& states, std::string& err) {
+  double best = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    structured::Grammar g;
+    const auto t0 = Clock::now();
+    err = regex ? structured::compile_regex(source, g) : structured::compile_json_schema(source, g);
+    best = std::min(best, seconds_since(t0) * 1e3);
+    states = g.num_states();
+  }
+  return best;
+}
+
+// Reads `{"type":"json_schema","json_schema":{"schema": kSchema}}` as a request's response_format, ms.
+double read_format_ms() {
+  const std::string text =
+      std::string(R"({"type":"json_schema","json_schema":{"name":"x","schema":)") + kSchema + "}}";
+  simdjson::ondemand::parser p;
+  simdjson::padded_string padded(text);
+  simdjson::ondemand::document doc;
+  json::Value v;
+  const auto t0 = Clock::now();
+  if (p.iterate(padded).get(doc) || doc.get_value().get(v)) return -1;
+  ConstraintSpec out;
+  bool handled = false;
+  if (structured::read_constraint_field("response_format", v, out, handled)) return -1;
+  return seconds_since(t0) * 1e3;
+}
+
+void compile_times(JsonWriter& w) {
+  struct Case {
+    const char* name;
+    bool regex;
+    std::string source;
+  };
+  const Case cases[] = {{"extraction schema (above)", false, kSchema},
+                        {"string, maxLength 4096", false, R"({"type":"string","maxLength":4096})"},
+                        {"(a?){4096}: refused", true, "(a?){4096}"},
+                        {"(a{4096}){4096}: refused", true, "(a{4096}){4096}"}};
+  std::printf("%-34s %12s %10s\n", "grammar compile", "ms", "states");
+  w.key("compile").begin_array();
+  for (const Case& c : cases) {
+    size_t states = 0;
+    std::string err;
+    const double ms = compile_ms(c.regex, c.source, states, err);
+    std::printf("%-34s %12.2f %10zu%s\n", c.name, ms, states, err.empty() ? "" : "  (refused)");
+    w.begin_object().key("case").value(c.name).key("ms").value(ms).key("states").value(uint64_t(states));
+    w.key("refused").value(!err.empty()).end_object();
+  }
+  w.end_array();
+  const double first = read_format_ms(), again = read_format_ms();
+  std::printf("%-34s %12.3f / %.3f\n\n", "read response_format ms, 1st / 2nd", first, again);
+  w.key("read_format_first_ms").value(first).key("read_format_again_ms").value(again);
+}
 
 struct MaskTimes {
   double vocab_s = 0, compile_s = 0;
@@ -155,6 +215,7 @@ void run(const StructuredArgs& a) {
   apply_common_options(a.common);
   JsonWriter w;
   w.begin_object().key("bench").value("structured");
+  compile_times(w);
   if (!a.tokenizer.empty()) {
     const MaskTimes m = mask_times(a);
     const double cold = m.cold_us / double(std::max<int64_t>(1, m.cold_tokens));
@@ -224,9 +285,10 @@ void run(const StructuredArgs& a) {
 
 void register_bench_structured(CLI::App& app) {
   auto args = std::make_shared<StructuredArgs>();
-  CLI::App* sub = bench_command(app)->add_subcommand(
-      "structured",
-      "Structured output: mask us/token at a vocabulary, decode tok/s with vs without a schema");
+  CLI::App* sub =
+      bench_command(app)->add_subcommand("structured",
+                                         "Structured output: grammar compile ms, mask us/token at a "
+                                         "vocabulary, decode tok/s with vs without a schema");
   add_common_options(*sub, args->common);
   sub->add_option(
       "--tokenizer", args->tokenizer,

@@ -29,8 +29,9 @@ FieldError schema_error(const std::string& field, const std::string& err, std::s
 
 // What compiling `source` says ("" or the reason), remembered for the last kRemembered sources up
 // to kRememberedBytes each: requests that share a schema would otherwise compile it again on every
-// request's parse, on a network thread (6-10 ms for an extraction schema of a dozen fields on the
-// 2-core development VM). The engine compiles it once more, through its own cache
+// request's parse, on a network thread (`astrai bench structured`: 0.5 ms for an extraction schema
+// of a dozen fields, 62-80 ms for a string of maxLength 4096, on the 2-core development VM; a
+// remembered verdict 0.012 ms). The engine compiles it once more, through its own cache
 // (compile_constraint), for the tokenizer's vocabulary.
 constexpr size_t kRemembered = 64, kRememberedBytes = 64 << 10;
 
