@@ -6,23 +6,34 @@
 
 namespace astrai::structured {
 
+namespace {
+
+// Calls visit(t) once on each state that epsilon edges reach from `from` (from included). A state
+// is taken once mark[state] == stamp; the caller picks a stamp no earlier walk over `mark` used.
+template <typename Visit>
+void walk_eps(const Rule& r, int32_t from, std::vector<uint32_t>& mark, uint32_t stamp,
+              std::vector<int32_t>& todo, Visit&& visit) {
+  todo.assign(1, from);
+  mark[size_t(from)] = stamp;
+  while (!todo.empty()) {
+    const int32_t t = todo.back();
+    todo.pop_back();
+    visit(t);
+    for (const Edge& e : r.out[size_t(t)])
+      if (e.kind == Edge::Kind::eps && mark[size_t(e.to)] != stamp) {
+        mark[size_t(e.to)] = stamp;
+        todo.push_back(e.to);
+      }
+  }
+}
+
+}  // namespace
+
 bool Grammar::finish() {
-  std::vector<uint32_t> mark;  // mark[t] == s + 1: t is in s's closure already
+  std::vector<uint32_t> mark;  // stamp s + 1: the walk of s's closure
   std::vector<int32_t> todo;
-  // Walks s's closure once, calling visit(t) on each state of it.
   auto walk = [&](const Rule& r, size_t s, auto&& visit) {
-    todo.assign(1, int32_t(s));
-    mark[s] = uint32_t(s + 1);
-    while (!todo.empty()) {
-      const int32_t t = todo.back();
-      todo.pop_back();
-      visit(t);
-      for (const Edge& e : r.out[size_t(t)])
-        if (e.kind == Edge::Kind::eps && mark[size_t(e.to)] != s + 1) {
-          mark[size_t(e.to)] = uint32_t(s + 1);
-          todo.push_back(e.to);
-        }
-    }
+    walk_eps(r, int32_t(s), mark, uint32_t(s + 1), todo, visit);
   };
   // Counted first, without storing or sorting, so that a grammar past the budget is refused at
   // the cost of the walk alone.
@@ -187,20 +198,10 @@ void GrammarBuilder::tag_scanning_from(int32_t from, int32_t value) {
   Rule& r = rule();
   if (r.tag.size() < r.out.size()) r.tag.resize(r.out.size(), -1);
   if (mark_.size() < r.out.size()) mark_.resize(r.out.size(), 0);
-  ++stamp_;
-  std::vector<int32_t> todo{from};
-  mark_[size_t(from)] = stamp_;
-  while (!todo.empty()) {
-    const int32_t s = todo.back();
-    todo.pop_back();
-    for (const Edge& e : r.out[size_t(s)]) {
+  walk_eps(r, from, mark_, ++stamp_, todo_, [&](int32_t s) {
+    for (const Edge& e : r.out[size_t(s)])
       if (e.kind == Edge::Kind::byte) r.tag[size_t(s)] = value;
-      if (e.kind == Edge::Kind::eps && mark_[size_t(e.to)] != stamp_) {
-        mark_[size_t(e.to)] = stamp_;
-        todo.push_back(e.to);
-      }
-    }
-  }
+  });
 }
 
 int32_t GrammarBuilder::add_string_position(StringPosition p) {

@@ -133,9 +133,10 @@ class GrammarBuilder {
   Grammar& g_;
   int32_t cur_ = -1;
   size_t states_ = 0;  // in every rule, against kMaxGrammarStates
-  // tag_scanning_from's visited set: mark_[s] == stamp_ (one allocation for every call).
+  // tag_scanning_from's visited set (mark_[s] == stamp_) and stack, one allocation for every call.
   std::vector<uint32_t> mark_;
   uint32_t stamp_ = 0;
+  std::vector<int32_t> todo_;
 };
 
 }  // namespace astrai::structured
