@@ -18,8 +18,7 @@ class LruCache {
   explicit LruCache(size_t capacity) : capacity_(capacity) {}
 
   // The value kept for `key` (a copy), which becomes the most recent; nullopt when there is none.
-  template <typename K>
-  std::optional<Value> get(const K& key) {
+  std::optional<Value> get(const Key& key) {
     std::lock_guard g(mu_);
     for (auto it = entries_.begin(); it != entries_.end(); ++it)
       if (it->first == key) {

@@ -8,7 +8,7 @@
 
 #include "src/core/json_writer.h"
 #include "src/core/lru_cache.h"
-#include "src/structured/json_schema.h"
+#include "src/structured/token_grammar.h"
 
 namespace astrai::structured {
 
@@ -40,10 +40,9 @@ std::string compile_verdict(ConstraintKind kind, const std::string& source) {
   if (kind != ConstraintKind::json_schema && kind != ConstraintKind::regex) return "";
   const bool remember = source.size() <= kRememberedBytes;
   if (remember)
-    if (auto v = verdicts.get(std::pair(kind, source))) return *v;
+    if (auto v = verdicts.get({kind, source})) return *v;
   Grammar g;
-  std::string err =
-      kind == ConstraintKind::json_schema ? compile_json_schema(source, g) : compile_regex(source, g);
+  std::string err = compile_grammar(kind, source, g);
   if (remember) verdicts.put({kind, source}, err);
   return err;
 }

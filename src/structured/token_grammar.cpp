@@ -273,19 +273,22 @@ LruCache<GrammarKey, std::shared_ptr<TokenGrammar>> g_grammars(16);
 
 }  // namespace
 
+std::string compile_grammar(ConstraintKind kind, std::string_view source, Grammar& out) {
+  switch (kind) {
+    case ConstraintKind::json_object: return compile_json_object(out);
+    case ConstraintKind::json_schema: return compile_json_schema(source, out);
+    case ConstraintKind::regex: return compile_regex(source, out);
+    case ConstraintKind::none: break;
+  }
+  return "no constraint to compile";
+}
+
 Result<std::shared_ptr<TokenGrammar>> compile_constraint(
     ConstraintKind kind, std::string_view source, const std::shared_ptr<const TokenVocabulary>& vocab) {
   GrammarKey key{vocab.get(), kind, std::string(source)};
   if (auto cached = g_grammars.get(key)) return *cached;
   Grammar g;
-  std::string err;
-  switch (kind) {
-    case ConstraintKind::json_object: err = compile_json_object(g); break;
-    case ConstraintKind::json_schema: err = compile_json_schema(source, g); break;
-    case ConstraintKind::regex: err = compile_regex(source, g); break;
-    case ConstraintKind::none: return invalid_argument("no constraint to compile");
-  }
-  if (!err.empty()) return invalid_argument(err);
+  if (std::string err = compile_grammar(kind, source, g); !err.empty()) return invalid_argument(err);
   auto tg = std::make_shared<TokenGrammar>(std::move(g), vocab);
   if (tg->start() == GrammarDfa::kDead) return invalid_argument("the constraint allows no output at all");
   g_grammars.put(std::move(key), tg);

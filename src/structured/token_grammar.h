@@ -108,6 +108,9 @@ class TokenGrammar {
   std::vector<int32_t> walk_;  // DFA state per trie depth during a walk
 };
 
+// The byte grammar of a constraint (json_schema.h's compilers by kind): "" or the reason.
+std::string compile_grammar(ConstraintKind kind, std::string_view source, Grammar& out);
+
 // Compiles (or finds in the cache) the grammar of a constraint over `tok`'s vocabulary. A schema or
 // pattern that cannot be compiled is invalid_argument with the reason ("schema.properties.age:
 // the keyword 'multipleOf' is not supported").
