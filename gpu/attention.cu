@@ -89,12 +89,7 @@ struct DecodeRope {
   Rows k, v;                     // [T, KVH, D]
   const bf16* q_norm = nullptr;  // [D], with k_norm, or neither
   const bf16* k_norm = nullptr;
-  float eps = 0.0f;
-  const int32_t* positions = nullptr;  // [T]
-  const float* cos_sin = nullptr;      // [max_pos, D]
-  int64_t max_pos = 0;
-  const int32_t* slots = nullptr;  // [T]: where each token's K and V go
-  int64_t n_slots = 0;
+  RopeStep step;
   bf16* k_cache = nullptr;  // the caches the kernel reads, written at this step's slots
   bf16* v_cache = nullptr;
 };
@@ -484,16 +479,18 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   }
   // kRope: the step's position and slot are step inputs, and the table and norm weights constants,
   // so they are read (the table row and the weights asked into L1) before pdl_wait.
-  int32_t rope_pos = 0, rope_slot = -1;
+  const float* cs = nullptr;
+  int32_t rope_slot = -1;
   if constexpr (kRope) {
-    rope_pos = rp.positions[q0];
-    rope_slot = rp.slots[q0];
-    const int lines = D * int(sizeof(float)) / 128;  // the table row's 128-byte lines
-    if (rope_pos >= 0 && rope_pos < rp.max_pos && int(threadIdx.x) < lines)
-      prefetch_l1(reinterpret_cast<const char*>(rp.cos_sin + int64_t(rope_pos) * D) + 128 * threadIdx.x);
-    if (rp.q_norm != nullptr && int(threadIdx.x) >= 32 && int(threadIdx.x) < 32 + 2 * D * 2 / 128) {
-      const int i = int(threadIdx.x) - 32, per = D * 2 / 128;  // lines per weight
-      prefetch_l1(reinterpret_cast<const char*>(i < per ? rp.q_norm : rp.k_norm) + 128 * (i % per));
+    cs = rp.step.table_row(rp.step.positions[q0], D);
+    rope_slot = rp.step.slots[q0];
+    constexpr int kTableLines = D * int(sizeof(float)) / 128, kWeightLines = D * int(sizeof(bf16)) / 128;
+    if (cs != nullptr && int(threadIdx.x) < kTableLines)
+      prefetch_l1(reinterpret_cast<const char*>(cs) + 128 * threadIdx.x);
+    if (rp.q_norm != nullptr && int(threadIdx.x) >= 32 && int(threadIdx.x) < 32 + 2 * kWeightLines) {
+      const int i = int(threadIdx.x) - 32;
+      prefetch_l1(reinterpret_cast<const char*>(i < kWeightLines ? rp.q_norm : rp.k_norm) +
+                  128 * (i % kWeightLines));
     }
   }
   pdl_wait();
@@ -504,18 +501,15 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     constexpr int kLanes = D / 16, kGroups = kDecodeWarps * 32 / kLanes;
     const int task0 = int(threadIdx.x) / kLanes, rl = int(threadIdx.x) % kLanes;
     const unsigned mask = ((1u << kLanes) - 1u) << ((threadIdx.x % 32) & ~unsigned(kLanes - 1));
-    const float* cs = rope_pos >= 0 && rope_pos < rp.max_pos ? rp.cos_sin + int64_t(rope_pos) * D : nullptr;
-    const bool slot_ok =
-        rope_slot >= 0 && rope_slot < rp.n_slots;  // validated by the model; never write outside
     const int64_t cache_row = (int64_t(rope_slot) * p.kv_heads + kvh) * D;
-    const int tasks = G + (own >= int(j0) && own < key_end && slot_ok ? 2 : 0);
+    const int tasks = G + (own >= int(j0) && own < key_end && rp.step.slot_ok(rope_slot) ? 2 : 0);
     for (int task = task0; task < tasks; task += kGroups) {  // uniform over each lane group
       if (task < G) {
-        rope_head<bf16, 8>(p.q.row<bf16>(row0 + task), q_s + task * D, nullptr, rp.q_norm, rp.eps, cs, D, rl,
-                           kLanes, mask);
+        rope_head<bf16, 8>(p.q.row<bf16>(row0 + task), q_s + task * D, nullptr, rp.q_norm, rp.step.eps, cs, D,
+                           rl, kLanes, mask);
       } else if (task == G) {
         rope_head<bf16, 8>(rp.k.row<bf16>(q0 * p.kv_heads + kvh), rp.k_cache + cache_row, nullptr, rp.k_norm,
-                           rp.eps, cs, D, rl, kLanes, mask);
+                           rp.step.eps, cs, D, rl, kLanes, mask);
       } else {
         const uint4* src = reinterpret_cast<const uint4*>(rp.v.row<bf16>(q0 * p.kv_heads + kvh));
         for (int c = rl; c < D / 8; c += kLanes) reinterpret_cast<uint4*>(rp.v_cache + cache_row)[c] = src[c];
@@ -928,9 +922,12 @@ void kv_store(cudaStream_t stream, const Tensor& k, const Tensor& v, const Tenso
   ASTRAI_CUDA_LAUNCH_CHECK(kv_store_kernel);
 }
 
-void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                     const AttentionBatch& batch, float scale, Tensor out, Scratch& scratch) {
-  AttnParams p = attention_params(q, k_cache, v_cache, batch, scale, out);
+namespace {
+
+// paged_attention on arguments attention_params has checked (p: what it returned).
+void run_paged_attention(cudaStream_t stream, AttnParams& p, const Tensor& q, const Tensor& k_cache,
+                         const Tensor& v_cache, const AttentionBatch& batch, float scale, Tensor out,
+                         Scratch& scratch) {
   const int64_t T = q.shape[0], H = q.shape[1], S = batch.num_seqs;
   if (T == 0 || H == 0) return;
   // Prefill and extend steps whose sequences bring many queries run on tensor cores
@@ -972,6 +969,14 @@ void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache
     launch<float>(stream, p, tiles, S, k_cache, v_cache);
 }
 
+}  // namespace
+
+void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                     const AttentionBatch& batch, float scale, Tensor out, Scratch& scratch) {
+  AttnParams p = attention_params(q, k_cache, v_cache, batch, scale, out);
+  run_paged_attention(stream, p, q, k_cache, v_cache, batch, scale, out, scratch);
+}
+
 void rope_attention(cudaStream_t stream, Tensor q, Tensor k, const Tensor& v, const Tensor* q_norm,
                     const Tensor* k_norm, float eps, const Tensor& positions, const Tensor& cos_sin,
                     const Tensor& slots, Tensor k_cache, Tensor v_cache, const AttentionBatch& batch,
@@ -987,8 +992,9 @@ void rope_attention(cudaStream_t stream, Tensor q, Tensor k, const Tensor& v, co
   if (decode.kernel != nullptr && int64_t(batch.num_seqs) * p.kv_heads > int64_t(decode.per_sm) * sm_count())
     decode = {};
   if (decode.kernel == nullptr || T == 0) {
-    rope_kv_store(stream, q, k, v, q_norm, k_norm, eps, positions, cos_sin, slots, k_cache, v_cache);
-    paged_attention(stream, q, k_cache, v_cache, batch, scale, out, scratch);
+    launch_rope_kv_store(stream, q, k, v, q_norm, k_norm, eps, positions, cos_sin, slots, k_cache, v_cache,
+                         vec);
+    run_paged_attention(stream, p, q, k_cache, v_cache, batch, scale, out, scratch);
     return;
   }
   DecodeRope r;
@@ -996,12 +1002,7 @@ void rope_attention(cudaStream_t stream, Tensor q, Tensor k, const Tensor& v, co
   r.v = rows_of(v, "rope_attention");
   r.q_norm = q_norm ? q_norm->ptr<bf16>() : nullptr;
   r.k_norm = k_norm ? k_norm->ptr<bf16>() : nullptr;
-  r.eps = eps;
-  r.positions = positions.ptr<int32_t>();
-  r.cos_sin = cos_sin.ptr<float>();
-  r.max_pos = cos_sin.shape[0];
-  r.slots = slots.ptr<int32_t>();
-  r.n_slots = k_cache.shape[0];
+  r.step = rope_step(positions, cos_sin, slots, k_cache, eps);
   r.k_cache = k_cache.ptr<bf16>();
   r.v_cache = v_cache.ptr<bf16>();
   launch_decode(stream, decode, p, batch, T, scratch, k_cache, v_cache, r);

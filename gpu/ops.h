@@ -47,6 +47,10 @@ void rope_kv_store(cudaStream_t stream, Tensor q, Tensor k, const Tensor& v, con
 bool check_rope_kv_store(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* q_norm,
                          const Tensor* k_norm, const Tensor& positions, const Tensor& cos_sin,
                          const Tensor& slots, const Tensor& k_cache, const Tensor& v_cache);
+// rope_kv_store on arguments check_rope_kv_store has passed (use_vec: what it returned).
+void launch_rope_kv_store(cudaStream_t stream, Tensor q, Tensor k, const Tensor& v, const Tensor* q_norm,
+                          const Tensor* k_norm, float eps, const Tensor& positions, const Tensor& cos_sin,
+                          const Tensor& slots, Tensor k_cache, Tensor v_cache, bool use_vec);
 void kv_store(cudaStream_t stream, const Tensor& k, const Tensor& v, const Tensor& slots, Tensor k_cache,
               Tensor v_cache);
 // scratch: the split-KV partial results (grown as needed).

@@ -100,12 +100,7 @@ struct RopeKvParams {
   int heads, kv_heads, head_dim;
   int lanes_log2;  // log2 of the lanes that share one head (a power of two, at most 32)
   int64_t tokens;
-  float eps;
-  const int32_t* positions;
-  const float* cos_sin;
-  int64_t max_pos;
-  const int32_t* slots;
-  int64_t n_slots;
+  RopeStep step;
 };
 
 // Head h of token t of x.
@@ -132,8 +127,8 @@ __global__ void rope_kv_store_kernel(RopeKvParams p, const T* __restrict__ q_nor
   const int h = is_q ? j : is_v ? j - p.heads - p.kv_heads : j - p.heads;
   const T* w = is_q ? q_norm : k_norm;
   for (int64_t t = blockIdx.y; t < p.tokens; t += gridDim.y) {
-    const int32_t slot = p.slots[t];
-    const bool slot_ok = slot >= 0 && slot < p.n_slots;  // validated by the model; never write outside
+    const int32_t slot = p.step.slots[t];
+    const bool slot_ok = p.step.slot_ok(slot);
     const int64_t cache_row = (int64_t(slot) * p.kv_heads + h) * D;
     if (is_v) {  // copy into the cache
       if (!slot_ok) continue;
@@ -146,10 +141,8 @@ __global__ void rope_kv_store_kernel(RopeKvParams p, const T* __restrict__ q_nor
       continue;
     }
     T* a = is_q ? head_ptr<T>(p.q, t, h) : head_ptr<T>(p.k, t, h);
-    const int32_t pos = p.positions[t];
-    const bool pos_ok = pos >= 0 && pos < p.max_pos;  // validated by the model; never read outside
-    rope_head<T, N>(a, a, !is_q && slot_ok ? k_cache + cache_row : nullptr, w, p.eps,
-                    pos_ok ? p.cos_sin + int64_t(pos) * D : nullptr, D, lane, lanes, group_mask);
+    rope_head<T, N>(a, a, !is_q && slot_ok ? k_cache + cache_row : nullptr, w, p.step.eps,
+                    p.step.table_row(p.step.positions[t], D), D, lane, lanes, group_mask);
   }
 }
 
@@ -204,11 +197,9 @@ bool check_rope_kv_store(const Tensor& q, const Tensor& k, const Tensor& v, cons
   return use_vec;
 }
 
-void rope_kv_store(cudaStream_t stream, Tensor q, Tensor k, const Tensor& v, const Tensor* q_norm,
-                   const Tensor* k_norm, float eps, const Tensor& positions, const Tensor& cos_sin,
-                   const Tensor& slots, Tensor k_cache, Tensor v_cache) {
-  const bool use_vec =
-      check_rope_kv_store(q, k, v, q_norm, k_norm, positions, cos_sin, slots, k_cache, v_cache);
+void launch_rope_kv_store(cudaStream_t stream, Tensor q, Tensor k, const Tensor& v, const Tensor* q_norm,
+                          const Tensor* k_norm, float eps, const Tensor& positions, const Tensor& cos_sin,
+                          const Tensor& slots, Tensor k_cache, Tensor v_cache, bool use_vec) {
   const int64_t T = q.shape[0], H = q.shape[1], KVH = k.shape[1], D = q.shape[2];
   if (T == 0) return;
   RopeKvParams p{rows_of(q, "rope_kv_store"),
@@ -219,12 +210,7 @@ void rope_kv_store(cudaStream_t stream, Tensor q, Tensor k, const Tensor& v, con
                  int(D),
                  0,
                  T,
-                 eps,
-                 positions.ptr<int32_t>(),
-                 cos_sin.ptr<float>(),
-                 cos_sin.shape[0],
-                 slots.ptr<int32_t>(),
-                 k_cache.shape[0]};
+                 rope_step(positions, cos_sin, slots, k_cache, eps)};
   const int64_t vec = 16 / int64_t(dtype_size(q.dtype));
   // Lanes per head: the power of two (at most a warp) nearest below the vectors in half a row.
   const int64_t chunks = (D / 2) / (use_vec ? vec : 1);
@@ -250,6 +236,15 @@ void rope_kv_store(cudaStream_t stream, Tensor q, Tensor k, const Tensor& v, con
       launch.template operator()<float, 1>();
   }
   ASTRAI_CUDA_LAUNCH_CHECK(rope_kv_store_kernel);
+}
+
+void rope_kv_store(cudaStream_t stream, Tensor q, Tensor k, const Tensor& v, const Tensor* q_norm,
+                   const Tensor* k_norm, float eps, const Tensor& positions, const Tensor& cos_sin,
+                   const Tensor& slots, Tensor k_cache, Tensor v_cache) {
+  const bool use_vec =
+      check_rope_kv_store(q, k, v, q_norm, k_norm, positions, cos_sin, slots, k_cache, v_cache);
+  launch_rope_kv_store(stream, q, k, v, q_norm, k_norm, eps, positions, cos_sin, slots, k_cache, v_cache,
+                       use_vec);
 }
 
 void rope(cudaStream_t stream, Tensor x, const Tensor& positions, const Tensor& cos_sin) {

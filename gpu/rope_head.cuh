@@ -10,6 +10,36 @@
 
 namespace astrai::gpu {
 
+// A step's RoPE inputs as rope_kv_store_kernel (rope.cu) and the rope_attention decode kernel
+// (attention.cu) read them: token t goes to the table row of positions[t] and the cache slot
+// slots[t]. Both are validated by the model; the kernels never read or write outside.
+struct RopeStep {
+  float eps = 0.0f;                    // the q/k RMSNorm's
+  const int32_t* positions = nullptr;  // [T]
+  const float* cos_sin = nullptr;      // [max_pos, D]: cos in [0, D/2), sin in [D/2, D)
+  int64_t max_pos = 0;
+  const int32_t* slots = nullptr;  // [T]
+  int64_t n_slots = 0;             // the caches' rows
+  // pos's table row of D floats; nullptr outside the table (rope_head then writes NaN).
+  __device__ __forceinline__ const float* table_row(int32_t pos, int D) const {
+    return pos >= 0 && pos < max_pos ? cos_sin + int64_t(pos) * D : nullptr;
+  }
+  __device__ __forceinline__ bool slot_ok(int32_t slot) const { return slot >= 0 && slot < n_slots; }
+};
+
+// The step's RoPE inputs, on arguments check_rope_kv_store (ops.h) has passed.
+inline RopeStep rope_step(const Tensor& positions, const Tensor& cos_sin, const Tensor& slots,
+                          const Tensor& k_cache, float eps) {
+  RopeStep r;
+  r.positions = positions.ptr<int32_t>();
+  r.cos_sin = cos_sin.ptr<float>();
+  r.max_pos = cos_sin.shape[0];
+  r.slots = slots.ptr<int32_t>();
+  r.n_slots = k_cache.shape[0];
+  r.eps = eps;
+  return r;
+}
+
 // The pair (x1, x2) of dims (i, i + D/2) rotated by the angle whose f32 (cos, sin) is (cos_f, sin_f).
 // Like Hugging Face (cos.to(x.dtype), then q * cos + rotate_half(q) * sin in x's dtype), cos and sin
 // are rounded to the storage dtype T and each product and the sum round to T.
