@@ -238,23 +238,35 @@ struct PagedKv {
   __device__ __forceinline__ int64_t query_tile() const { return gridDim.y - 1 - blockIdx.y; }
   __device__ __forceinline__ int head() const { return blockIdx.x; }
   __device__ __forceinline__ int row_begin(int64_t) const { return 0; }
+  // The block's sequence's row of the page table.
+  __device__ __forceinline__ const int32_t* pages() const {
+    return page_table + int64_t(blockIdx.z) * max_pages;
+  }
+  // off = the element offset of column c of key j's row of KV head kvh in the cache; false (and
+  // off 0) for a key past the sequence or a page outside the cache. Slots and positions fit int
+  // (the cache has fewer than 2^31 slots).
+  template <int kD>
+  __device__ __forceinline__ bool key_offset(const int32_t* pages, const Span& sp, int j, int kvh, int c,
+                                             int64_t& off) const {
+    const int pg = page_shift >= 0 ? j >> page_shift : j / page_size;
+    const int32_t page = j < sp.n_kv && pg < max_pages ? pages[pg] : -1;
+    const bool ok = page >= 0 && page < n_pages;
+    off = ok ? int64_t(page * page_size + (j - pg * page_size)) * (int64_t(kv_heads) * kD) + kvh * kD + c : 0;
+    return ok;
+  }
   // Each thread looks up the page of each key row it copies (the kVec threads of a row read the same
-  // entry: one broadcast load); slots and positions fit int (the cache has fewer than 2^31 slots).
+  // entry: one broadcast load).
   template <int kRows, int kD, int kThreads>
   __device__ __forceinline__ void load(const Span& sp, int64_t j0, int kvh, bf16* kdst, bf16* vdst) const {
     constexpr int kVec = kD / 8, kTotal = kRows * kVec;
-    const int32_t* pages = page_table + int64_t(blockIdx.z) * max_pages;
-    const int64_t slot_stride = int64_t(kv_heads) * kD;
+    const int32_t* pg = pages();
 #pragma unroll
     for (int i = 0; i < (kTotal + kThreads - 1) / kThreads; ++i) {
       const int e = int(threadIdx.x) + i * kThreads;
       if (kTotal % kThreads != 0 && e >= kTotal) break;
       const int r = e / kVec, c = (e % kVec) * 8;
-      const int j = int(j0) + r, pg = page_shift >= 0 ? j >> page_shift : j / page_size;
-      const int32_t page = j < sp.n_kv && pg < max_pages ? pages[pg] : -1;
-      const bool ok = page >= 0 && page < n_pages;
-      const int64_t off =
-          ok ? int64_t(page * page_size + (j - pg * page_size)) * slot_stride + kvh * kD + c : 0;
+      int64_t off;
+      const bool ok = key_offset<kD>(pg, sp, int(j0) + r, kvh, c, off);
       cp_async16(kdst + r * kPitch<kD> + c, k_cache + off, ok);
       cp_async16(vdst + r * kPitch<kD> + c, v_cache + off, ok);
     }
