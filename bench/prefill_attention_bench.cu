@@ -4,8 +4,9 @@
 // none of the project's other dependencies, so it builds on a machine that has only nvcc:
 //
 //   nvcc -O3 -std=c++20 --expt-relaxed-constexpr -I. -gencode=arch=compute_90a,code=sm_90a \
-//        bench/prefill_attention_bench.cu gpu/attention.cu gpu/rows.cpp gpu/scratch.cpp \
-//        src/backend/rows.cpp src/core/tensor.cpp src/core/dtype.cpp -o prefill_attention_bench
+//        bench/prefill_attention_bench.cu gpu/attention.cu gpu/rope.cu gpu/rows.cpp gpu/scratch.cpp \
+//        src/backend/attention_shapes.cpp src/backend/rows.cpp src/core/tensor.cpp src/core/dtype.cpp \
+//        -o prefill_attention_bench
 //   ./prefill_attention_bench [--quick] [--check-only | --prefill-only | --mixed]
 //
 // The bench includes gpu/paged_attention_mma.cu under another name and defines the
@@ -13,9 +14,11 @@
 // tensor cores: "cuda-core" below is the CUDA-core kernel for the whole step, "dispatch" the
 // backend's choice.
 //
-// 1. Checks the tensor-core path (the backend's Config and the variants timed below) and the
-//    CUDA-core kernel against a float64 host reference over the same paged inputs: random
-//    non-contiguous page tables (page sizes 16 and 3), q a column slice of a wider qkv-like buffer,
+// 1. Checks the tensor-core path (the backend's mma.sync Config and the variants timed below, the
+//    wgmma kernel's variants of gpu/attention_wgmma.cuh in every case, "dispatch" the backend's
+//    choice: the wgmma kernel on Hopper) and the CUDA-core kernel against a float64 host
+//    reference over the same paged inputs: random non-contiguous page tables (page sizes 16 and
+//    3), q a column slice of a wider qkv-like buffer,
 //    ragged batches (lengths 1, 17, 333, 1000), extends after long cached prefixes, a decode row in
 //    a prefill batch, GQA 4:1 and 1:1, head_dim 64, 96 and 128, an 8k and a 32k prefill (rows sampled);
 //    outputs poisoned with NaN beforehand; relative error ||gpu - ref|| / ||ref|| < 1e-2.
@@ -44,6 +47,7 @@
 #include <vector>
 
 #include "bench/cuda_bench_util.cuh"
+#include "gpu/attention_wgmma.cuh"
 #include "gpu/ops.h"
 #include "gpu/train_attention_mma.cuh"
 
@@ -97,6 +101,13 @@ Variant variant() {
           am::launch_paged_forward<kD, kW, kMb, kT, kS, kB>};
 }
 
+// The wgmma kernel (gpu/attention_wgmma.cuh): warpgroups of 64 rows, keys per tile.
+template <int kD, int kWG, int kN>
+Variant wgmma() {
+  return {"wgmma w" + std::to_string(kWG) + " n" + std::to_string(kN),
+          astrai::gpu::attention_wgmma::launch_paged_forward<kD, kWG, kN>};
+}
+
 template <int kD>
 std::vector<Variant> variants();
 template <>
@@ -110,7 +121,12 @@ std::vector<Variant> variants<64>() {
           variant<64, 4, 2, 64, 3, 1>(),
           variant<64, 4, 2, 32, 2, 2>(),
           variant<64, 4, 2, 128, 2, 1>(),
-          variant<64, 8, 2, 64, 2, 1>()};
+          variant<64, 8, 2, 64, 2, 1>(),
+          wgmma<64, 3, 128>(),
+          wgmma<64, 3, 64>(),
+          wgmma<64, 2, 64>(),
+          wgmma<64, 2, 128>(),
+          wgmma<64, 4, 64>()};
 }
 template <>
 std::vector<Variant> variants<96>() {
@@ -130,7 +146,11 @@ std::vector<Variant> variants<128>() {
           variant<128, 4, 1, 64, 2, 2>(),
           variant<128, 4, 2, 32, 3, 1>(),
           variant<128, 4, 2, 64, 2, 1>(),
-          variant<128, 8, 2, 32, 2, 1>()};
+          variant<128, 8, 2, 32, 2, 1>(),
+          wgmma<128, 3, 64>(),
+          wgmma<128, 3, 128>(),
+          wgmma<128, 2, 64>(),
+          wgmma<128, 2, 128>()};
 }
 
 std::vector<Variant> variants_of(int d) {
@@ -421,8 +441,9 @@ bool check_case(const Case& c, Rng& rng, bool all_variants) {
   Device dev(p);
   const std::vector<Variant> vs = variants_of(c.d);
   bool ok = true;
-  for (size_t i = 0; i < (all_variants ? vs.size() : 1); ++i)
-    ok = check_one(dev, pk, ref, "tensor-core " + vs[i].name, [&] { dev.tensor_core(vs[i]); }) && ok;
+  for (size_t i = 0; i < vs.size(); ++i)
+    if (i == 0 || all_variants || vs[i].name.starts_with("wgmma"))
+      ok = check_one(dev, pk, ref, "tensor-core " + vs[i].name, [&] { dev.tensor_core(vs[i]); }) && ok;
   if (p.max_kv <= 10000) ok = check_one(dev, pk, ref, "cuda-core", [&] { dev.cuda_core(); }) && ok;
   if (const int nd = leading_decodes(c); nd > 0) {
     ok = check_one(dev, pk, ref, "dispatch, one kernel", [&] { dev.dispatch(0); }) && ok;

@@ -31,6 +31,7 @@ class CudaBackend final : public Backend {
             std::to_string(prop.major) + std::to_string(prop.minor) + ", bf16, cuBLASLt)";
     ASTRAI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     ASTRAI_CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
+    probe_paged_attention();
     linear_ = std::make_unique<Linear>();
     gemm_ = std::make_unique<Gemm>();
   }

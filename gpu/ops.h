@@ -67,6 +67,10 @@ void rope_attention(cudaStream_t stream, Tensor q, Tensor k, const Tensor& v, co
 // sm_count: the device's multiprocessors (the tile size depends on how many blocks fill them).
 bool paged_attention_mma(cudaStream_t stream, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                          const AttentionBatch& batch, float scale, Tensor out, int sm_count);
+// Reads, once per device, whether the build's code for the current device has the wgmma prefill
+// kernel (paged_attention_mma.cu): a synchronous copy, so the backend calls it at its start, before
+// any stream captures a graph.
+void probe_paged_attention();
 void gather_rows(cudaStream_t stream, const Tensor& x, const Tensor& rows, Tensor out);
 void convert(cudaStream_t stream, const Tensor& src, Tensor dst);
 // sample.cu: the draws; batch.workspace holds at least sample_workspace_bytes(R, V).

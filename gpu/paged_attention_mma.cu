@@ -1,18 +1,39 @@
 // paged_attention on tensor cores for prefill and extend steps: the backend's entry to the paged
 // instance of train_attention_mma.cuh's forward kernel (PagedKv: ragged sequences, K/V read from the
-// paged cache through the page table, each sequence's queries causal at the end of its keys). For
-// bf16 with head_dim 64, 96 or 128 and 16-byte aligned q/out rows; attention.cu keeps decode, small
-// extends, f32 and the other head dims. Lengths come from device memory; the grid is sized from
-// AttentionBatch::max_q_len (a bound), so a step replays whatever its lengths.
+// paged cache through the page table, each sequence's queries causal at the end of its keys), and on
+// an sm_90a build running on Hopper, for head_dim 64 and 128, to attention_wgmma.cuh's kernel of
+// the same arithmetic on warpgroup MMA (ASTRAI_PREFILL_ATTENTION=mma keeps mma.sync, to compare).
+// For bf16 with head_dim 64, 96 or 128 and 16-byte aligned q/out rows; attention.cu keeps decode,
+// small extends, f32 and the other head dims. Lengths come from device memory; the grid is sized
+// from AttentionBatch::max_q_len (a bound), so a step replays whatever its lengths.
 #include <bit>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
+#include "gpu/attention_wgmma.cuh"
 #include "gpu/check.h"
 #include "gpu/ops.h"
 #include "gpu/rows.h"
 #include "gpu/train_attention_mma.cuh"
 
 namespace astrai::gpu {
+
+namespace {
+// Whether prefill and extend steps of head_dim 64 or 128 go to the wgmma kernel: where the build
+// has it for this device, unless ASTRAI_PREFILL_ATTENTION=mma.
+bool use_wgmma() {
+  static const bool mma = [] {
+    const char* e = std::getenv("ASTRAI_PREFILL_ATTENTION");
+    return e != nullptr && std::string(e) == "mma";
+  }();
+  return !mma && attention_wgmma::built_for_current_device();
+}
+}  // namespace
+
+void probe_paged_attention() {
+  (void)attention_wgmma::built_for_current_device();
+}
 
 bool paged_attention_mma(cudaStream_t stream, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                          const AttentionBatch& batch, float scale, Tensor out, int sm_count) {
@@ -46,10 +67,14 @@ bool paged_attention_mma(cudaStream_t stream, const Tensor& q, const Tensor& k_c
   kv.n_pages = k_cache.shape[0] / batch.page_size;
   const int64_t max_q = batch.max_q_len;
   if (max_q > 65535 * 64) return false;  // query tiles (of 64 rows or more) on the grid's y
+  namespace aw = attention_wgmma;
+  const bool wg = D != 96 && use_wgmma();
   const cudaError_t err =
-      D == 64   ? am::paged_forward<64>(stream, qv, kv, batch.num_seqs, max_q, g, ov, sm_count)
-      : D == 96 ? am::paged_forward<96>(stream, qv, kv, batch.num_seqs, max_q, g, ov, sm_count)
-                : am::paged_forward<128>(stream, qv, kv, batch.num_seqs, max_q, g, ov, sm_count);
+      wg && D == 64 ? aw::paged_forward<64>(stream, qv, kv, batch.num_seqs, max_q, g, ov)
+      : wg          ? aw::paged_forward<128>(stream, qv, kv, batch.num_seqs, max_q, g, ov)
+      : D == 64     ? am::paged_forward<64>(stream, qv, kv, batch.num_seqs, max_q, g, ov, sm_count)
+      : D == 96     ? am::paged_forward<96>(stream, qv, kv, batch.num_seqs, max_q, g, ov, sm_count)
+                    : am::paged_forward<128>(stream, qv, kv, batch.num_seqs, max_q, g, ov, sm_count);
   ASTRAI_CUDA_CHECK(err);
   return true;
 }

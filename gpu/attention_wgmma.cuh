@@ -1,0 +1,267 @@
+// paged_attention's prefill and extend steps on Hopper's warpgroup MMA (wgmma, sm_90a): the
+// FlashAttention forward of train_attention_mma.cuh's PagedKv instance (same spans, grid, masking
+// and online softmax in exp2 units), with both GEMMs issued by whole warpgroups from shared memory,
+// where mma.sync spends registers and issue slots on ldmatrix. Needs nothing but CUDA, so that
+// bench/prefill_attention_bench.cu builds it on a machine with only nvcc.
+//
+// Block: kWG warpgroups of 64 query rows each (one head of one sequence); key tiles of kN keys
+// stream through a ring of shared-memory stages with cp.async (all threads load, one barrier a
+// tile). Per tile and warpgroup: S = Q K^T (kD / 16 wgmma, Q and K K-major in shared memory), the
+// mask and the online softmax on S in registers, P rounded to bf16 in registers (an accumulator
+// fragment of S is, element for element, the A fragment of P), O += P V (kN / 16 wgmma, V read
+// transposed). Q, K and V tiles share one layout: blocks of 64 columns, rows of 128 bytes with the
+// 128-byte swizzle (wgmma.cuh). Every output element is summed in an order fixed by the shapes.
+//
+// Tried (docs/performance.md): issuing the next tile's S = Q K^T before this tile's softmax, so the
+// tensor cores run under it (FlashAttention-3's pipelining within a warpgroup). ptxas serialized
+// every wgmma of that loop (C7513-C7515: other instructions define an operand register of a running
+// wgmma), whatever the placement of waits, fences and register pins, and it measured slower.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "gpu/train_attention_mma.cuh"
+#include "gpu/wgmma.cuh"
+
+namespace astrai::gpu::attention_wgmma {
+
+using attention_mma::Geo;
+using attention_mma::PagedKv;
+using attention_mma::Span;
+
+template <int kD, int kWG, int kN>
+struct Shape {
+  static_assert(kD == 64 || kD == 128, "head_dim 64 or 128");
+  static_assert(kN == 64 || kN == 128, "64 or 128 keys a tile");
+  static constexpr int kM = 64 * kWG;         // query rows a block
+  static constexpr int kThreads = 128 * kWG;  // one warpgroup per 64 rows
+  static constexpr int kStages = 2;
+  static constexpr int kQ = kM * kD;   // bf16 elements of the Q tile
+  static constexpr int kKv = kN * kD;  // and of one K or V stage
+  static constexpr size_t kSmem = size_t(kQ + 2 * kStages * kKv) * sizeof(bf16) + 1024;  // + alignment
+};
+
+// A warpgroup's part of the online softmax over one tile of scores s (its rows r_lo and r_lo + 8):
+// masks keys past a row's position or the sequence, turns s into p = exp2(s * scale_log2 - m) in
+// place, updates the running maxima m and sums l, and returns the factors alpha that rescale O.
+// (Reading s and writing p straight into bf16 fragments instead measured 20-45% slower.)
+template <int kN>
+__device__ __forceinline__ void softmax_tile(float* s, int j0, const int* pos_row, int n_kv, bool edge,
+                                             float scale_log2, float* m, float* l, float* alpha) {
+  const int qc = int(threadIdx.x % 4);
+  if (edge) {
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = j0 + nt * 8 + qc * 2 + (e & 1);
+        if (j > pos_row[e / 2] || j >= n_kv) s[nt * 4 + e] = -INFINITY;
+      }
+  }
+  // Row maxima and sums in four independent chains each, as train_attention_mma.cuh's forward.
+  float m_use[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float part[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt) {
+      part[(2 * nt) % 4] = fmaxf(part[(2 * nt) % 4], s[nt * 4 + 2 * r]);
+      part[(2 * nt + 1) % 4] = fmaxf(part[(2 * nt + 1) % 4], s[nt * 4 + 2 * r + 1]);
+    }
+    const float mx = fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3]));
+    const float m_new = fmaxf(m[r], attention_mma::quad_max(mx) * scale_log2);
+    m_use[r] = m_new == -INFINITY ? 0.0f : m_new;  // a row that has seen no key yet: p = 0, not NaN
+    alpha[r] = fast_exp2(m[r] - m_use[r]);
+    m[r] = m_new;
+  }
+  float part[2][4] = {};
+#pragma unroll
+  for (int nt = 0; nt < kN / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float p = fast_exp2(fmaf(s[nt * 4 + e], scale_log2, -m_use[e / 2]));
+      s[nt * 4 + e] = p;
+      part[e / 2][(2 * nt + (e & 1)) % 4] += p;
+    }
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+    l[r] = l[r] * alpha[r] + ((part[r][0] + part[r][1]) + (part[r][2] + part[r][3]));
+}
+
+// o *= alpha by row, then P (s rounded to bf16, as A fragments) into pa.
+template <int kD, int kN>
+__device__ __forceinline__ void rescale_and_pack(float* o, const float* alpha, const float* s,
+                                                 uint32_t (*pa)[4]) {
+#pragma unroll
+  for (int nt = 0; nt < kD / 8; ++nt) {
+    o[nt * 4 + 0] *= alpha[0];
+    o[nt * 4 + 1] *= alpha[0];
+    o[nt * 4 + 2] *= alpha[1];
+    o[nt * 4 + 3] *= alpha[1];
+  }
+#pragma unroll
+  for (int kk = 0; kk < kN / 16; ++kk)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      pa[kk][i] = attention_mma::pack_bf16(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+}
+
+template <int kD, int kWG, int kN>
+__global__ void __launch_bounds__(128 * kWG, 1) paged_forward_kernel(Rows q, PagedKv kv, Geo g, Rows out) {
+#if ASTRAI_WGMMA
+  using S = Shape<kD, kWG, kN>;
+  constexpr int kStages = S::kStages;
+  extern __shared__ unsigned char smem_raw[];
+  bf16* qs = reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  bf16* ks = qs + S::kQ;  // kStages stages each
+  bf16* vs = ks + kStages * S::kKv;
+  const int h = kv.head(), kvh = h / g.group;
+  const int wg = int(threadIdx.x) / 128, warp = int(threadIdx.x % 128) / 32, lane = int(threadIdx.x % 32);
+  const Span sp = kv.span();
+  const int64_t q0 = kv.query_tile() * S::kM;
+  if (q0 >= sp.n_q) return;  // a grid sized for the longest sequence of a ragged batch
+  const int64_t q_end = min(q0 + S::kM, sp.n_q);
+  const int64_t j_end = sp.pos0 + q_end;  // the last query's keys end here
+  const int tiles = int((j_end + kN - 1) / kN);
+  const int32_t* pages = kv.pages();
+
+  constexpr int kVec = kD / 8;
+  auto load_tile = [&](int it) {
+    bf16* kd = ks + (it % kStages) * S::kKv;
+    bf16* vd = vs + (it % kStages) * S::kKv;
+    constexpr int kTotal = kN * kVec;
+#pragma unroll
+    for (int i = 0; i < (kTotal + S::kThreads - 1) / S::kThreads; ++i) {
+      const int e = int(threadIdx.x) + i * S::kThreads, r = e / kVec, c = e % kVec;
+      if (kTotal % S::kThreads != 0 && e >= kTotal) break;
+      int64_t off;
+      const bool ok = kv.template key_offset<kD>(pages, sp, it * kN + r, kvh, c * 8, off);
+      const int dst = wgmma::swizzled<kN>(r, c);
+      cp_async16(kd + dst, kv.k_cache + off, ok);
+      cp_async16(vd + dst, kv.v_cache + off, ok);
+    }
+  };
+#pragma unroll
+  for (int i = 0; i < S::kM * kVec / S::kThreads; ++i) {
+    const int e = int(threadIdx.x) + i * S::kThreads, r = e / kVec, c = e % kVec;
+    const bool ok = q0 + r < sp.n_q;
+    cp_async16(qs + wgmma::swizzled<S::kM>(r, c),
+               attention_mma::head_row(q, sp.row0 + (ok ? q0 + r : 0), h) + c * 8, ok);
+  }
+  load_tile(0);  // in one group with Q
+  cp_async_commit();
+  // The block waits for key tile `it` (each thread for its own copies, then the barrier) and makes
+  // it visible to wgmma, then issues tile it + kStages - 1 into the stage no warpgroup reads any more.
+  auto next_tile = [&](int it) {
+    cp_async_wait<0>();
+    wgmma::fence_async_shared();
+    __syncthreads();
+    if (it + kStages - 1 < tiles) load_tile(it + kStages - 1);
+    cp_async_commit();
+  };
+
+  const int64_t w0 = q0 + wg * 64;   // the warpgroup's first query
+  const int64_t wp0 = sp.pos0 + w0;  // and its position
+  const int r_lo = warp * 16 + lane / 4, qc = lane % 4;
+  const int pos_row[2] = {int(wp0 + r_lo), int(wp0 + r_lo + 8)};  // positions fit int (kv_len is int32)
+  // The warpgroup's tiles: those with a key at or before its last row's position.
+  const int active = w0 < sp.n_q ? min(tiles, int((wp0 + 64 + kN - 1) / kN)) : 0;
+  const uint32_t q_addr = smem_addr(qs) + uint32_t(wg * 64 * 128);
+  auto s_gemm = [&](float* s, int it) {  // s = Q K^T of tile it, issued and committed
+    const uint32_t k_addr = smem_addr(ks + (it % kStages) * S::kKv);
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk)
+      wgmma::mma_ss<kN>(s, wgmma::desc(q_addr + (kk / 4) * S::kM * 128 + (kk % 4) * 32, 16, 1024),
+                        wgmma::desc(k_addr + (kk / 4) * kN * 128 + (kk % 4) * 32, 16, 1024), kk > 0);
+    wgmma::commit();
+  };
+  auto pv_gemm = [&](float* o, const uint32_t(*pa)[4], int it) {  // o += P V of tile it, issued
+    const uint32_t v_addr = smem_addr(vs + (it % kStages) * S::kKv);
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk)
+      wgmma::mma_rs_tb<kD>(o, pa[kk], wgmma::desc(v_addr + kk * 16 * 128, kN * 128, 1024), true);
+    wgmma::commit();
+  };
+  auto edge = [&](int j0) { return j0 + kN - 1 > wp0 || j0 + kN > sp.n_kv; };
+
+  float o[kD / 2];
+#pragma unroll
+  for (int i = 0; i < kD / 2; ++i) o[i] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
+  float s[kN / 2];
+  uint32_t pa[kN / 16][4];
+
+  for (int it = 0; it < tiles; ++it) {
+    next_tile(it);
+    if (it >= active) continue;  // every key of the tile is in the warpgroup's future
+    s_gemm(s, it);
+    wgmma::wait<0>();
+    wgmma::pin<kN / 2>(s);
+    softmax_tile<kN>(s, it * kN, pos_row, int(sp.n_kv), edge(it * kN), g.scale_log2, m, l, alpha);
+    rescale_and_pack<kD, kN>(o, alpha, s, pa);
+    pv_gemm(o, pa, it);
+    wgmma::wait<0>();
+    wgmma::pin<kD / 2>(o);
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float lr = attention_mma::quad_sum(l[r]);
+    const int64_t t = w0 + r_lo + 8 * r;
+    if (t >= sp.n_q) continue;
+    const float inv = lr > 0.0f ? 1.0f / lr : 0.0f;
+    bf16* orow = attention_mma::head_row_mut(out, sp.row0 + t, h);
+#pragma unroll
+    for (int nt = 0; nt < kD / 8; ++nt)
+      *reinterpret_cast<__nv_bfloat162*>(orow + nt * 8 + qc * 2) =
+          __floats2bfloat162_rn(o[nt * 4 + 2 * r] * inv, o[nt * 4 + 2 * r + 1] * inv);
+  }
+#endif
+}
+
+// 1 in the code built for sm_90a, 0 in the code built for other architectures.
+static __device__ int g_built = ASTRAI_WGMMA;
+
+// Whether the current device runs the kernels above: the build has sm_90a code and the device
+// loads it (read once per process and device; a synchronous copy, so not while a stream captures).
+inline bool built_for_current_device() {
+  static std::atomic<int> known[64] = {};  // 0 unknown, 1 no, 2 yes
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+  if (known[dev].load(std::memory_order_relaxed) == 0) {
+    int v = 0;
+    const bool yes = cudaMemcpyFromSymbol(&v, g_built, sizeof v) == cudaSuccess && v == 1;
+    known[dev].store(yes ? 2 : 1, std::memory_order_relaxed);
+  }
+  return known[dev].load(std::memory_order_relaxed) == 2;
+}
+
+// The paged forward over num_seqs sequences of at most max_q queries each (a bound: the lengths are
+// read on the device); grid (heads, query tiles, sequences) as the mma.sync kernel's.
+template <int kD, int kWG, int kN>
+cudaError_t launch_paged_forward(cudaStream_t stream, const Rows& q, const PagedKv& kv, int num_seqs,
+                                 int64_t max_q, const Geo& g, const Rows& out) {
+  using S = Shape<kD, kWG, kN>;
+  auto* kernel = paged_forward_kernel<kD, kWG, kN>;
+  if (const cudaError_t e = attention_mma::allow_smem(kernel, S::kSmem); e != cudaSuccess) return e;
+  const dim3 grid(unsigned(g.heads), unsigned((max_q + S::kM - 1) / S::kM), unsigned(num_seqs));
+  kernel<<<grid, S::kThreads, S::kSmem, stream>>>(q, kv, g, out);
+  return cudaGetLastError();
+}
+
+// The configuration the backend launches, the fastest of bench/prefill_attention_bench.cu's
+// variants on an H200 (docs/performance.md): three warpgroups (192 query rows), with 64 keys a tile
+// at head_dim 128 and 128 at head_dim 64.
+template <int kD>
+cudaError_t paged_forward(cudaStream_t stream, const Rows& q, const PagedKv& kv, int num_seqs, int64_t max_q,
+                          const Geo& g, const Rows& out) {
+  return launch_paged_forward < kD, 3, kD == 128 ? 64 : 128 > (stream, q, kv, num_seqs, max_q, g, out);
+}
+
+}  // namespace astrai::gpu::attention_wgmma

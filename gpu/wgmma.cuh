@@ -1,0 +1,167 @@
+// Hopper's warpgroup MMA (wgmma.mma_async, sm_90a): shared-memory matrix descriptors, the fences
+// and waits around the asynchronous instruction, and wrappers of the shapes the attention kernels
+// use (m64 x n64 / n128 x k16, bf16 in, f32 accumulate). CUDA only. The instructions exist only
+// where ASTRAI_WGMMA is 1 (device code compiled for sm_90a); elsewhere the wrappers are empty and
+// the kernels that use them are never launched (attention_wgmma.cuh's wgmma_built tells the host).
+//
+// Operands in shared memory use the 128-byte swizzle of the PTX ISA's canonical layouts: a tile of
+// rows of 64 bf16 (128 bytes), 16-byte chunk c of row r stored at chunk c ^ (r % 8), on 1024-byte
+// boundaries. A K-major operand (rows are the M or N index, K along the row) is described by
+// SBO = 1024 (eight rows); an MN-major one (rows are the K index, transposed) by SBO = 1024 (eight K
+// rows) and LBO = the distance between blocks of 64 columns.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define ASTRAI_WGMMA 1
+#else
+#define ASTRAI_WGMMA 0
+#endif
+
+namespace astrai::gpu::wgmma {
+
+// The descriptor of a 128-byte-swizzled operand starting at shared address `addr` (bytes).
+__device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | uint64_t((lbo & 0x3FFFF) >> 4) << 16 |
+         uint64_t((sbo & 0x3FFFF) >> 4) << 32 | uint64_t(1) << 62;
+}
+
+// Element offset of 16-byte chunk c (of kCols / 8) in row r of a swizzled [kRows][kCols] bf16 tile:
+// kCols / 64 blocks of [kRows][64], one after the other.
+template <int kRows>
+__device__ __forceinline__ int swizzled(int r, int c) {
+  return (c / 8) * kRows * 64 + r * 64 + ((c % 8) ^ (r % 8)) * 8;
+}
+
+#if ASTRAI_WGMMA
+// Before the first wgmma of a group whose registers (accumulators, A fragments) other instructions wrote.
+__device__ __forceinline__ void fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+// Returns once at most kPending of the warpgroup's committed groups are in flight.
+template <int kPending>
+__device__ __forceinline__ void wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// Shared memory written by ordinary stores or cp.async, made visible to wgmma's reads (the async proxy).
+__device__ __forceinline__ void fence_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// Keeps the compiler from moving reads or writes of accumulator registers across a wait.
+template <int kN>
+__device__ __forceinline__ void pin(float* d) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// d[64 x 64] (+)= A[64 x 16] B[16 x 64], A and B in shared memory (K-major), one warpgroup.
+__device__ __forceinline__ void wgmma_ss_n64(float* d, uint64_t a, uint64_t b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
+      "%11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
+      "%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31])
+      : "l"(a), "l"(b), "r"(int(accumulate)));
+}
+// d[64 x 64] (+)= A[64 x 16] B[16 x 64], A in registers (a[4]: the m16n8k16 A fragment of the warp's 16
+// rows), B in shared memory N-major (transposed).
+__device__ __forceinline__ void wgmma_rs_n64_tb(float* d, const uint32_t* a, uint64_t b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
+      "%11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
+      "%31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int(accumulate)));
+}
+
+// d[64 x 128] (+)= A[64 x 16] B[16 x 128], A and B in shared memory (K-major), one warpgroup.
+__device__ __forceinline__ void wgmma_ss_n128(float* d, uint64_t a, uint64_t b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
+      "%11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
+      "%31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, "
+      "%51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+        "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
+        "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
+        "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(a), "l"(b), "r"(int(accumulate)));
+}
+// d[64 x 128] (+)= A[64 x 16] B[16 x 128], A in registers (a[4]: the m16n8k16 A fragment of the warp's 16
+// rows), B in shared memory N-major (transposed).
+__device__ __forceinline__ void wgmma_rs_n128_tb(float* d, const uint32_t* a, uint64_t b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
+      "%11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
+      "%31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, "
+      "%51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, "
+      "1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+        "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
+        "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
+        "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int(accumulate)));
+}
+
+#else
+__device__ __forceinline__ void fence() {}
+__device__ __forceinline__ void commit() {}
+template <int kPending>
+__device__ __forceinline__ void wait() {}
+__device__ __forceinline__ void fence_async_shared() {}
+template <int kN>
+__device__ __forceinline__ void pin(float*) {}
+__device__ __forceinline__ void wgmma_ss_n64(float*, uint64_t, uint64_t, bool) {}
+__device__ __forceinline__ void wgmma_rs_n64_tb(float*, const uint32_t*, uint64_t, bool) {}
+__device__ __forceinline__ void wgmma_ss_n128(float*, uint64_t, uint64_t, bool) {}
+__device__ __forceinline__ void wgmma_rs_n128_tb(float*, const uint32_t*, uint64_t, bool) {}
+#endif
+
+// d[64 x kN] (+)= A B, both from shared memory (K-major).
+template <int kN>
+__device__ __forceinline__ void mma_ss(float* d, uint64_t a, uint64_t b, bool accumulate) {
+  static_assert(kN == 64 || kN == 128);
+  if constexpr (kN == 64)
+    wgmma_ss_n64(d, a, b, accumulate);
+  else
+    wgmma_ss_n128(d, a, b, accumulate);
+}
+// d[64 x kN] (+)= A B, A from registers, B from shared memory MN-major.
+template <int kN>
+__device__ __forceinline__ void mma_rs_tb(float* d, const uint32_t* a, uint64_t b, bool accumulate) {
+  static_assert(kN == 64 || kN == 128);
+  if constexpr (kN == 64)
+    wgmma_rs_n64_tb(d, a, b, accumulate);
+  else
+    wgmma_rs_n128_tb(d, a, b, accumulate);
+}
+
+}  // namespace astrai::gpu::wgmma
