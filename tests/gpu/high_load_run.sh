@@ -17,15 +17,20 @@
 #   attn     ncu's detailed sections of the decode attention kernel in a graphed step at batch 256
 #   tables   `bench decode` of both models at batch 1..256, prompts 512 and 4k (qwen3-8b to batch 128)
 #   startup  `astrai serve --device cuda` to the first /health 200, llama-1b and qwen3-8b, twice
+#   prefill  `bench prefill` of both models at 1k / 8k / 32k for each of PREFILL_SWITCHES (';'-separated
+#            env assignments; default: as built, and ASTRAI_PREFILL_ATTENTION=mma)
 #   tests    the backend [gpu] cases and the gpu suite's forward / graph / step-loop cases; the
 #            backend's attention cases again under each of TEST_SWITCHES (';'-separated)
-#   sanitize compute-sanitizer memcheck and racecheck over the backend's decode attention cases
-#            (not in the default STEPS)
+#   attnbench  builds bench/prefill_attention_bench.cu with nvcc and runs its float64 checks of
+#            every prefill attention variant, then its kernel timings (--prefill-only; not in the
+#            default STEPS)
+#   sanitize compute-sanitizer memcheck, racecheck and synccheck over the backend's decode, ragged
+#            prefill, extend and mixed-step attention cases (not in the default STEPS)
 # Logs go into $OUT/high_load.tgz, re-packed after every step (the device tool returns only a few
 # files), one-line summaries into $OUT/progress.txt. Model directories are random bf16 presets
 # from `astrai init`, written once under $TMPDIR/m.
 NAME=high_load; source "$(dirname "$0")/run_lib.sh"
-STEPS=${STEPS:-tests decode e2e profile serve serve8b attn tables startup}
+STEPS=${STEPS:-tests decode e2e profile serve serve8b attn tables prefill startup}
 want() { case " $STEPS " in *" $1 "*) return 0;; esac; return 1; }
 M=$tmp/m; mkdir -p $M
 ( for p in qwen3-8b llama-1b; do
@@ -97,6 +102,28 @@ if want tables; then
     log "table $1 prompt $3: exit $? $(grep -E '^ +[0-9]' "$out/tables.txt" | tail -$(echo $2 | tr ',' ' ' | wc -w) | awk '{printf "B%s %s | ", $1, $3}')"
   done
 fi
+if want prefill; then
+  IFS=';' read -ra sw <<< "${PREFILL_SWITCHES:-X=1;ASTRAI_PREFILL_ATTENTION=mma}"
+  for s in "${sw[@]}"; do
+    for model in qwen3-8b llama-1b; do
+      echo "== $model [$s]" >> "$out/prefill.txt"
+      run_to 120 env $s astrai bench prefill --device cuda --model $M/$model --prompt-len 1024,8192,32768 >> "$out/prefill.txt" 2>&1
+      log "prefill $model [$s]: exit $? $(grep -E '^ +[0-9]' "$out/prefill.txt" | tail -3 | awk '{printf "%s %s | ", $1, $5}')"
+    done
+  done
+fi
+if want attnbench; then
+  # nvcc line: the top of bench/prefill_attention_bench.cu.
+  run_to 240 nvcc -O3 -std=c++20 --expt-relaxed-constexpr -I. -gencode=arch=compute_90a,code=sm_90a \
+    bench/prefill_attention_bench.cu gpu/attention.cu gpu/rope.cu gpu/rows.cpp gpu/scratch.cpp \
+    src/backend/attention_shapes.cpp src/backend/rows.cpp src/core/tensor.cpp src/core/dtype.cpp \
+    -o "$tmp/prefill_attention_bench" > "$out/attnbench_nvcc.txt" 2>&1
+  log "attnbench build: exit $?"
+  run_to 150 "$tmp/prefill_attention_bench" --check-only > "$out/attnbench_check.txt" 2>&1
+  log "attnbench checks: exit $? $(grep -cE '^ +ok' "$out/attnbench_check.txt") ok, $(grep -cE '^ +FAIL' "$out/attnbench_check.txt") FAIL"
+  run_to 200 "$tmp/prefill_attention_bench" --prefill-only > "$out/attnbench_prefill.txt" 2>&1
+  log "attnbench timings: exit $? (attnbench_prefill.txt)"
+fi
 if want startup; then
   for model in llama-1b qwen3-8b llama-1b qwen3-8b; do
     astrai serve --device cuda --model $M/$model --port 18181 > "$out/startup_$model.log" 2>&1 &
@@ -127,12 +154,15 @@ if want tests; then
   log "gpu tests: exit $? $(grep -E 'test cases' "$out/gpu_tests.log" | tail -1)"
 fi
 if want sanitize; then
-  # compute-sanitizer over the backend's decode attention cases (the kernel's cp.async ring,
-  # ldmatrix and warp merges): memcheck, then racecheck.
-  for tool in memcheck racecheck; do
-    run_to 150 compute-sanitizer --tool $tool astrai_backend_tests "paged_attention matches float64 attention in decode steps* [gpu]" \
-      > "$out/sanitize_$tool.txt" 2>&1
-    log "compute-sanitizer $tool: exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize_$tool.txt" | tail -1)"
+  # compute-sanitizer over the backend's attention cases (the decode kernel's cp.async ring, ldmatrix
+  # and warp merges; the prefill kernels' stages and wgmma operands): memcheck, racecheck, synccheck.
+  for tool in memcheck racecheck synccheck; do
+    for c in "in decode steps" "for ragged prefill batches" "for extends after long cached prefixes" "in mixed decode and prefill steps"; do
+      tag=$(echo "$c" | tr -c 'A-Za-z0-9\n' '_')
+      run_to 150 compute-sanitizer --tool $tool astrai_backend_tests "paged_attention matches float64 attention $c* [gpu]" \
+        > "$out/sanitize_${tool}_$tag.txt" 2>&1
+      log "compute-sanitizer $tool [$c]: exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize_${tool}_$tag.txt" | tail -1)"
+    done
   done
 fi
 log end
