@@ -37,7 +37,8 @@ Result<std::unique_ptr<Generation>> Generation::start(EnginePort engine, const T
   req.stop_ids = std::move(spec.stop_ids);
   req.ignore_eos = spec.ignore_eos;
   if (spec.constraint.kind != ConstraintKind::none) {
-    auto g = structured::compile_constraint(spec.constraint.kind, spec.constraint.source, tok);
+    auto g = structured::compile_constraint(spec.constraint.kind, spec.constraint.source, tok,
+                                            spec.constraint.grammar.get());
     if (!g.ok()) return g.status();
     req.constraint = {spec.constraint.kind, std::move(g).value()};
   }

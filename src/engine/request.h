@@ -37,14 +37,18 @@ const char* finish_reason_name(FinishReason r);  // "stop", "length", "cancelled
 enum class ConstraintKind : uint8_t { none, json_object, json_schema, regex };
 const char* constraint_kind_name(ConstraintKind k);  // "json_object", "json_schema", "regex"
 
+namespace structured {
+struct Grammar;      // src/structured/grammar.h
+class TokenGrammar;  // src/structured/token_grammar.h
+}  // namespace structured
+
 struct ConstraintSpec {
   ConstraintKind kind = ConstraintKind::none;
   std::string source;  // json_schema: the schema's JSON text; regex: the pattern
+  // The byte grammar of `source` when reading the request compiled it (to check it); Generation::start
+  // then builds the token grammar from it instead of compiling the source again. May be null.
+  std::shared_ptr<const structured::Grammar> grammar;
 };
-
-namespace structured {
-class TokenGrammar;  // src/structured/token_grammar.h
-}
 
 struct Constraint {
   ConstraintKind kind = ConstraintKind::none;

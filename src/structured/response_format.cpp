@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,19 +32,23 @@ FieldError schema_error(const std::string& field, const std::string& err, std::s
 // to kRememberedBytes each: requests that share a schema would otherwise compile it again on every
 // request's parse, on a network thread (`astrai bench structured`: 0.5 ms for an extraction schema
 // of a dozen fields, 62-80 ms for a string of maxLength 4096, on the 2-core development VM; a
-// remembered verdict 0.012 ms). The engine compiles it once more, through its own cache
-// (compile_constraint), for the tokenizer's vocabulary.
+// remembered verdict 0.012 ms). Where it compiles, the grammar goes into `built`, and the request
+// carries it to Generation::start, which then does not compile the source again (its own cache,
+// compile_constraint's, is per vocabulary). Only verdicts are remembered here: a grammar can weigh
+// tens of MB.
 constexpr size_t kRemembered = 64, kRememberedBytes = 64 << 10;
 
-std::string compile_verdict(ConstraintKind kind, const std::string& source) {
+std::string compile_verdict(ConstraintKind kind, const std::string& source,
+                            std::shared_ptr<const Grammar>& built) {
   static LruCache<std::pair<ConstraintKind, std::string>, std::string> verdicts(kRemembered);
   if (kind != ConstraintKind::json_schema && kind != ConstraintKind::regex) return "";
   const bool remember = source.size() <= kRememberedBytes;
   if (remember)
     if (auto v = verdicts.get({kind, source})) return *v;
-  Grammar g;
-  std::string err = compile_grammar(kind, source, g);
+  auto g = std::make_shared<Grammar>();
+  std::string err = compile_grammar(kind, source, *g);
   if (remember) verdicts.put({kind, source}, err);
+  if (err.empty()) built = std::move(g);
   return err;
 }
 
@@ -53,13 +58,15 @@ MaybeFieldError set(ConstraintSpec& out, const std::string& field, ConstraintKin
     return FieldError{field,
                       "only one structured-output constraint may be given (response_format, "
                       "structured_outputs, guided_json / guided_regex / guided_choice or json_schema)"};
-  const std::string err = compile_verdict(kind, source);
+  std::shared_ptr<const Grammar> built;
+  const std::string err = compile_verdict(kind, source, built);
   if (!err.empty()) {
     if (kind == ConstraintKind::json_schema) return schema_error(field, err, schema_root);
     return FieldError{field, err.rfind("regex: ", 0) == 0 ? err.substr(7) : err};
   }
   out.kind = kind;
   out.source = std::move(source);
+  out.grammar = std::move(built);
   return std::nullopt;
 }
 

@@ -1,6 +1,7 @@
 #include "src/structured/token_grammar.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstring>
 #include <mutex>
@@ -271,9 +272,16 @@ struct GrammarKey {
 // With kMaskBudgetBytes each, the grammars the cache keeps hold at most 1 GiB of masks.
 LruCache<GrammarKey, std::shared_ptr<TokenGrammar>> g_grammars(16);
 
+std::atomic<uint64_t> g_compiles{0};
+
 }  // namespace
 
+uint64_t grammar_compiles() {
+  return g_compiles.load(std::memory_order_relaxed);
+}
+
 std::string compile_grammar(ConstraintKind kind, std::string_view source, Grammar& out) {
+  g_compiles.fetch_add(1, std::memory_order_relaxed);
   switch (kind) {
     case ConstraintKind::json_object: return compile_json_object(out);
     case ConstraintKind::json_schema: return compile_json_schema(source, out);
@@ -283,12 +291,16 @@ std::string compile_grammar(ConstraintKind kind, std::string_view source, Gramma
   return "no constraint to compile";
 }
 
-Result<std::shared_ptr<TokenGrammar>> compile_constraint(
-    ConstraintKind kind, std::string_view source, const std::shared_ptr<const TokenVocabulary>& vocab) {
+Result<std::shared_ptr<TokenGrammar>> compile_constraint(ConstraintKind kind, std::string_view source,
+                                                         const std::shared_ptr<const TokenVocabulary>& vocab,
+                                                         const Grammar* built) {
   GrammarKey key{vocab.get(), kind, std::string(source)};
   if (auto cached = g_grammars.get(key)) return *cached;
   Grammar g;
-  if (std::string err = compile_grammar(kind, source, g); !err.empty()) return invalid_argument(err);
+  if (built != nullptr)
+    g = *built;  // a copy: other requests may hold the same one
+  else if (std::string err = compile_grammar(kind, source, g); !err.empty())
+    return invalid_argument(err);
   auto tg = std::make_shared<TokenGrammar>(std::move(g), vocab);
   if (tg->start() == GrammarDfa::kDead) return invalid_argument("the constraint allows no output at all");
   g_grammars.put(std::move(key), tg);
@@ -296,8 +308,8 @@ Result<std::shared_ptr<TokenGrammar>> compile_constraint(
 }
 
 Result<std::shared_ptr<TokenGrammar>> compile_constraint(ConstraintKind kind, std::string_view source,
-                                                         const Tokenizer& tok) {
-  return compile_constraint(kind, source, TokenVocabulary::of(tok));
+                                                         const Tokenizer& tok, const Grammar* built) {
+  return compile_constraint(kind, source, TokenVocabulary::of(tok), built);
 }
 
 // ---- matcher ---------------------------------------------------------------------------------------

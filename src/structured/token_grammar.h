@@ -110,15 +110,21 @@ class TokenGrammar {
 
 // The byte grammar of a constraint (json_schema.h's compilers by kind): "" or the reason.
 std::string compile_grammar(ConstraintKind kind, std::string_view source, Grammar& out);
+// How many times compile_grammar has run in this process (tests: what a cache or a grammar carried
+// with a request saved).
+uint64_t grammar_compiles();
 
-// Compiles (or finds in the cache) the grammar of a constraint over `tok`'s vocabulary. A schema or
-// pattern that cannot be compiled is invalid_argument with the reason ("schema.properties.age:
-// the keyword 'multipleOf' is not supported").
+// Compiles (or finds in the cache) the grammar of a constraint over `tok`'s vocabulary; `built`, when
+// given, is the byte grammar of `source` already compiled (ConstraintSpec::grammar), used instead of
+// compiling it again. A schema or pattern that cannot be compiled is invalid_argument with the
+// reason ("schema.properties.age: the keyword 'multipleOf' is not supported").
 Result<std::shared_ptr<TokenGrammar>> compile_constraint(ConstraintKind kind, std::string_view source,
-                                                         const Tokenizer& tok);
+                                                         const Tokenizer& tok,
+                                                         const Grammar* built = nullptr);
 // The same over a given vocabulary (tests, benchmarks).
 Result<std::shared_ptr<TokenGrammar>> compile_constraint(ConstraintKind kind, std::string_view source,
-                                                         const std::shared_ptr<const TokenVocabulary>& vocab);
+                                                         const std::shared_ptr<const TokenVocabulary>& vocab,
+                                                         const Grammar* built = nullptr);
 
 // One sequence's position in a grammar. Copyable (n > 1 choices fork it).
 class Matcher {

@@ -4,11 +4,15 @@
 #include "src/structured/response_format.h"
 
 #include <catch2/catch.hpp>
+#include <memory>
+#include <random>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "src/structured/json_schema.h"
 #include "src/structured/matcher.h"
+#include "src/structured/token_grammar.h"
 
 using namespace astrai;
 using namespace astrai::structured;
@@ -144,4 +148,59 @@ TEST_CASE("a forced tool's bad schema is an error naming the place in the tool's
   CHECK(e->field == "tools[1].input_schema.properties.a");
   CHECK(e->message.find("'multipleOf'") != std::string::npos);
   CHECK(c.kind == ConstraintKind::none);
+}
+
+TEST_CASE("a request's schema compiles once: the grammar read with it is the one the engine builds on") {
+  // A schema no other case reads (the verdicts of read schemas are remembered process-wide).
+  std::mt19937_64 rng(std::random_device{}());
+  const std::string name = "field_" + std::to_string(rng());
+  const std::string schema = R"({"type":"object","properties":{")" + name +
+                             R"(":{"type":"string","maxLength":8}},"required":[")" + name + R"("]})";
+  const std::string text = R"({"type":"json_schema","json_schema":{"name":"x","schema":)" + schema + "}}";
+  auto vocab = std::make_shared<TokenVocabulary>(
+      [] {
+        std::vector<std::string> toks;
+        for (int b = 0; b < 256; ++b) toks.emplace_back(1, char(b));
+        return toks;
+      }(),
+      std::vector<uint8_t>{});
+
+  const uint64_t before = grammar_compiles();
+  ConstraintSpec first;
+  REQUIRE_FALSE(response_format(text, first));
+  CHECK(first.kind == ConstraintKind::json_schema);
+  REQUIRE(first.grammar != nullptr);
+  CHECK(grammar_compiles() == before + 1);
+
+  // The engine's side (Generation::start) takes the carried grammar: no second compile.
+  auto tg = compile_constraint(first.kind, first.source, vocab, first.grammar.get());
+  REQUIRE(tg.ok());
+  CHECK(grammar_compiles() == before + 1);
+  Matcher m(tg.value());
+  const std::string ok = "{\"" + name + "\":\"abc\"}";
+  for (char c : ok) REQUIRE(m.advance(uint8_t(c)));
+  CHECK(m.complete());
+  Matcher too_long(tg.value());
+  const std::string bad = "{\"" + name + "\":\"abcdefghi";  // nine characters: past maxLength
+  bool refused = false;
+  for (char c : bad) refused = refused || !too_long.advance(uint8_t(c));
+  CHECK(refused);
+
+  // The same schema again: the verdict is remembered, nothing compiles, no grammar is carried, and
+  // the engine finds its token grammar in its own cache.
+  ConstraintSpec again;
+  REQUIRE_FALSE(response_format(text, again));
+  CHECK(again.grammar == nullptr);
+  auto tg2 = compile_constraint(again.kind, again.source, vocab);
+  REQUIRE(tg2.ok());
+  CHECK(tg2.value() == tg.value());
+  CHECK(grammar_compiles() == before + 1);
+
+  // A schema that does not compile carries nothing.
+  ConstraintSpec broken;
+  CHECK(response_format(
+      R"({"type":"json_schema","json_schema":{"name":"x","schema":{"type":"integer","multipleOf":)" +
+          std::to_string(rng() % 1000 + 2) + "}}}",
+      broken));
+  CHECK(broken.grammar == nullptr);
 }
