@@ -38,7 +38,7 @@ Result<std::unique_ptr<Generation>> Generation::start(EnginePort engine, const T
   req.ignore_eos = spec.ignore_eos;
   if (spec.constraint.kind != ConstraintKind::none) {
     auto g = structured::compile_constraint(spec.constraint.kind, spec.constraint.source, tok,
-                                            spec.constraint.grammar.get());
+                                            spec.constraint.grammar);
     if (!g.ok()) return g.status();
     req.constraint = {spec.constraint.kind, std::move(g).value()};
   }

@@ -11,10 +11,12 @@ constexpr size_t kMaxTables = 1 << 15;
 constexpr int32_t kUnknown = -2;
 }  // namespace
 
-GrammarDfa::GrammarDfa(Grammar g) : g_(std::move(g)) {
+GrammarDfa::GrammarDfa(Grammar g) : GrammarDfa(std::make_shared<const Grammar>(std::move(g))) {}
+
+GrammarDfa::GrammarDfa(std::shared_ptr<const Grammar> g) : g_(std::move(g)) {
   std::vector<int32_t> configs;
   bool accept = false;
-  if (g_.root >= 0) close(frame(g_.root, g_.rules[size_t(g_.root)].start, -1), configs, accept);
+  if (g_->root >= 0) close(frame(g_->root, g_->rules[size_t(g_->root)].start, -1), configs, accept);
   start_ = intern(std::move(configs), accept);
 }
 
@@ -42,14 +44,14 @@ void GrammarDfa::close(int32_t f0, std::vector<int32_t>& out, bool& accept) {
     if (seen_[size_t(f)] == stamp_) continue;
     seen_[size_t(f)] = stamp_;
     const Frame fr = frames_[size_t(f)];
-    const Rule& r = g_.rules[size_t(fr.rule)];
+    const Rule& r = g_->rules[size_t(fr.rule)];
     for (int32_t t : r.eps_closure(fr.state)) {
       if (r.scans[size_t(t)]) out.push_back(t == fr.state ? f : frame(fr.rule, t, fr.parent));
       for (const Edge& e : r.out[size_t(t)]) {
         if (e.kind != Edge::Kind::call) continue;
         if (fr.depth >= kMaxDepth) continue;
         const int32_t after = frame(fr.rule, e.to, fr.parent);
-        todo_.push_back(frame(e.rule, g_.rules[size_t(e.rule)].start, after));
+        todo_.push_back(frame(e.rule, g_->rules[size_t(e.rule)].start, after));
       }
       if (r.final[size_t(t)]) {
         if (fr.parent < 0)
@@ -82,11 +84,11 @@ int32_t GrammarDfa::string_position(int32_t state) const {
   const State& s = states_[size_t(state)];
   if (s.configs.empty() || s.accept) return -1;
   const Frame& f0 = frames_[size_t(s.configs[0])];
-  const int32_t tag = g_.rules[size_t(f0.rule)].tag[size_t(f0.state)];
+  const int32_t tag = g_->rules[size_t(f0.rule)].tag[size_t(f0.state)];
   if (tag < 0) return -1;
   for (int32_t c : s.configs) {
     const Frame& f = frames_[size_t(c)];
-    if (f.rule != f0.rule || f.parent != f0.parent || g_.rules[size_t(f.rule)].tag[size_t(f.state)] != tag)
+    if (f.rule != f0.rule || f.parent != f0.parent || g_->rules[size_t(f.rule)].tag[size_t(f.state)] != tag)
       return -1;
   }
   return tag;
@@ -104,7 +106,7 @@ int32_t GrammarDfa::step(int32_t state, uint8_t byte) {
   const std::vector<int32_t> configs = states_[size_t(state)].configs;
   for (int32_t f : configs) {
     const Frame fr = frames_[size_t(f)];
-    for (const Edge& e : g_.rules[size_t(fr.rule)].out[size_t(fr.state)])
+    for (const Edge& e : g_->rules[size_t(fr.rule)].out[size_t(fr.state)])
       if (e.kind == Edge::Kind::byte && e.lo <= byte && byte <= e.hi)
         close(frame(fr.rule, e.to, fr.parent), next, accept);
   }

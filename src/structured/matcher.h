@@ -27,6 +27,8 @@ class GrammarDfa {
   static constexpr int32_t kMaxDepth = 128;
 
   explicit GrammarDfa(Grammar g);
+  // Shares `g` (a request's grammar compiled when it was read; never null).
+  explicit GrammarDfa(std::shared_ptr<const Grammar> g);
 
   int32_t start() const { return start_; }
   int32_t step(int32_t state, uint8_t byte);
@@ -38,7 +40,7 @@ class GrammarDfa {
     return s.accept && s.configs.empty();
   }
   size_t num_states() const { return states_.size(); }
-  const Grammar& grammar() const { return g_; }
+  const Grammar& grammar() const { return *g_; }
   // The Grammar::string_positions entry `state` stands for: every configuration of the state waits
   // at that one position of one string (same rule, same caller). -1 otherwise.
   int32_t string_position(int32_t state) const;
@@ -75,7 +77,7 @@ class GrammarDfa {
   void close(int32_t f, std::vector<int32_t>& out, bool& accept);
   int32_t intern(std::vector<int32_t> configs, bool accept);
 
-  Grammar g_;
+  std::shared_ptr<const Grammar> g_;
   std::vector<Frame> frames_;
   std::unordered_map<FrameKey, int32_t, FrameKeyHash> frame_ids_;
   std::vector<State> states_;

@@ -172,7 +172,7 @@ namespace {
 constexpr size_t kMaskBudgetBytes = size_t(64) << 20;
 }  // namespace
 
-TokenGrammar::TokenGrammar(Grammar g, std::shared_ptr<const TokenVocabulary> vocab)
+TokenGrammar::TokenGrammar(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenVocabulary> vocab)
     : vocab_(std::move(vocab)), dfa_(std::move(g)), start_(dfa_.start()) {}
 
 void TokenGrammar::walk(const TokenVocabulary::Trie& t, int32_t state, std::vector<uint32_t>& bits) {
@@ -293,23 +293,24 @@ std::string compile_grammar(ConstraintKind kind, std::string_view source, Gramma
 
 Result<std::shared_ptr<TokenGrammar>> compile_constraint(ConstraintKind kind, std::string_view source,
                                                          const std::shared_ptr<const TokenVocabulary>& vocab,
-                                                         const Grammar* built) {
+                                                         std::shared_ptr<const Grammar> built) {
   GrammarKey key{vocab.get(), kind, std::string(source)};
   if (auto cached = g_grammars.get(key)) return *cached;
-  Grammar g;
-  if (built != nullptr)
-    g = *built;  // a copy: other requests may hold the same one
-  else if (std::string err = compile_grammar(kind, source, g); !err.empty())
-    return invalid_argument(err);
-  auto tg = std::make_shared<TokenGrammar>(std::move(g), vocab);
+  if (built == nullptr) {
+    auto g = std::make_shared<Grammar>();
+    if (std::string err = compile_grammar(kind, source, *g); !err.empty()) return invalid_argument(err);
+    built = std::move(g);
+  }
+  auto tg = std::make_shared<TokenGrammar>(std::move(built), vocab);
   if (tg->start() == GrammarDfa::kDead) return invalid_argument("the constraint allows no output at all");
   g_grammars.put(std::move(key), tg);
   return tg;
 }
 
 Result<std::shared_ptr<TokenGrammar>> compile_constraint(ConstraintKind kind, std::string_view source,
-                                                         const Tokenizer& tok, const Grammar* built) {
-  return compile_constraint(kind, source, TokenVocabulary::of(tok), built);
+                                                         const Tokenizer& tok,
+                                                         std::shared_ptr<const Grammar> built) {
+  return compile_constraint(kind, source, TokenVocabulary::of(tok), std::move(built));
 }
 
 // ---- matcher ---------------------------------------------------------------------------------------

@@ -77,7 +77,7 @@ class TokenVocabulary {
 
 class TokenGrammar {
  public:
-  TokenGrammar(Grammar g, std::shared_ptr<const TokenVocabulary> vocab);
+  TokenGrammar(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenVocabulary> vocab);
 
   int32_t start() const { return start_; }
   const TokenVocabulary& vocabulary() const { return *vocab_; }
@@ -115,16 +115,17 @@ std::string compile_grammar(ConstraintKind kind, std::string_view source, Gramma
 uint64_t grammar_compiles();
 
 // Compiles (or finds in the cache) the grammar of a constraint over `tok`'s vocabulary; `built`, when
-// given, is the byte grammar of `source` already compiled (ConstraintSpec::grammar), used instead of
-// compiling it again. A schema or pattern that cannot be compiled is invalid_argument with the
-// reason ("schema.properties.age: the keyword 'multipleOf' is not supported").
+// not null, is the byte grammar of `source` already compiled (ConstraintSpec::grammar), shared
+// instead of compiling the source again. A schema or pattern that cannot be compiled is
+// invalid_argument with the reason ("schema.properties.age: the keyword 'multipleOf' is not
+// supported").
 Result<std::shared_ptr<TokenGrammar>> compile_constraint(ConstraintKind kind, std::string_view source,
                                                          const Tokenizer& tok,
-                                                         const Grammar* built = nullptr);
+                                                         std::shared_ptr<const Grammar> built = nullptr);
 // The same over a given vocabulary (tests, benchmarks).
 Result<std::shared_ptr<TokenGrammar>> compile_constraint(ConstraintKind kind, std::string_view source,
                                                          const std::shared_ptr<const TokenVocabulary>& vocab,
-                                                         const Grammar* built = nullptr);
+                                                         std::shared_ptr<const Grammar> built = nullptr);
 
 // One sequence's position in a grammar. Copyable (n > 1 choices fork it).
 class Matcher {

@@ -173,7 +173,7 @@ TEST_CASE("a request's schema compiles once: the grammar read with it is the one
   CHECK(grammar_compiles() == before + 1);
 
   // The engine's side (Generation::start) takes the carried grammar: no second compile.
-  auto tg = compile_constraint(first.kind, first.source, vocab, first.grammar.get());
+  auto tg = compile_constraint(first.kind, first.source, vocab, first.grammar);
   REQUIRE(tg.ok());
   CHECK(grammar_compiles() == before + 1);
   Matcher m(tg.value());
