@@ -70,8 +70,8 @@ bool paged_attention_mma(cudaStream_t stream, const Tensor& q, const Tensor& k_c
   namespace aw = attention_wgmma;
   const bool wg = D != 96 && use_wgmma();
   const cudaError_t err =
-      wg && D == 64 ? aw::paged_forward<64>(stream, qv, kv, batch.num_seqs, max_q, g, ov)
-      : wg          ? aw::paged_forward<128>(stream, qv, kv, batch.num_seqs, max_q, g, ov)
+      wg && D == 64 ? aw::paged_forward<64>(stream, qv, kv, batch.num_seqs, max_q, batch.max_kv_len, g, ov)
+      : wg          ? aw::paged_forward<128>(stream, qv, kv, batch.num_seqs, max_q, batch.max_kv_len, g, ov)
       : D == 64     ? am::paged_forward<64>(stream, qv, kv, batch.num_seqs, max_q, g, ov, sm_count)
       : D == 96     ? am::paged_forward<96>(stream, qv, kv, batch.num_seqs, max_q, g, ov, sm_count)
                     : am::paged_forward<128>(stream, qv, kv, batch.num_seqs, max_q, g, ov, sm_count);
