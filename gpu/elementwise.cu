@@ -1,7 +1,10 @@
-// Row-wise and element-wise ops: embedding lookup, SwiGLU, add, row gather, dtype conversion.
+// Row-wise and element-wise ops: embedding lookup, SwiGLU, add, row gather, dtype conversion; and
+// prefetch_l2 (Backend::prefetch's hint).
 // SwiGLU and add run as rows_map (gpu/rows_map.cuh); the rest one thread per element in grid-stride
 // loops. Rows addressed through Rows so that column slices (gate/up halves of one buffer, q/k/v
 // slices of qkv) work without copies.
+#include <algorithm>
+#include <span>
 #include <string>
 
 #include "gpu/check.h"
@@ -94,6 +97,33 @@ void check_same_rows(const Rows& a, const Rows& b, const Rows& c, const char* op
                    std::string(op) + ": operand shapes differ");
 }
 
+// prefetch_l2: one thread a piece of kPrefetchPiece bytes, which it hands to the copy engine as an
+// L2 prefetch (cp.async.bulk.prefetch.L2: sm_90 on; elsewhere the kernel does nothing). The engine
+// fetches the bytes after the thread and the kernel have gone; nothing waits for them. Pieces of
+// 64 KB beat 1 and 4 KB at decode batch 8 on the H200 (docs/performance.md).
+constexpr int64_t kPrefetchPiece = 64 << 10;
+constexpr int kPrefetchSpans = 4;
+struct PrefetchSpans {
+  const char* p[kPrefetchSpans] = {};
+  int64_t bytes[kPrefetchSpans] = {};      // multiples of 16, p 16-byte aligned
+  int64_t first[kPrefetchSpans + 1] = {};  // the span's first piece; first[n]: the pieces in all
+  int n = 0;
+};
+
+__global__ void prefetch_l2_kernel(PrefetchSpans s) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  int i = 0;
+  while (i < s.n && c >= s.first[i + 1]) ++i;
+  if (i == s.n) return;
+  const int64_t off = (c - s.first[i]) * kPrefetchPiece;
+  const int64_t size = s.bytes[i] - off < kPrefetchPiece ? s.bytes[i] - off : kPrefetchPiece;
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(s.p[i] + off), "r"(uint32_t(size))
+               : "memory");
+#else
+  (void)s;
+#endif
+}
 }  // namespace
 
 void embedding(cudaStream_t stream, const Tensor& table, const Tensor& ids, Tensor out) {
@@ -199,6 +229,29 @@ void convert(cudaStream_t stream, const Tensor& src, Tensor dst) {
     case DType::bf16: launch_convert(stream, src.ptr<bf16>(), dst, n); break;
     default: launch_convert(stream, src.ptr<__half>(), dst, n); break;
   }
+}
+
+void prefetch_l2(cudaStream_t stream, std::span<const Tensor* const> next, int64_t budget) {
+  PrefetchSpans s;
+  for (const Tensor* t : next) {
+    if (budget < 16 || s.n == kPrefetchSpans) break;
+    ASTRAI_GPU_CHECK(t && t->device == Device::cuda && t->is_contiguous(),
+                     "prefetch: tensors must be contiguous cuda tensors");
+    const uintptr_t begin = (reinterpret_cast<uintptr_t>(t->data) + 15) & ~uintptr_t(15);
+    const uintptr_t end = (reinterpret_cast<uintptr_t>(t->data) + t->nbytes()) & ~uintptr_t(15);
+    if (end <= begin) continue;
+    const int64_t bytes = std::min(int64_t(end - begin), budget & ~int64_t(15));
+    s.p[s.n] = reinterpret_cast<const char*>(begin);
+    s.bytes[s.n] = bytes;
+    s.first[s.n + 1] = s.first[s.n] + (bytes + kPrefetchPiece - 1) / kPrefetchPiece;
+    ++s.n;
+    budget -= bytes;
+  }
+  if (s.n == 0) return;
+  const int64_t pieces = s.first[s.n];
+  constexpr int kPieceThreads = 32;
+  prefetch_l2_kernel<<<unsigned((pieces + kPieceThreads - 1) / kPieceThreads), kPieceThreads, 0, stream>>>(s);
+  ASTRAI_CUDA_LAUNCH_CHECK(prefetch_l2_kernel);
 }
 
 }  // namespace astrai::gpu

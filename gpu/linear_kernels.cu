@@ -20,8 +20,8 @@
 namespace astrai::gpu {
 namespace {
 
-constexpr int kGemvMaxRows = 8;  // the MMA's N: x rows past M repeat row M - 1, their outputs dropped
-constexpr int kGemvTile = 16;    // weight rows per warp (the MMA's M)
+// kGemvMaxRows (ops.h) is the MMA's N: x rows past M repeat row M - 1, their outputs dropped.
+constexpr int kGemvTile = 16;  // weight rows per warp (the MMA's M)
 // 16-byte loads per lane per operand issued before the first MMA: with ~32 resident warps per
 // multiprocessor that keeps enough bytes in flight to cover device-memory latency (on the H200,
 // unrolling 8 was a median 3% slower than 4).

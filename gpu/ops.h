@@ -1,12 +1,14 @@
 // The CUDA implementations of the Backend ops, one file per family with the launch sizing in one
 // host function each: norm.cu (rms_norm, add_rms_norm), rope.cu (rope, rope_kv_store), elementwise.cu
-// (embedding, swiglu, add, gather_rows, convert), attention.cu (kv_store, paged_attention), sample.cu
-// (sample), linear.cpp (cuBLASLt, see linear.h) with linear_kernels.cu (small-M GEMV, fallback). CudaBackend
-// forwards to these on its stream; the argument order and shapes are those of src/backend/backend.h.
-// Activations are bf16 (f32 accepted where noted).
+// (embedding, swiglu, add, gather_rows, convert, prefetch_l2), attention.cu (kv_store, paged_attention),
+// sample.cu (sample), linear.cpp (cuBLASLt, see linear.h) with linear_kernels.cu (small-M GEMV, fallback).
+// CudaBackend forwards to these on its stream; the argument order and shapes are those of
+// src/backend/backend.h. Activations are bf16 (f32 accepted where noted).
 #pragma once
 
 #include <cuda_runtime_api.h>
+
+#include <span>
 
 #include "src/backend/backend.h"
 
@@ -72,6 +74,9 @@ bool paged_attention_mma(cudaStream_t stream, const Tensor& q, const Tensor& k_c
 // any stream captures a graph.
 void probe_paged_attention();
 void gather_rows(cudaStream_t stream, const Tensor& x, const Tensor& rows, Tensor out);
+// Backend::prefetch (elementwise.cu): asks L2 for up to `budget` bytes of the tensors in `next`,
+// in order, on `stream` (sm_90 on; elsewhere a kernel that does nothing).
+void prefetch_l2(cudaStream_t stream, std::span<const Tensor* const> next, int64_t budget);
 void convert(cudaStream_t stream, const Tensor& src, Tensor dst);
 // sample.cu: the draws; batch.workspace holds at least sample_workspace_bytes(R, V).
 void sample(cudaStream_t stream, const SampleBatch& batch);
@@ -79,6 +84,8 @@ size_t sample_workspace_bytes(int rows, int vocab);
 // linear's own kernels (linear_kernels.cu; arguments checked by Linear): the small-M GEMV, which
 // returns false when the shape or alignment does not suit it, and the plain path for shapes
 // cuBLASLt has no algorithm for.
+// The GEMV's rows: at most this many rows of x (a decode step's) take it.
+constexpr int kGemvMaxRows = 8;
 // pdl false: launched plainly (it starts once the kernel before it has finished).
 bool linear_gemv(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,
                  bool pdl = true);

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -301,6 +302,16 @@ class Backend {
   // run. Returns the host value (waits for the device).
   static constexpr int64_t kSumSquaresChunk = int64_t(1) << 16;
   virtual double sum_squares(const std::vector<Tensor>& xs);
+
+  // ---- hints ---------------------------------------------------------------------------------
+  // The tensors in `next` (weights) are what the ops after the ones enqueued so far read, in this
+  // order, against `rows` rows of activations: a backend may start bringing (a prefix of) them
+  // nearer the arithmetic while those ops run (the GPU: into L2, for decode-sized steps). Changes
+  // no result and orders nothing; the default (the CPU's) does nothing.
+  virtual void prefetch(std::span<const Tensor* const> next, int64_t rows) {
+    (void)next;
+    (void)rows;
+  }
 
   // ---- static step inputs and step graphs ----------------------------------------------------
   // A step packs its inputs into one host staging buffer (alloc_host_pinned, allocated once) and

@@ -423,6 +423,8 @@ class DecoderModel final : public Model {
       } else {
         add_norm_linear(w.input_norm, w.qkv, qkv_bias, qkv);  // + the previous layer's MLP output
       }
+      const Tensor* next[] = {&w.o, &w.gate_up, &w.down};  // read after the attention, which reads little
+      be_.prefetch(next, T);
       be_.rope_attention(q, k, v, cfg_.qk_norm ? &w.q_norm : nullptr, cfg_.qk_norm ? &w.k_norm : nullptr, eps,
                          pos, cos_sin_, slots, kv.k_layer(int(l)), kv.v_layer(int(l)), ab, scale, attn);
       be_.linear(attn2, w.o, w.has_o_bias ? &w.o_bias : nullptr, y);

@@ -212,6 +212,50 @@ void check_rows_batch_invariant(int64_t K, int64_t N, bool with_bias, Rng& rng) 
   }
 }
 
+// prefetch is a hint: a linear after a prefetch of its weight (4 rows, a decode step's, and 64)
+// gives the bits it gives without one, eagerly and replayed from a graph whose capture forked the
+// prefetch off (where the backend records graphs); a prefetch of a column slice is refused clearly
+// where the backend acts on it (the CPU's does nothing).
+void prefetch_is_a_hint(Backend& be) {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Rng rng(seed);
+  const int64_t K = 1024, N = 4096 + 8 * rng.randint(0, 64);
+  auto wh = rng.vec(size_t(N * K));
+  auto w = to_device(be, wh, {N, K});
+  for (const int64_t M : {int64_t(4), int64_t(64)}) {
+    INFO("M " << M);
+    auto xh = rng.vec(size_t(M * K));
+    auto x = to_device(be, xh, {M, K});
+    auto plain = poisoned(be, {M, N}), hinted = poisoned(be, {M, N}), replayed = poisoned(be, {M, N});
+    be.linear(x.t, w.t, nullptr, plain.t);
+    const Tensor* next[] = {&w.t, &x.t};
+    be.prefetch(next, M);
+    be.linear(x.t, w.t, nullptr, hinted.t);
+    const auto want = to_host(be, plain.t);
+    auto same_bits = [&](const std::vector<float>& got) {
+      return std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0;
+    };
+    REQUIRE(same_bits(to_host(be, hinted.t)));
+    if (be.supports_graphs()) {
+      auto graph = be.capture([&] {
+        be.prefetch(next, M);
+        be.linear(x.t, w.t, nullptr, replayed.t);
+      });
+      REQUIRE(graph);
+      graph->replay();
+      be.synchronize();
+      REQUIRE(same_bits(to_host(be, replayed.t)));
+    }
+  }
+  if (be.device() == Device::cuda) {
+    Tensor slice = w.t;  // [N, K / 2] of [N, K]: not contiguous
+    slice.shape[1] = K / 2;
+    const Tensor* bad[] = {&slice};
+    REQUIRE_THROWS_WITH(be.prefetch(bad, 1), Catch::Contains("contiguous"));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("linear on the cpu gives a row the same bits alone, in any batch, at any thread count", "[unit]") {
@@ -233,6 +277,7 @@ ASTRAI_BACKEND_TEST("linear with 1 to 8 rows and 16-byte rows (the GPU's GEMV) m
 ASTRAI_BACKEND_TEST("linear writes f32 out from compute-dtype operands (the LM head)", linear_f32_out)
 ASTRAI_BACKEND_TEST("linear_residual adds the residual to the projection (with and without bias)",
                     linear_residual_adds)
+ASTRAI_BACKEND_TEST("prefetch changes no result, eager or in a graph", prefetch_is_a_hint)
 ASTRAI_BACKEND_TEST("linear rejects mismatched shapes with an error instead of reading out of bounds",
                     linear_rejects_shapes)
 

@@ -78,6 +78,10 @@ class CountingBackend final : public Backend {
     ++ops;
     in_.convert(src, dst);
   }
+  void prefetch(std::span<const Tensor* const> next, int64_t rows) override {
+    ++ops;
+    in_.prefetch(next, rows);  // decode-sized: the graphs fork it off and join it back
+  }
   Buffer alloc_host_pinned(size_t bytes) override { return in_.alloc_host_pinned(bytes); }
   void upload_async(Tensor dst, const void* src) override { in_.upload_async(dst, src); }
   void wait_uploads() override { in_.wait_uploads(); }
