@@ -258,7 +258,8 @@ cudaError_t launch_paged_forward(cudaStream_t stream, const Rows& q, const Paged
 // The configuration the backend launches, the fastest of bench/prefill_attention_bench.cu's
 // variants on an H200 (docs/performance.md): three warpgroups (192 query rows), with 128 keys a
 // tile at head_dim 64; at head_dim 128, 64 keys a tile unless a sequence may reach kLongKv keys
-// (max_kv, a bound), where 128 were 3% faster at 8k and 32k and 5% slower at 1k.
+// (max_kv, a bound), where 128 were 3% faster at 8k and 32k and 5% slower at 1k (that instance
+// spills 84 bytes, ptxas says; it is faster regardless).
 constexpr int64_t kLongKv = 4096;
 template <int kD>
 cudaError_t paged_forward(cudaStream_t stream, const Rows& q, const PagedKv& kv, int num_seqs, int64_t max_q,
