@@ -7,7 +7,7 @@
 //        bench/prefill_attention_bench.cu gpu/attention.cu gpu/rope.cu gpu/rows.cpp gpu/scratch.cpp \
 //        src/backend/attention_shapes.cpp src/backend/rows.cpp src/core/tensor.cpp src/core/dtype.cpp \
 //        -o prefill_attention_bench
-//   ./prefill_attention_bench [--quick] [--check-only | --prefill-only | --mixed]
+//   ./prefill_attention_bench [--quick] [--check-only | --prefill-only | --mixed | --profile]
 //
 // The bench includes gpu/paged_attention_mma.cu under another name and defines the
 // paged_attention_mma that astrai::gpu::paged_attention calls as "not taken" unless a call asks for
@@ -506,6 +506,10 @@ int main(int argc, char** argv) {
   // --prefill-only: no checks; the tensor-core prefills alone (to compare two builds of the header).
   const bool prefill_only = astrai::bench::has_flag(argc, argv, "--prefill-only");
   const bool mixed_only = astrai::bench::has_flag(argc, argv, "--mixed");
+  // --profile: the backend's dispatch of one causal 32k prefill at head_dim 128, then 64 (32 heads,
+  // 8 KV heads), three times each and nothing else, for a profiler (ncu -k regex:paged_forward
+  // --launch-skip 2 --launch-count 1 catches the third at head_dim 128).
+  const bool profile = astrai::bench::has_flag(argc, argv, "--profile");
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a run cut short by a timeout keeps its lines
   int dev = 0;
   CK(cudaGetDevice(&dev));
@@ -527,6 +531,15 @@ int main(int argc, char** argv) {
       {"32k prefill", 4, 1, 64, 16, {{32768, 32768}}, 192},
   };
   const int reps = quick ? 3 : 10;
+  if (profile) {
+    for (int d : {128, 64}) {
+      const Problem p = make_problem({"prefill", 32, 8, d, 16, {{32768, 32768}}}, rng);
+      Device dev(p);
+      for (int i = 0; i < 3; ++i) dev.dispatch(0);
+      CK(cudaDeviceSynchronize());
+    }
+    return 0;
+  }
   if (prefill_only) {
     for (int d : {128, 64})
       for (int n : {1024, 8192, 32768})

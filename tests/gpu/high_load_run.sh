@@ -24,6 +24,8 @@
 #   attnbench  builds bench/prefill_attention_bench.cu with nvcc and runs its float64 checks of
 #            every prefill attention variant, then its kernel timings (--prefill-only; not in the
 #            default STEPS)
+#   attnprof ncu's full set on one wgmma prefill attention launch, 32k tokens, head_dim 128 and then
+#            64 (the bench's --profile; builds the bench as attnbench does; not in the default STEPS)
 #   sanitize compute-sanitizer memcheck, racecheck and synccheck over the backend's decode, ragged
 #            prefill, extend and mixed-step attention cases (not in the default STEPS)
 # Logs go into $OUT/high_load.tgz, re-packed after every step (the device tool returns only a few
@@ -123,6 +125,20 @@ if want attnbench; then
   log "attnbench checks: exit $? $(grep -cE '^ +ok' "$out/attnbench_check.txt") ok, $(grep -cE '^ +FAIL' "$out/attnbench_check.txt") FAIL"
   run_to 200 "$tmp/prefill_attention_bench" --prefill-only > "$out/attnbench_prefill.txt" 2>&1
   log "attnbench timings: exit $? (attnbench_prefill.txt)"
+fi
+if want attnprof; then
+  [ -x "$tmp/prefill_attention_bench" ] || run_to 240 nvcc -O3 -std=c++20 --expt-relaxed-constexpr -I. \
+    -gencode=arch=compute_90a,code=sm_90a -lineinfo \
+    bench/prefill_attention_bench.cu gpu/attention.cu gpu/rope.cu gpu/rows.cpp gpu/scratch.cpp \
+    src/backend/attention_shapes.cpp src/backend/rows.cpp src/core/tensor.cpp src/core/dtype.cpp \
+    -o "$tmp/prefill_attention_bench" > "$out/attnbench_nvcc.txt" 2>&1
+  for d in 128 64; do  # the third launch of each head_dim: skip 2, then 5 (3 at 128, 2 at 64)
+    skip=$([ $d = 128 ] && echo 2 || echo 5)
+    run_to 200 ncu --set full --import-source yes -k regex:paged_forward_kernel --launch-skip $skip --launch-count 1 \
+      -o "$out/attnprof_d$d" "$tmp/prefill_attention_bench" --profile > "$out/attnprof_d$d.txt" 2>&1
+    log "attnprof d$d: exit $? $(ls -s "$out/attnprof_d$d.ncu-rep" 2>/dev/null)"
+    ncu --import "$out/attnprof_d$d.ncu-rep" --page details > "$out/attnprof_d$d.details.txt" 2>&1
+  done
 fi
 if want startup; then
   for model in llama-1b qwen3-8b llama-1b qwen3-8b; do
