@@ -179,16 +179,19 @@ class CudaBackend final : public Backend {
                      out);
   }
   // Decode-sized steps only (the GEMV's rows): on the H200 it gained 3-5% at batch 8, nothing at
-  // batch 1, and lost 4-11% at batch 32 and 64 (docs/performance.md). On a second stream that waits
-  // for the ops so far, so the kernels after them do not wait for it (a captured graph gets it as a
-  // branch, joined at the capture's end).
+  // batch 1, and lost 4-11% at batch 32 and 64 (docs/performance.md). And only into a graph being
+  // captured, where its launches cost the host nothing per step: an eager decode step is bound by
+  // the host's launches, which it would lengthen. It goes on a second stream that waits for the ops
+  // so far, so the kernels after them do not wait for it: a branch of the graph, joined at the
+  // capture's end.
   void prefetch(std::span<const Tensor* const> next, int64_t rows) override {
-    if (prefetch_budget_ <= 0 || next.empty() || rows > kGemvMaxRows) return;
+    if (prefetch_budget_ <= 0 || next.empty() || rows > kGemvMaxRows || !capture_scratch_) return;
     enter();
+    check_prefetch(next);  // before the fork: a throw must leave no forked stream in the capture
     ASTRAI_CUDA_CHECK(cudaEventRecord(fork_, stream_));
     ASTRAI_CUDA_CHECK(cudaStreamWaitEvent(side_, fork_));
     gpu::prefetch_l2(side_, next, prefetch_budget_);
-    if (capture_scratch_) side_in_capture_ = true;
+    side_in_capture_ = true;
   }
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) override {
     const Scope scope = enter("gather_rows");

@@ -231,12 +231,17 @@ void convert(cudaStream_t stream, const Tensor& src, Tensor dst) {
   }
 }
 
+void check_prefetch(std::span<const Tensor* const> next) {
+  for (const Tensor* t : next)
+    ASTRAI_GPU_CHECK(t && t->device == Device::cuda && t->is_contiguous(),
+                     "prefetch: tensors must be contiguous cuda tensors");
+}
+
 void prefetch_l2(cudaStream_t stream, std::span<const Tensor* const> next, int64_t budget) {
+  check_prefetch(next);
   PrefetchSpans s;
   for (const Tensor* t : next) {
     if (budget < 16 || s.n == kPrefetchSpans) break;
-    ASTRAI_GPU_CHECK(t && t->device == Device::cuda && t->is_contiguous(),
-                     "prefetch: tensors must be contiguous cuda tensors");
     const uintptr_t begin = (reinterpret_cast<uintptr_t>(t->data) + 15) & ~uintptr_t(15);
     const uintptr_t end = (reinterpret_cast<uintptr_t>(t->data) + t->nbytes()) & ~uintptr_t(15);
     if (end <= begin) continue;
