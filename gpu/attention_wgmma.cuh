@@ -264,8 +264,8 @@ constexpr int64_t kLongKv = 4096;
 template <int kD>
 cudaError_t paged_forward(cudaStream_t stream, const Rows& q, const PagedKv& kv, int num_seqs, int64_t max_q,
                           int64_t max_kv, const Geo& g, const Rows& out) {
-  if (kD == 128 && max_kv < kLongKv)
-    return launch_paged_forward<kD, 3, 64>(stream, q, kv, num_seqs, max_q, g, out);
+  if constexpr (kD == 128)  // (constexpr: no head_dim 64 instance of the 64-key kernel is built)
+    if (max_kv < kLongKv) return launch_paged_forward<kD, 3, 64>(stream, q, kv, num_seqs, max_q, g, out);
   return launch_paged_forward<kD, 3, 128>(stream, q, kv, num_seqs, max_q, g, out);
 }
 

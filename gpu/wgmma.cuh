@@ -2,7 +2,8 @@
 // and waits around the asynchronous instruction, and wrappers of the shapes the attention kernels
 // use (m64 x n64 / n128 x k16, bf16 in, f32 accumulate). CUDA only. The instructions exist only
 // where ASTRAI_WGMMA is 1 (device code compiled for sm_90a); elsewhere the wrappers are empty and
-// the kernels that use them are never launched (attention_wgmma.cuh's wgmma_built tells the host).
+// the kernels that use them are never launched (attention_wgmma.cuh's built_for_current_device
+// tells the host).
 //
 // Operands in shared memory use the 128-byte swizzle of the PTX ISA's canonical layouts: a tile of
 // rows of 64 bf16 (128 bytes), 16-byte chunk c of row r stored at chunk c ^ (r % 8), on 1024-byte
