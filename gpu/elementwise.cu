@@ -238,7 +238,6 @@ void check_prefetch(std::span<const Tensor* const> next) {
 }
 
 void prefetch_l2(cudaStream_t stream, std::span<const Tensor* const> next, int64_t budget) {
-  check_prefetch(next);
   PrefetchSpans s;
   for (const Tensor* t : next) {
     if (budget < 16 || s.n == kPrefetchSpans) break;

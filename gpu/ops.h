@@ -75,9 +75,9 @@ bool paged_attention_mma(cudaStream_t stream, const Tensor& q, const Tensor& k_c
 void probe_paged_attention();
 void gather_rows(cudaStream_t stream, const Tensor& x, const Tensor& rows, Tensor out);
 // Backend::prefetch (elementwise.cu): asks L2 for up to `budget` bytes of the tensors in `next`,
-// in order, on `stream` (sm_90 on; elsewhere a kernel that does nothing).
+// in order, on `stream` (sm_90 on; elsewhere a kernel that does nothing). Arguments checked by
+// check_prefetch (throws), which the backend calls before it forks the stream for it.
 void prefetch_l2(cudaStream_t stream, std::span<const Tensor* const> next, int64_t budget);
-// prefetch_l2's argument check (throws), for a caller that must check before it forks a stream.
 void check_prefetch(std::span<const Tensor* const> next);
 void convert(cudaStream_t stream, const Tensor& src, Tensor dst);
 // sample.cu: the draws; batch.workspace holds at least sample_workspace_bytes(R, V).
