@@ -78,14 +78,15 @@ __device__ __forceinline__ void softmax_tile(float* s, int j0, const int* pos_ro
     alpha[r] = fast_exp2(m[r] - m_use[r]);
     m[r] = m_new;
   }
-  float part[2][4] = {};
+  float part[2][4];  // the first two column tiles start the chains (no adds to zero)
 #pragma unroll
   for (int nt = 0; nt < kN / 8; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const float p = fast_exp2(fmaf(s[nt * 4 + e], scale_log2, -m_use[e / 2]));
       s[nt * 4 + e] = p;
-      part[e / 2][(2 * nt + (e & 1)) % 4] += p;
+      float& acc = part[e / 2][(2 * nt + (e & 1)) % 4];
+      acc = nt < 2 ? p : acc + p;
     }
 #pragma unroll
   for (int r = 0; r < 2; ++r)
@@ -130,19 +131,24 @@ __global__ void __launch_bounds__(128 * kWG, 1) paged_forward_kernel(Rows q, Pag
   const int32_t* pages = kv.pages();
 
   constexpr int kVec = kD / 8;
+  static_assert(S::kThreads % kVec == 0, "a thread copies the same 16-byte column of every row it copies");
+  // This thread's column of its KV head in slot 0 of each cache.
+  const int col = int(threadIdx.x % kVec) * 8;
+  const bf16* k_at = kv.k_cache + kvh * kD + col;
+  const bf16* v_at = kv.v_cache + kvh * kD + col;
   auto load_tile = [&](int it) {
     bf16* kd = ks + (it % kStages) * S::kKv;
     bf16* vd = vs + (it % kStages) * S::kKv;
     constexpr int kTotal = kN * kVec;
 #pragma unroll
     for (int i = 0; i < (kTotal + S::kThreads - 1) / S::kThreads; ++i) {
-      const int e = int(threadIdx.x) + i * S::kThreads, r = e / kVec, c = e % kVec;
+      const int e = int(threadIdx.x) + i * S::kThreads, r = e / kVec;
       if (kTotal % S::kThreads != 0 && e >= kTotal) break;
-      int64_t off;
-      const bool ok = kv.template key_offset<kD>(pages, sp, it * kN + r, kvh, c * 8, off);
-      const int dst = wgmma::swizzled<kN>(r, c);
-      cp_async16(kd + dst, kv.k_cache + off, ok);
-      cp_async16(vd + dst, kv.v_cache + off, ok);
+      int slot;
+      const bool ok = kv.key_slot(pages, sp, it * kN + r, slot);
+      const int dst = wgmma::swizzled<kN>(r, e % kVec);
+      cp_async16(kd + dst, kv.template slot_row<kD>(k_at, slot), ok);
+      cp_async16(vd + dst, kv.template slot_row<kD>(v_at, slot), ok);
     }
   };
 #pragma unroll
@@ -170,22 +176,26 @@ __global__ void __launch_bounds__(128 * kWG, 1) paged_forward_kernel(Rows q, Pag
   const int pos_row[2] = {int(wp0 + r_lo), int(wp0 + r_lo + 8)};  // positions fit int (kv_len is int32)
   // The warpgroup's tiles: those with a key at or before its last row's position.
   const int active = w0 < sp.n_q ? min(tiles, int((wp0 + 64 + kN - 1) / kN)) : 0;
-  const uint32_t q_addr = smem_addr(qs) + uint32_t(wg * 64 * 128);
+  // Descriptor low words (wgmma.cuh): the warpgroup's Q rows, stage 0's K and V; the rest are
+  // fixed offsets from these.
+  constexpr uint32_t kHi = wgmma::desc_hi(1024), kStageStep = S::kKv * sizeof(bf16) >> 4;
+  const uint32_t q_lo = wgmma::desc_lo(smem_addr(qs) + uint32_t(wg * 64 * 128), 16);
+  const uint32_t k_lo = wgmma::desc_lo(smem_addr(ks), 16), v_lo = wgmma::desc_lo(smem_addr(vs), kN * 128);
   auto s_gemm = [&](float* s, int it) {  // s = Q K^T of tile it, issued and committed
-    const uint32_t k_addr = smem_addr(ks + (it % kStages) * S::kKv);
+    const uint32_t k_it = k_lo + (it % kStages) * kStageStep;
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk)
-      wgmma::mma_ss<kN>(s, wgmma::desc(q_addr + (kk / 4) * S::kM * 128 + (kk % 4) * 32, 16, 1024),
-                        wgmma::desc(k_addr + (kk / 4) * kN * 128 + (kk % 4) * 32, 16, 1024), kk > 0);
+      wgmma::mma_ss<kN>(s, wgmma::desc_of(q_lo + (((kk / 4) * S::kM * 128 + (kk % 4) * 32) >> 4), kHi),
+                        wgmma::desc_of(k_it + (((kk / 4) * kN * 128 + (kk % 4) * 32) >> 4), kHi), kk > 0);
     wgmma::commit();
   };
   auto pv_gemm = [&](float* o, const uint32_t(*pa)[4], int it) {  // o += P V of tile it, issued
-    const uint32_t v_addr = smem_addr(vs + (it % kStages) * S::kKv);
+    const uint32_t v_it = v_lo + (it % kStages) * kStageStep;
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < kN / 16; ++kk)
-      wgmma::mma_rs_tb<kD>(o, pa[kk], wgmma::desc(v_addr + kk * 16 * 128, kN * 128, 1024), true);
+      wgmma::mma_rs_tb<kD>(o, pa[kk], wgmma::desc_of(v_it + ((kk * 16 * 128) >> 4), kHi), true);
     wgmma::commit();
   };
   auto edge = [&](int j0) { return j0 + kN - 1 > wp0 || j0 + kN > sp.n_kv; };

@@ -242,17 +242,21 @@ struct PagedKv {
   __device__ __forceinline__ const int32_t* pages() const {
     return page_table + int64_t(blockIdx.z) * max_pages;
   }
-  // off = the element offset of column c of key j's row of KV head kvh in the cache; false (and
-  // off 0) for a key past the sequence or a page outside the cache. Slots and positions fit int
-  // (the cache has fewer than 2^31 slots).
-  template <int kD>
-  __device__ __forceinline__ bool key_offset(const int32_t* pages, const Span& sp, int j, int kvh, int c,
-                                             int64_t& off) const {
+  // slot = the cache slot of key j (its row of the [slots, kv_heads, D] cache); false (and slot 0)
+  // for a key past the sequence or a page outside the cache. Slots and positions fit int (the cache
+  // has fewer than 2^31 slots).
+  __device__ __forceinline__ bool key_slot(const int32_t* pages, const Span& sp, int j, int& slot) const {
     const int pg = page_shift >= 0 ? j >> page_shift : j / page_size;
     const int32_t page = j < sp.n_kv && pg < max_pages ? pages[pg] : -1;
     const bool ok = page >= 0 && page < n_pages;
-    off = ok ? int64_t(page * page_size + (j - pg * page_size)) * (int64_t(kv_heads) * kD) + kvh * kD + c : 0;
+    slot = ok ? page * page_size + (j - pg * page_size) : 0;
     return ok;
+  }
+  // Column c of KV head kvh in slot `slot` of a cache whose slot 0 starts at `at` (the cache plus
+  // kvh * kD + c, fixed per thread): one wide multiply-add, where 64-bit offsets cost several.
+  template <int kD>
+  __device__ __forceinline__ const bf16* slot_row(const bf16* at, int slot) const {
+    return at + uint64_t(uint32_t(slot)) * uint32_t(kv_heads * kD);
   }
   // Each thread looks up the page of each key row it copies (the kVec threads of a row read the same
   // entry: one broadcast load).
@@ -265,10 +269,10 @@ struct PagedKv {
       const int e = int(threadIdx.x) + i * kThreads;
       if (kTotal % kThreads != 0 && e >= kTotal) break;
       const int r = e / kVec, c = (e % kVec) * 8;
-      int64_t off;
-      const bool ok = key_offset<kD>(pg, sp, int(j0) + r, kvh, c, off);
-      cp_async16(kdst + r * kPitch<kD> + c, k_cache + off, ok);
-      cp_async16(vdst + r * kPitch<kD> + c, v_cache + off, ok);
+      int slot;
+      const bool ok = key_slot(pg, sp, int(j0) + r, slot);
+      cp_async16(kdst + r * kPitch<kD> + c, slot_row<kD>(k_cache + kvh * kD + c, slot), ok);
+      cp_async16(vdst + r * kPitch<kD> + c, slot_row<kD>(v_cache + kvh * kD + c, slot), ok);
     }
   }
 };
