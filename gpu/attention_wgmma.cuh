@@ -15,7 +15,8 @@
 // Tried (docs/performance.md): issuing the next tile's S = Q K^T before this tile's softmax, so the
 // tensor cores run under it (FlashAttention-3's pipelining within a warpgroup). ptxas serialized
 // every wgmma of that loop (C7513-C7515: other instructions define an operand register of a running
-// wgmma), whatever the placement of waits, fences and register pins, and it measured slower.
+// wgmma), whatever the placement of waits, fences and register pins, and it measured slower. Issuing
+// the last tile's P V after this tile's S instead (one S array) is not serialized, and lost 2-6%.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -266,17 +267,20 @@ cudaError_t launch_paged_forward(cudaStream_t stream, const Rows& q, const Paged
 }
 
 // The configuration the backend launches, the fastest of bench/prefill_attention_bench.cu's
-// variants on an H200 (docs/performance.md): three warpgroups (192 query rows), with 128 keys a
-// tile at head_dim 64; at head_dim 128, 64 keys a tile unless a sequence may reach kLongKv keys
-// (max_kv, a bound), where 128 were 3% faster at 8k and 32k and 5% slower at 1k (that instance
-// spills 84 bytes, ptxas says; it is faster regardless).
+// variants on an H200 (docs/performance.md): at head_dim 64, two warpgroups (128 query rows) and 64
+// keys a tile; at head_dim 128, three warpgroups with 64 keys a tile unless a sequence may reach
+// kLongKv keys (max_kv, a bound), where 128 were 5-7% faster at 8k and 32k and 5% slower at 1k
+// (that instance spills 56 bytes, ptxas says; it is faster regardless).
 constexpr int64_t kLongKv = 4096;
 template <int kD>
 cudaError_t paged_forward(cudaStream_t stream, const Rows& q, const PagedKv& kv, int num_seqs, int64_t max_q,
                           int64_t max_kv, const Geo& g, const Rows& out) {
-  if constexpr (kD == 128)  // (constexpr: no head_dim 64 instance of the 64-key kernel is built)
+  if constexpr (kD == 64) {
+    return launch_paged_forward<kD, 2, 64>(stream, q, kv, num_seqs, max_q, g, out);
+  } else {
     if (max_kv < kLongKv) return launch_paged_forward<kD, 3, 64>(stream, q, kv, num_seqs, max_q, g, out);
-  return launch_paged_forward<kD, 3, 128>(stream, q, kv, num_seqs, max_q, g, out);
+    return launch_paged_forward<kD, 3, 128>(stream, q, kv, num_seqs, max_q, g, out);
+  }
 }
 
 }  // namespace astrai::gpu::attention_wgmma
