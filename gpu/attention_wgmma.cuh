@@ -48,10 +48,17 @@ struct Shape {
 
 // A warpgroup's part of the online softmax over one tile of scores s (its rows r_lo and r_lo + 8):
 // masks keys past a row's position or the sequence, turns s into p = exp2(s * scale_log2 - m) in
-// place, updates the running maxima m and sums l, and returns the factors alpha that rescale O.
+// place, and updates the sums l; returns whether O must be rescaled by alpha. Without kLazy the
+// maxima in use, m, follow every tile's. With kLazy they move only when some row of the warp sees a
+// tile maximum more than kSlack above its own (then every row of the warp takes its new maximum and
+// alpha the factors that rescale O and l); otherwise p may reach 2^kSlack, exact after the final
+// division by l, and nothing is rescaled (FlashAttention-4's conditional rescaling: past the first
+// tiles a row's maximum seldom grows that much). Measured (docs/performance.md): 3% faster at
+// head_dim 128, whose O rescale is 64 multiplies a tile; 1-2% slower at 64 (32, and the vote).
 // (Reading s and writing p straight into bf16 fragments instead measured 20-45% slower.)
-template <int kN>
-__device__ __forceinline__ void softmax_tile(float* s, int j0, const int* pos_row, int n_kv, bool edge,
+constexpr float kSlack = 8.0f;
+template <int kN, bool kLazy>
+__device__ __forceinline__ bool softmax_tile(float* s, int j0, const int* pos_row, int n_kv, bool edge,
                                              float scale_log2, float* m, float* l, float* alpha) {
   const int qc = int(threadIdx.x % 4);
   if (edge) {
@@ -64,7 +71,7 @@ __device__ __forceinline__ void softmax_tile(float* s, int j0, const int* pos_ro
       }
   }
   // Row maxima and sums in four independent chains each, as train_attention_mma.cuh's forward.
-  float m_use[2];
+  float mx[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float part[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
@@ -73,11 +80,18 @@ __device__ __forceinline__ void softmax_tile(float* s, int j0, const int* pos_ro
       part[(2 * nt) % 4] = fmaxf(part[(2 * nt) % 4], s[nt * 4 + 2 * r]);
       part[(2 * nt + 1) % 4] = fmaxf(part[(2 * nt + 1) % 4], s[nt * 4 + 2 * r + 1]);
     }
-    const float mx = fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3]));
-    const float m_new = fmaxf(m[r], attention_mma::quad_max(mx) * scale_log2);
-    m_use[r] = m_new == -INFINITY ? 0.0f : m_new;  // a row that has seen no key yet: p = 0, not NaN
-    alpha[r] = fast_exp2(m[r] - m_use[r]);
-    m[r] = m_new;
+    mx[r] = attention_mma::quad_max(fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3]))) * scale_log2;
+  }
+  const bool grow = !kLazy || __any_sync(0xffffffffu, mx[0] > m[0] + kSlack || mx[1] > m[1] + kSlack);
+  float m_use[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (grow) {
+      const float m_new = fmaxf(m[r], mx[r]);
+      alpha[r] = fast_exp2(m[r] - (m_new == -INFINITY ? 0.0f : m_new));
+      m[r] = m_new;
+    }
+    m_use[r] = m[r] == -INFINITY ? 0.0f : m[r];  // a row that has seen no key yet: p = 0, not NaN
   }
   float part[2][4];  // the first two column tiles start the chains (no adds to zero)
 #pragma unroll
@@ -91,19 +105,22 @@ __device__ __forceinline__ void softmax_tile(float* s, int j0, const int* pos_ro
     }
 #pragma unroll
   for (int r = 0; r < 2; ++r)
-    l[r] = l[r] * alpha[r] + ((part[r][0] + part[r][1]) + (part[r][2] + part[r][3]));
+    l[r] = (grow ? l[r] * alpha[r] : l[r]) + ((part[r][0] + part[r][1]) + (part[r][2] + part[r][3]));
+  return grow;
 }
 
-// o *= alpha by row, then P (s rounded to bf16, as A fragments) into pa.
+// o *= alpha by row when `rescale`, then P (s rounded to bf16, as A fragments) into pa.
 template <int kD, int kN>
-__device__ __forceinline__ void rescale_and_pack(float* o, const float* alpha, const float* s,
+__device__ __forceinline__ void rescale_and_pack(float* o, bool rescale, const float* alpha, const float* s,
                                                  uint32_t (*pa)[4]) {
+  if (rescale) {
 #pragma unroll
-  for (int nt = 0; nt < kD / 8; ++nt) {
-    o[nt * 4 + 0] *= alpha[0];
-    o[nt * 4 + 1] *= alpha[0];
-    o[nt * 4 + 2] *= alpha[1];
-    o[nt * 4 + 3] *= alpha[1];
+    for (int nt = 0; nt < kD / 8; ++nt) {
+      o[nt * 4 + 0] *= alpha[0];
+      o[nt * 4 + 1] *= alpha[0];
+      o[nt * 4 + 2] *= alpha[1];
+      o[nt * 4 + 3] *= alpha[1];
+    }
   }
 #pragma unroll
   for (int kk = 0; kk < kN / 16; ++kk)
@@ -112,8 +129,11 @@ __device__ __forceinline__ void rescale_and_pack(float* o, const float* alpha, c
       pa[kk][i] = attention_mma::pack_bf16(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
 }
 
-template <int kD, int kWG, int kN>
-__global__ void __launch_bounds__(128 * kWG, 1) paged_forward_kernel(Rows q, PagedKv kv, Geo g, Rows out) {
+// kMinBlocks (bench variants): blocks a multiprocessor must hold at once; ptxas caps the registers
+// to fit them (two blocks of two warpgroups: 128 a thread).
+template <int kD, int kWG, int kN, int kMinBlocks = 1>
+__global__ void __launch_bounds__(128 * kWG, kMinBlocks)
+    paged_forward_kernel(Rows q, PagedKv kv, Geo g, Rows out) {
 #if ASTRAI_WGMMA
   using S = Shape<kD, kWG, kN>;
   constexpr int kStages = S::kStages;
@@ -214,8 +234,9 @@ __global__ void __launch_bounds__(128 * kWG, 1) paged_forward_kernel(Rows q, Pag
     s_gemm(s, it);
     wgmma::wait<0>();
     wgmma::pin<kN / 2>(s);
-    softmax_tile<kN>(s, it * kN, pos_row, int(sp.n_kv), edge(it * kN), g.scale_log2, m, l, alpha);
-    rescale_and_pack<kD, kN>(o, alpha, s, pa);
+    const bool rescale = softmax_tile<kN, kD == 128>(s, it * kN, pos_row, int(sp.n_kv), edge(it * kN),
+                                                     g.scale_log2, m, l, alpha);
+    rescale_and_pack<kD, kN>(o, rescale, alpha, s, pa);
     pv_gemm(o, pa, it);
     wgmma::wait<0>();
     wgmma::pin<kD / 2>(o);
@@ -255,11 +276,11 @@ inline bool built_for_current_device() {
 
 // The paged forward over num_seqs sequences of at most max_q queries each (a bound: the lengths are
 // read on the device); grid (heads, query tiles, sequences) as the mma.sync kernel's.
-template <int kD, int kWG, int kN>
+template <int kD, int kWG, int kN, int kMinBlocks = 1>
 cudaError_t launch_paged_forward(cudaStream_t stream, const Rows& q, const PagedKv& kv, int num_seqs,
                                  int64_t max_q, const Geo& g, const Rows& out) {
   using S = Shape<kD, kWG, kN>;
-  auto* kernel = paged_forward_kernel<kD, kWG, kN>;
+  auto* kernel = paged_forward_kernel<kD, kWG, kN, kMinBlocks>;
   if (const cudaError_t e = attention_mma::allow_smem(kernel, S::kSmem); e != cudaSuccess) return e;
   const dim3 grid(unsigned(g.heads), unsigned((max_q + S::kM - 1) / S::kM), unsigned(num_seqs));
   kernel<<<grid, S::kThreads, S::kSmem, stream>>>(q, kv, g, out);
@@ -269,8 +290,7 @@ cudaError_t launch_paged_forward(cudaStream_t stream, const Rows& q, const Paged
 // The configuration the backend launches, the fastest of bench/prefill_attention_bench.cu's
 // variants on an H200 (docs/performance.md): at head_dim 64, two warpgroups (128 query rows) and 64
 // keys a tile; at head_dim 128, three warpgroups with 64 keys a tile unless a sequence may reach
-// kLongKv keys (max_kv, a bound), where 128 were 5-7% faster at 8k and 32k and 5% slower at 1k
-// (that instance spills 56 bytes, ptxas says; it is faster regardless).
+// kLongKv keys (max_kv, a bound), where 128 were 3-8% faster at 8k and 32k and 5% slower at 1k.
 constexpr int64_t kLongKv = 4096;
 template <int kD>
 cudaError_t paged_forward(cudaStream_t stream, const Rows& q, const PagedKv& kv, int num_seqs, int64_t max_q,
