@@ -24,11 +24,11 @@
 
 namespace astrai::gpu::wgmma {
 
-// The descriptor of a 128-byte-swizzled operand starting at shared address `addr` (bytes), in its
-// two words: the low one holds the address (bits 0-13, in 16-byte units) and LBO, the high one SBO
-// and the swizzle. A kernel keeps an operand's low word and adds (bytes >> 4) to step through shared
-// memory (no carry: shared addresses stay below 2^18), where rebuilding the descriptor costs a
-// handful of instructions a wgmma.
+// The descriptor of a 128-byte-swizzled operand starting at shared address `addr` (bytes) is
+// desc_of(desc_lo(addr, lbo), desc_hi(sbo)): the low word holds the address (bits 0-13, in 16-byte
+// units) and LBO, the high one SBO and the swizzle. A kernel keeps an operand's low word and adds
+// (bytes >> 4) to step through shared memory (no carry: shared addresses stay below 2^18), where
+// rebuilding the descriptor costs a handful of instructions a wgmma.
 __device__ __forceinline__ uint32_t desc_lo(uint32_t addr, uint32_t lbo) {
   return ((addr & 0x3FFFF) >> 4) | ((lbo & 0x3FFFF) >> 4) << 16;
 }
@@ -37,9 +37,6 @@ constexpr uint32_t desc_hi(uint32_t sbo) {
 }
 __device__ __forceinline__ uint64_t desc_of(uint32_t lo, uint32_t hi) {
   return uint64_t(hi) << 32 | lo;
-}
-__device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-  return desc_of(desc_lo(addr, lbo), desc_hi(sbo));
 }
 
 // Element offset of 16-byte chunk c (of kCols / 8) in row r of a swizzled [kRows][kCols] bf16 tile:
