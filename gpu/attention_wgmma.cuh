@@ -157,16 +157,30 @@ __global__ void __launch_bounds__(128 * kWG, kMinBlocks)
   const int col = int(threadIdx.x % kVec) * 8;
   const bf16* k_at = kv.k_cache + kvh * kD + col;
   const bf16* v_at = kv.v_cache + kvh * kD + col;
+  // Pages of 4 keys or more, a power of two (16 by default): a tile's pages sit one a lane
+  // (PagedKv::tile_page); others: each copy looks its key up.
+  static_assert(kN / 4 <= 32, "a tile's pages of 4 keys fit a warp");
+  const bool lane_pages = kv.page_shift >= 2;
+  const int n_kv = int(sp.n_kv);
   auto load_tile = [&](int it) {
     bf16* kd = ks + (it % kStages) * S::kKv;
     bf16* vd = vs + (it % kStages) * S::kKv;
     constexpr int kTotal = kN * kVec;
+    const int j0 = it * kN;
+    const int32_t my_page = lane_pages ? kv.template tile_page<kN>(pages, sp, j0, lane) : -1;
 #pragma unroll
     for (int i = 0; i < (kTotal + S::kThreads - 1) / S::kThreads; ++i) {
       const int e = int(threadIdx.x) + i * S::kThreads, r = e / kVec;
-      if (kTotal % S::kThreads != 0 && e >= kTotal) break;
+      if (kTotal % S::kThreads != 0 && e >= kTotal) break;  // whole warps (kTotal is a multiple of 32)
       int slot;
-      const bool ok = kv.key_slot(pages, sp, it * kN + r, slot);
+      bool ok;
+      if (lane_pages) {
+        const int page = __shfl_sync(0xffffffffu, my_page, r >> kv.page_shift), j = j0 + r;
+        ok = page >= 0 && j < n_kv;
+        slot = ok ? page * kv.page_size + (j & (kv.page_size - 1)) : 0;
+      } else {
+        ok = kv.key_slot(pages, sp, j0 + r, slot);
+      }
       const int dst = wgmma::swizzled<kN>(r, e % kVec);
       cp_async16(kd + dst, kv.template slot_row<kD>(k_at, slot), ok);
       cp_async16(vd + dst, kv.template slot_row<kD>(v_at, slot), ok);
@@ -289,14 +303,16 @@ cudaError_t launch_paged_forward(cudaStream_t stream, const Rows& q, const Paged
 
 // The configuration the backend launches, the fastest of bench/prefill_attention_bench.cu's
 // variants on an H200 (docs/performance.md): at head_dim 64, two warpgroups (128 query rows) and 64
-// keys a tile; at head_dim 128, three warpgroups with 64 keys a tile unless a sequence may reach
-// kLongKv keys (max_kv, a bound), where 128 were 3-8% faster at 8k and 32k and 5% slower at 1k.
+// keys a tile, two blocks a multiprocessor (blocks that share no barrier cover each other's
+// softmax; kMinBlocks holds ptxas to the 128 registers that takes); at head_dim 128, three warpgroups with 64
+// keys a tile unless a sequence may reach kLongKv keys (max_kv, a bound), where 128 were 3-8% faster at 8k
+// and 32k and 5% slower at 1k.
 constexpr int64_t kLongKv = 4096;
 template <int kD>
 cudaError_t paged_forward(cudaStream_t stream, const Rows& q, const PagedKv& kv, int num_seqs, int64_t max_q,
                           int64_t max_kv, const Geo& g, const Rows& out) {
   if constexpr (kD == 64) {
-    return launch_paged_forward<kD, 2, 64>(stream, q, kv, num_seqs, max_q, g, out);
+    return launch_paged_forward<kD, 2, 64, 2>(stream, q, kv, num_seqs, max_q, g, out);
   } else {
     if (max_kv < kLongKv) return launch_paged_forward<kD, 3, 64>(stream, q, kv, num_seqs, max_q, g, out);
     return launch_paged_forward<kD, 3, 128>(stream, q, kv, num_seqs, max_q, g, out);

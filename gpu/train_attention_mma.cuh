@@ -258,6 +258,18 @@ struct PagedKv {
   __device__ __forceinline__ const bf16* slot_row(const bf16* at, int slot) const {
     return at + uint64_t(uint32_t(slot)) * uint32_t(kv_heads * kD);
   }
+  // For a tile of kTile keys from j0 (a multiple of kTile) when page_size is a power of two of at
+  // least kTile / 32: the page of the tile's lane-th page, -1 past the tile, the table, the sequence
+  // or the cache. A warp's lanes hold the tile's pages (at most 32), and a copy takes its row's page
+  // with a shuffle instead of a load and the bounds checks.
+  template <int kTile>
+  __device__ __forceinline__ int32_t tile_page(const int32_t* pages, const Span& sp, int j0, int lane) const {
+    const int pg = (j0 >> page_shift) + lane;
+    const bool in =
+        lane < max(1, kTile >> page_shift) && pg < max_pages && (int64_t(pg) << page_shift) < sp.n_kv;
+    const int32_t page = in ? pages[pg] : -1;
+    return page >= 0 && page < n_pages ? page : -1;
+  }
   // Each thread looks up the page of each key row it copies (the kVec threads of a row read the same
   // entry: one broadcast load).
   template <int kRows, int kD, int kThreads>
