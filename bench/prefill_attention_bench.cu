@@ -102,10 +102,11 @@ Variant variant() {
 }
 
 // The wgmma kernel (gpu/attention_wgmma.cuh): warpgroups of 64 rows, keys per tile.
-template <int kD, int kWG, int kN, int kMinBlocks = 1>
+template <int kD, int kWG, int kN, int kMinBlocks = 1, int kSub = kN>
 Variant wgmma() {
-  return {"wgmma w" + std::to_string(kWG) + " n" + std::to_string(kN) + (kMinBlocks > 1 ? " b2" : ""),
-          astrai::gpu::attention_wgmma::launch_paged_forward<kD, kWG, kN, kMinBlocks>};
+  return {"wgmma w" + std::to_string(kWG) + " n" + std::to_string(kN) + (kMinBlocks > 1 ? " b2" : "") +
+              (kSub < kN ? " s" + std::to_string(kSub) : ""),
+          astrai::gpu::attention_wgmma::launch_paged_forward<kD, kWG, kN, kMinBlocks, kSub>};
 }
 
 template <int kD>
@@ -129,7 +130,9 @@ std::vector<Variant> variants<64>() {
           wgmma<64, 4, 64>(),
           wgmma<64, 2, 64, 2>(),
           wgmma<64, 1, 64>(),
-          wgmma<64, 1, 128>()};
+          wgmma<64, 1, 128>(),
+          wgmma<64, 2, 128, 2, 64>(),
+          wgmma<64, 3, 128, 1, 64>()};
 }
 template <>
 std::vector<Variant> variants<96>() {
@@ -155,7 +158,9 @@ std::vector<Variant> variants<128>() {
           wgmma<128, 2, 64>(),
           wgmma<128, 2, 128>(),
           wgmma<128, 2, 64, 2>(),
-          wgmma<128, 1, 64>()};
+          wgmma<128, 1, 64>(),
+          wgmma<128, 3, 128, 1, 64>(),
+          wgmma<128, 2, 128, 1, 64>()};
 }
 
 std::vector<Variant> variants_of(int d) {

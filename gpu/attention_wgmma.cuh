@@ -129,12 +129,15 @@ __device__ __forceinline__ void rescale_and_pack(float* o, bool rescale, const f
       pa[kk][i] = attention_mma::pack_bf16(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
 }
 
-// kMinBlocks (bench variants): blocks a multiprocessor must hold at once; ptxas caps the registers
-// to fit them (two blocks of two warpgroups: 128 a thread).
-template <int kD, int kWG, int kN, int kMinBlocks = 1>
+// kMinBlocks: blocks a multiprocessor must hold at once; ptxas caps the registers to fit them (two
+// blocks of two warpgroups: 128 a thread). kSub (bench variants): keys a warpgroup's GEMMs and
+// softmax take at once, a part of the kN a stage holds, so a tile's registers (S, P) stay those of
+// kSub keys while the block meets at its barrier once per kN.
+template <int kD, int kWG, int kN, int kMinBlocks = 1, int kSub = kN>
 __global__ void __launch_bounds__(128 * kWG, kMinBlocks)
     paged_forward_kernel(Rows q, PagedKv kv, Geo g, Rows out) {
 #if ASTRAI_WGMMA
+  static_assert(kN % kSub == 0 && (kSub == 64 || kSub == 128), "kSub: 64 or 128 keys, a part of kN");
   using S = Shape<kD, kWG, kN>;
   constexpr int kStages = S::kStages;
   extern __shared__ unsigned char smem_raw[];
@@ -216,44 +219,51 @@ __global__ void __launch_bounds__(128 * kWG, kMinBlocks)
   constexpr uint32_t kHi = wgmma::desc_hi(1024), kStageStep = S::kKv * sizeof(bf16) >> 4;
   const uint32_t q_lo = wgmma::desc_lo(smem_addr(qs) + uint32_t(wg * 64 * 128), 16);
   const uint32_t k_lo = wgmma::desc_lo(smem_addr(ks), 16), v_lo = wgmma::desc_lo(smem_addr(vs), kN * 128);
-  auto s_gemm = [&](float* s, int it) {  // s = Q K^T of tile it, issued and committed
-    const uint32_t k_it = k_lo + (it % kStages) * kStageStep;
+  // s = Q K^T of keys [sub * kSub, +kSub) of tile it, issued and committed.
+  auto s_gemm = [&](float* s, int it, int sub) {
+    const uint32_t k_it = k_lo + (it % kStages) * kStageStep + ((sub * kSub * 128) >> 4);
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk)
-      wgmma::mma_ss<kN>(s, wgmma::desc_of(q_lo + (((kk / 4) * S::kM * 128 + (kk % 4) * 32) >> 4), kHi),
-                        wgmma::desc_of(k_it + (((kk / 4) * kN * 128 + (kk % 4) * 32) >> 4), kHi), kk > 0);
+      wgmma::mma_ss<kSub>(s, wgmma::desc_of(q_lo + (((kk / 4) * S::kM * 128 + (kk % 4) * 32) >> 4), kHi),
+                          wgmma::desc_of(k_it + (((kk / 4) * kN * 128 + (kk % 4) * 32) >> 4), kHi), kk > 0);
     wgmma::commit();
   };
-  auto pv_gemm = [&](float* o, const uint32_t(*pa)[4], int it) {  // o += P V of tile it, issued
-    const uint32_t v_it = v_lo + (it % kStages) * kStageStep;
+  // o += P V of the same keys, issued.
+  auto pv_gemm = [&](float* o, const uint32_t(*pa)[4], int it, int sub) {
+    const uint32_t v_it = v_lo + (it % kStages) * kStageStep + ((sub * kSub * 128) >> 4);
     wgmma::fence();
 #pragma unroll
-    for (int kk = 0; kk < kN / 16; ++kk)
+    for (int kk = 0; kk < kSub / 16; ++kk)
       wgmma::mma_rs_tb<kD>(o, pa[kk], wgmma::desc_of(v_it + ((kk * 16 * 128) >> 4), kHi), true);
     wgmma::commit();
   };
-  auto edge = [&](int j0) { return j0 + kN - 1 > wp0 || j0 + kN > sp.n_kv; };
+  auto edge = [&](int j0) { return j0 + kSub - 1 > wp0 || j0 + kSub > sp.n_kv; };
 
   float o[kD / 2];
 #pragma unroll
   for (int i = 0; i < kD / 2; ++i) o[i] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
-  float s[kN / 2];
-  uint32_t pa[kN / 16][4];
+  float s[kSub / 2];
+  uint32_t pa[kSub / 16][4];
 
   for (int it = 0; it < tiles; ++it) {
     next_tile(it);
     if (it >= active) continue;  // every key of the tile is in the warpgroup's future
-    s_gemm(s, it);
-    wgmma::wait<0>();
-    wgmma::pin<kN / 2>(s);
-    const bool rescale = softmax_tile<kN, kD == 128>(s, it * kN, pos_row, int(sp.n_kv), edge(it * kN),
-                                                     g.scale_log2, m, l, alpha);
-    rescale_and_pack<kD, kN>(o, rescale, alpha, s, pa);
-    pv_gemm(o, pa, it);
-    wgmma::wait<0>();
-    wgmma::pin<kD / 2>(o);
+#pragma unroll
+    for (int sub = 0; sub < kN / kSub; ++sub) {
+      const int j0 = it * kN + sub * kSub;
+      if (kSub < kN && j0 > wp0 + 63) break;  // these keys are in the future of all its rows
+      s_gemm(s, it, sub);
+      wgmma::wait<0>();
+      wgmma::pin<kSub / 2>(s);
+      const bool rescale =
+          softmax_tile<kSub, kD == 128>(s, j0, pos_row, int(sp.n_kv), edge(j0), g.scale_log2, m, l, alpha);
+      rescale_and_pack<kD, kSub>(o, rescale, alpha, s, pa);
+      pv_gemm(o, pa, it, sub);
+      wgmma::wait<0>();
+      wgmma::pin<kD / 2>(o);
+    }
   }
 
 #pragma unroll
@@ -290,11 +300,11 @@ inline bool built_for_current_device() {
 
 // The paged forward over num_seqs sequences of at most max_q queries each (a bound: the lengths are
 // read on the device); grid (heads, query tiles, sequences) as the mma.sync kernel's.
-template <int kD, int kWG, int kN, int kMinBlocks = 1>
+template <int kD, int kWG, int kN, int kMinBlocks = 1, int kSub = kN>
 cudaError_t launch_paged_forward(cudaStream_t stream, const Rows& q, const PagedKv& kv, int num_seqs,
                                  int64_t max_q, const Geo& g, const Rows& out) {
   using S = Shape<kD, kWG, kN>;
-  auto* kernel = paged_forward_kernel<kD, kWG, kN, kMinBlocks>;
+  auto* kernel = paged_forward_kernel<kD, kWG, kN, kMinBlocks, kSub>;
   if (const cudaError_t e = attention_mma::allow_smem(kernel, S::kSmem); e != cudaSuccess) return e;
   const dim3 grid(unsigned(g.heads), unsigned((max_q + S::kM - 1) / S::kM), unsigned(num_seqs));
   kernel<<<grid, S::kThreads, S::kSmem, stream>>>(q, kv, g, out);
