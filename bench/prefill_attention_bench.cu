@@ -552,7 +552,7 @@ int main(int argc, char** argv) {
   }
   if (prefill_only) {
     for (int d : {128, 64})
-      for (int n : {1024, 8192, 32768})
+      for (int n : {1024, 4096, 8192, 16384, 32768})
         time_case({"prefill", 32, 8, d, 16, {{n, n}}}, rng, reps, true, false);
     return 0;
   }
