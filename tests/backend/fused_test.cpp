@@ -200,10 +200,11 @@ void add_rms_norm_linear_matches_the_unfused_ops(Backend& be) {
 // add_rms_norm_mlp against the ops it stands for on the same backend, bit for bit
 // (add_rms_norm_linear into gate_up, swiglu of its halves, the down projection: on the GPU the decode
 // GEMVs that pair gate and up rows, or compute the SwiGLU in the down projection, must sum and round
-// as those ops do), and those ops' act and out against float64: act = silu(gate) * up of the exact
-// projection (gate and up each off by about three roundings, the sum, the normed row and the
-// projection, of their terms' magnitude; the product by two more of itself), out = act @ w_down^T
-// from the device's act (scale as in linear_test).
+// as those ops do), and those ops' act and out against float64, each from the device's inputs: act =
+// silu(gate) * up of the device's gate and up (add_rms_norm_linear's own accuracy is checked below),
+// out = act @ w_down^T of the device's act (scale as in linear_test). (Against the exact projection
+// instead, act carries gate's and up's roundings too, and over a few elements, M 2 F 8, its relative
+// L2 error reached 1.008e-2 on the H200.)
 void check_add_rms_norm_mlp(Backend& be, int64_t M, int64_t K, int64_t F, int64_t N, Rng& rng) {
   INFO("M " << M << " K " << K << " F " << F << " N " << N);
   const float eps = 1e-5f;
@@ -211,11 +212,7 @@ void check_add_rms_norm_mlp(Backend& be, int64_t M, int64_t K, int64_t F, int64_
        wgu_h = rng.vec(size_t(2 * F * K), 0.5f), wd_h = rng.vec(size_t(N * F));
   auto res = to_device(be, r_h, {M, K}), x = to_device(be, x_h, {M, K}), g = to_device(be, g_h, {K}),
        wgu = to_device(be, wgu_h, {2 * F, K}), wd = to_device(be, wd_h, {N, F});
-  r_h = to_host(be, res.t);
-  x_h = to_host(be, x.t);
-  g_h = to_host(be, g.t);
-  wgu_h = to_host(be, wgu.t);
-  wd_h = to_host(be, wd.t);
+  wd_h = to_host(be, wd.t);  // as the device holds it
   auto res_out = poisoned(be, {M, K}), h = zeros(be, {M, K}), gu = zeros(be, {M, 2 * F}),
        act = zeros(be, {M, F}), out = poisoned(be, {M, N});
   be.add_rms_norm_mlp(res.t, x.t, g.t, eps, res_out.t, h.t, wgu.t, gu.t, act.t, wd.t, out.t);
@@ -227,26 +224,14 @@ void check_add_rms_norm_mlp(Backend& be, int64_t M, int64_t K, int64_t F, int64_
   be.swiglu(gu2.t.cols(0, F), gu2.t.cols(F, 2 * F), act2.t);
   be.linear(act2.t, wd.t, nullptr, out2.t);
   const auto unfused = to_host(be, out2.t), unfused_res = to_host(be, res_out2.t),
-             act_h = to_host(be, act2.t);
+             act_h = to_host(be, act2.t), gu_h = to_host(be, gu2.t);
   REQUIRE(std::memcmp(got.data(), unfused.data(), got.size() * sizeof(float)) == 0);
   REQUIRE(std::memcmp(got_res.data(), unfused_res.data(), got_res.size() * sizeof(float)) == 0);
-  std::vector<double> want_act(size_t(M * F)), act_scale(size_t(M * F)), want(size_t(M * N)),
-      mag(size_t(M * N));
-  std::vector<double> sum, h_ref;
-  add_rms_norm_reference(r_h, x_h, g_h, M, K, eps, sum, h_ref);
+  std::vector<double> want_act(size_t(M * F)), want(size_t(M * N)), mag(size_t(M * N));
   for (int64_t m = 0; m < M; ++m) {
-    const double* hk = h_ref.data() + m * K;
     for (int64_t n = 0; n < F; ++n) {
-      double gs = 0, us = 0, gm = 0, um = 0;
-      for (int64_t k = 0; k < K; ++k) {
-        gs += hk[size_t(k)] * double(wgu_h[size_t(n * K + k)]);
-        us += hk[size_t(k)] * double(wgu_h[size_t((F + n) * K + k)]);
-        gm += std::abs(hk[size_t(k)] * double(wgu_h[size_t(n * K + k)]));
-        um += std::abs(hk[size_t(k)] * double(wgu_h[size_t((F + n) * K + k)]));
-      }
-      const double silu = gs / (1.0 + std::exp(-gs));
-      want_act[size_t(m * F + n)] = silu * us;
-      act_scale[size_t(m * F + n)] = 1.1 * std::abs(us) * gm + std::abs(silu) * um + std::abs(silu * us);
+      const double gate = gu_h[size_t(m * 2 * F + n)], up = gu_h[size_t(m * 2 * F + F + n)];
+      want_act[size_t(m * F + n)] = gate / (1.0 + std::exp(-gate)) * up;
     }
     for (int64_t n = 0; n < N; ++n) {
       double acc = 0, mg = 0;
@@ -259,7 +244,7 @@ void check_add_rms_norm_mlp(Backend& be, int64_t M, int64_t K, int64_t F, int64_
     }
   }
   require_close(
-      be, act_h, want_act, [&](size_t i) { return act_scale[i]; }, Tol{1e-5, 1e-6});
+      be, act_h, want_act, [&](size_t i) { return std::abs(want_act[i]); }, Tol{1e-5, 1e-6});
   const double out_rounding = be.compute_dtype() == DType::bf16 ? std::ldexp(1.0, -8) / kBf16Tol.rtol : 0.0;
   require_close(
       be, unfused, want, [&](size_t i) { return mag[i] + out_rounding * std::abs(want[i]); },
