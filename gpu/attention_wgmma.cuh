@@ -130,9 +130,9 @@ __device__ __forceinline__ void rescale_and_pack(float* o, bool rescale, const f
 }
 
 // kMinBlocks: blocks a multiprocessor must hold at once; ptxas caps the registers to fit them (two
-// blocks of two warpgroups: 128 a thread). kSub (bench variants): keys a warpgroup's GEMMs and
-// softmax take at once, a part of the kN a stage holds, so a tile's registers (S, P) stay those of
-// kSub keys while the block meets at its barrier once per kN.
+// blocks of two warpgroups: 128 a thread). kSub: keys a warpgroup's GEMMs and softmax take at once,
+// a part of the kN a stage holds, so a tile's registers (S, P) stay those of kSub keys while the
+// block meets at its barrier once per kN.
 template <int kD, int kWG, int kN, int kMinBlocks = 1, int kSub = kN>
 __global__ void __launch_bounds__(128 * kWG, kMinBlocks)
     paged_forward_kernel(Rows q, PagedKv kv, Geo g, Rows out) {
@@ -312,19 +312,20 @@ cudaError_t launch_paged_forward(cudaStream_t stream, const Rows& q, const Paged
 }
 
 // The configuration the backend launches, the fastest of bench/prefill_attention_bench.cu's
-// variants on an H200 (docs/performance.md): at head_dim 64, two warpgroups (128 query rows) and 64
-// keys a tile, two blocks a multiprocessor (blocks that share no barrier cover each other's
-// softmax; kMinBlocks holds ptxas to the 128 registers that takes); at head_dim 128, three warpgroups with 64
-// keys a tile unless a sequence may reach kLongKv keys (max_kv, a bound), where 128 were 3-8% faster at 8k
-// and 32k and 5% slower at 1k.
-constexpr int64_t kLongKv = 4096;
+// variants on an H200 (docs/performance.md), each with two blocks a multiprocessor (blocks that
+// share no barrier cover each other's softmax; kMinBlocks holds ptxas to the 128 registers that
+// takes): at head_dim 64, two warpgroups (128 query rows) and 128 keys a stage taken 64 at a time
+// (one barrier per 128 keys, S and P of 64 keys); at head_dim 128, two warpgroups and 64 keys a
+// tile unless a sequence may reach kLongKv keys (max_kv, a bound), where three warpgroups and 128
+// keys a tile (one block a multiprocessor) were 2% faster at 32k and 2% slower at 16k.
+constexpr int64_t kLongKv = 24576;
 template <int kD>
 cudaError_t paged_forward(cudaStream_t stream, const Rows& q, const PagedKv& kv, int num_seqs, int64_t max_q,
                           int64_t max_kv, const Geo& g, const Rows& out) {
   if constexpr (kD == 64) {
-    return launch_paged_forward<kD, 2, 64, 2>(stream, q, kv, num_seqs, max_q, g, out);
+    return launch_paged_forward<kD, 2, 128, 2, 64>(stream, q, kv, num_seqs, max_q, g, out);
   } else {
-    if (max_kv < kLongKv) return launch_paged_forward<kD, 3, 64>(stream, q, kv, num_seqs, max_q, g, out);
+    if (max_kv < kLongKv) return launch_paged_forward<kD, 2, 64, 2>(stream, q, kv, num_seqs, max_q, g, out);
     return launch_paged_forward<kD, 3, 128>(stream, q, kv, num_seqs, max_q, g, out);
   }
 }

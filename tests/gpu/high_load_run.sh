@@ -27,7 +27,8 @@
 #   attnprof ncu's full set on one wgmma prefill attention launch, 32k tokens, head_dim 128 and then
 #            64 (the bench's --profile; builds the bench as attnbench does; not in the default STEPS)
 #   sanitize compute-sanitizer memcheck, racecheck and synccheck over the backend's decode, ragged
-#            prefill, extend and mixed-step attention cases (not in the default STEPS)
+#            prefill, extend and mixed-step attention cases (not in the default STEPS; SANITIZE_TOOLS,
+#            space-separated, and SANITIZE_CASES, ';'-separated test-name parts, pick some)
 # Logs go into $OUT/high_load.tgz, re-packed after every step (the device tool returns only a few
 # files), one-line summaries into $OUT/progress.txt. Model directories are random bf16 presets
 # from `astrai init`, written once under $TMPDIR/m.
@@ -172,10 +173,12 @@ fi
 if want sanitize; then
   # compute-sanitizer over the backend's attention cases (the decode kernel's cp.async ring, ldmatrix
   # and warp merges; the prefill kernels' stages and wgmma operands): memcheck, racecheck, synccheck.
-  for tool in memcheck racecheck synccheck; do
-    for c in "in decode steps" "for ragged prefill batches" "for extends after long cached prefixes" "in mixed decode and prefill steps"; do
+  # SANITIZE_TOOLS and SANITIZE_CASES (';'-separated) pick some.
+  IFS=';' read -ra cases <<< "${SANITIZE_CASES:-in decode steps;for ragged prefill batches;for extends after long cached prefixes;in mixed decode and prefill steps}"
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
+    for c in "${cases[@]}"; do
       tag=$(echo "$c" | tr -c 'A-Za-z0-9\n' '_')
-      run_to 150 compute-sanitizer --tool $tool astrai_backend_tests "paged_attention matches float64 attention $c* [gpu]" \
+      run_to 240 compute-sanitizer --tool $tool astrai_backend_tests "paged_attention matches float64 attention $c* [gpu]" \
         > "$out/sanitize_${tool}_$tag.txt" 2>&1
       log "compute-sanitizer $tool [$c]: exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize_${tool}_$tag.txt" | tail -1)"
     done
