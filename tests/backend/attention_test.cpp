@@ -259,6 +259,11 @@ void attention_prefill_ragged(Backend& be) {
   for (int d : {64, 96, 128})
     for (int group : {4, 1})
       run_batch(be, rng, BatchShape{2, group, d, 16, {{1, 1}, {17, 17}, {333, 333}, {1000, 1000}}, 64});
+  // Page sizes the CUDA backend's Hopper kernel reads one a lane (powers of two from 4: up to 32 in a
+  // key tile, or one page around the whole tile) and one it looks up key by key (2).
+  for (int page_size : {2, 4, 64, 256})
+    for (int d : {64, 128})
+      run_batch(be, rng, BatchShape{2, 4, d, page_size, {{17, 17}, {333, 333}, {1000, 1000}}, 64});
 }
 
 void attention_extend_after_long_prefix(Backend& be) {
