@@ -115,24 +115,26 @@ if want prefill; then
     done
   done
 fi
-if want attnbench; then
-  # nvcc line: the top of bench/prefill_attention_bench.cu.
-  run_to 240 nvcc -O3 -std=c++20 --expt-relaxed-constexpr -I. -gencode=arch=compute_90a,code=sm_90a \
+# bench/prefill_attention_bench.cu built once a run for the attnbench and attnprof steps (nvcc line:
+# the top of the file; -lineinfo for ncu's source view, which leaves the code as it is).
+attn_bench() {
+  [ -n "${attn_built:-}" ] && return 0
+  attn_built=1
+  run_to 240 nvcc -O3 -std=c++20 --expt-relaxed-constexpr -I. -gencode=arch=compute_90a,code=sm_90a -lineinfo \
     bench/prefill_attention_bench.cu gpu/attention.cu gpu/rope.cu gpu/rows.cpp gpu/scratch.cpp \
     src/backend/attention_shapes.cpp src/backend/rows.cpp src/core/tensor.cpp src/core/dtype.cpp \
     -o "$tmp/prefill_attention_bench" > "$out/attnbench_nvcc.txt" 2>&1
   log "attnbench build: exit $?"
+}
+if want attnbench; then
+  attn_bench
   run_to 150 "$tmp/prefill_attention_bench" --check-only > "$out/attnbench_check.txt" 2>&1
   log "attnbench checks: exit $? $(grep -cE '^ +ok' "$out/attnbench_check.txt") ok, $(grep -cE '^ +FAIL' "$out/attnbench_check.txt") FAIL"
   run_to 200 "$tmp/prefill_attention_bench" --prefill-only > "$out/attnbench_prefill.txt" 2>&1
   log "attnbench timings: exit $? (attnbench_prefill.txt)"
 fi
 if want attnprof; then
-  [ -x "$tmp/prefill_attention_bench" ] || run_to 240 nvcc -O3 -std=c++20 --expt-relaxed-constexpr -I. \
-    -gencode=arch=compute_90a,code=sm_90a -lineinfo \
-    bench/prefill_attention_bench.cu gpu/attention.cu gpu/rope.cu gpu/rows.cpp gpu/scratch.cpp \
-    src/backend/attention_shapes.cpp src/backend/rows.cpp src/core/tensor.cpp src/core/dtype.cpp \
-    -o "$tmp/prefill_attention_bench" > "$out/attnbench_nvcc.txt" 2>&1
+  attn_bench
   for d in 128 64; do  # the third launch of each head_dim: skip 2, then 5 (3 at 128, 2 at 64)
     skip=$([ $d = 128 ] && echo 2 || echo 5)
     run_to 200 ncu --set full --import-source yes -k regex:paged_forward_kernel --launch-skip $skip --launch-count 1 \
