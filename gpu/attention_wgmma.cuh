@@ -164,7 +164,6 @@ __global__ void __launch_bounds__(128 * kWG, kMinBlocks)
   // (PagedKv::tile_page); others: each copy looks its key up.
   static_assert(kN / 4 <= 32, "a tile's pages of 4 keys fit a warp");
   const bool lane_pages = kv.page_shift >= 2;
-  const int n_kv = int(sp.n_kv);
   auto load_tile = [&](int it) {
     bf16* kd = ks + (it % kStages) * S::kKv;
     bf16* vd = vs + (it % kStages) * S::kKv;
@@ -176,14 +175,8 @@ __global__ void __launch_bounds__(128 * kWG, kMinBlocks)
       const int e = int(threadIdx.x) + i * S::kThreads, r = e / kVec;
       if (kTotal % S::kThreads != 0 && e >= kTotal) break;  // whole warps (kTotal is a multiple of 32)
       int slot;
-      bool ok;
-      if (lane_pages) {
-        const int page = __shfl_sync(0xffffffffu, my_page, r >> kv.page_shift), j = j0 + r;
-        ok = page >= 0 && j < n_kv;
-        slot = ok ? page * kv.page_size + (j & (kv.page_size - 1)) : 0;
-      } else {
-        ok = kv.key_slot(pages, sp, j0 + r, slot);
-      }
+      const bool ok =
+          lane_pages ? kv.tile_slot(my_page, sp, j0, r, slot) : kv.key_slot(pages, sp, j0 + r, slot);
       const int dst = wgmma::swizzled<kN>(r, e % kVec);
       cp_async16(kd + dst, kv.template slot_row<kD>(k_at, slot), ok);
       cp_async16(vd + dst, kv.template slot_row<kD>(v_at, slot), ok);

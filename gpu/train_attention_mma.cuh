@@ -270,6 +270,15 @@ struct PagedKv {
     const int32_t page = in ? pages[pg] : -1;
     return page >= 0 && page < n_pages ? page : -1;
   }
+  // slot = the cache slot of key j0 + r of that tile, its page taken by shuffle from the lane that
+  // holds it (my_page: this lane's tile_page; every lane of the warp calls this together); false (and
+  // slot 0) past the sequence or for a page outside the cache.
+  __device__ __forceinline__ bool tile_slot(int32_t my_page, const Span& sp, int j0, int r, int& slot) const {
+    const int page = __shfl_sync(0xffffffffu, my_page, r >> page_shift), j = j0 + r;
+    const bool ok = page >= 0 && j < int(sp.n_kv);
+    slot = ok ? page * page_size + (j & (page_size - 1)) : 0;
+    return ok;
+  }
   // Each thread looks up the page of each key row it copies (the kVec threads of a row read the same
   // entry: one broadcast load).
   template <int kRows, int kD, int kThreads>
