@@ -180,7 +180,7 @@ if want sanitize; then
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
     for c in "${cases[@]}"; do
       tag=$(echo "$c" | tr -c 'A-Za-z0-9\n' '_')
-      run_to 240 compute-sanitizer --tool $tool astrai_backend_tests "paged_attention matches float64 attention $c* [gpu]" \
+      run_to 330 compute-sanitizer --tool $tool astrai_backend_tests "paged_attention matches float64 attention $c* [gpu]" \
         > "$out/sanitize_${tool}_$tag.txt" 2>&1
       log "compute-sanitizer $tool [$c]: exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize_${tool}_$tag.txt" | tail -1)"
     done
