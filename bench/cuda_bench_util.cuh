@@ -57,18 +57,19 @@ double rel_err(const std::vector<float>& a, const std::vector<double>& ref, Pick
   return std::sqrt(num / std::max(den, 1e-300));
 }
 
-// Median milliseconds of f() over reps runs (after one warm-up), CUDA events on the default stream.
+// Median milliseconds of f() over reps runs (after one warm-up), CUDA events on `stream` (f's
+// stream; the default stream unless given).
 template <typename F>
-double median_ms(F f, int reps) {
+double median_ms(F f, int reps, cudaStream_t stream = nullptr) {
   cudaEvent_t a, b;
   CK(cudaEventCreate(&a));
   CK(cudaEventCreate(&b));
   f();  // warm-up
   std::vector<float> ms;
   for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(a));
+    CK(cudaEventRecord(a, stream));
     f();
-    CK(cudaEventRecord(b));
+    CK(cudaEventRecord(b, stream));
     CK(cudaEventSynchronize(b));
     float t = 0;
     CK(cudaEventElapsedTime(&t, a, b));

@@ -117,27 +117,10 @@ double per_stage_us(cudaStream_t st, int stages, Record record, int reps = 20) {
   record();
   CK(cudaStreamEndCapture(st, &g));
   CK(cudaGraphInstantiate(&ge, g, 0));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  CK(cudaGraphLaunch(ge, st));  // warm-up
-  CK(cudaStreamSynchronize(st));
-  std::vector<float> ms;
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(a, st));
-    CK(cudaGraphLaunch(ge, st));
-    CK(cudaEventRecord(b, st));
-    CK(cudaEventSynchronize(b));
-    float t = 0;
-    CK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
+  const double ms = astrai::bench::median_ms([&] { CK(cudaGraphLaunch(ge, st)); }, reps, st);
   CK(cudaGraphExecDestroy(ge));
   CK(cudaGraphDestroy(g));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2] * 1000.0 / stages;
+  return ms * 1000.0 / stages;
 }
 
 template <int kPdl>
