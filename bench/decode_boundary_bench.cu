@@ -19,9 +19,15 @@
 //   start), the dependency wait before the reads or after them (a GEMV can load its weights before
 //   the wait: they do not depend on the kernel before it);
 // - persistent: one cooperative launch (not in a graph: one launch either way, its cost spread over
-//   the stages), a grid barrier (release / acquire counter) after each stage;
-//   persistent early: each block arrives at the barrier, loads its first round of the next stage's
-//   slice, then waits (the persistent form of "weights before the wait").
+//   the stages) whose blocks meet after each stage:
+//   barrier: a grid barrier (one release / acquire counter);
+//   tiles: the blocks as tiles of kParts, a counter a tile and stage, each block waiting for all;
+//   part: the same counters, each block waiting only for the tiles of its part of K (a 1 / kParts
+//   share): the dependency a split-K GEMV block has on the GEMV before it, so stages may overlap;
+//   early (after each): each block loads its first round of the next stage's slice before it waits
+//   (the persistent form of "weights before the wait").
+// The columns print in that order: floor, plain, pdl st(art), pdl end, barrier, early, tiles, early,
+// part, early.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -75,12 +81,22 @@ __global__ void __launch_bounds__(kThreads) stage_kernel(Slices s, int stage, ui
   if (acc == 0x9e3779b9u) sink[blockIdx.x] = acc;  // keeps the reads; never true in practice
 }
 
-// The persistent form: `stages` stages, a grid barrier after each. The barrier counts arrivals on
-// one counter (zeroed before the launch): stage k's barrier is passed once it reads (k + 1) * blocks.
-template <bool kEarly>
+// The persistent form: `stages` stages, the blocks meeting after each. kWait picks how:
+// - 0: a grid barrier, one counter (zeroed before the launch): stage k's barrier is passed once it
+//   reads (k + 1) * blocks;
+// - 1 and 2: the blocks as tiles of kParts (a GEMV's output tile split over kParts parts of K), one
+//   counter a tile and stage (zeroed before the launch), complete at kParts; 1: each block waits for
+//   every tile (the barrier with its arrivals spread over counters); 2: only for the tiles of its own
+//   part (a 1 / kParts share), as a GEMV block taking one part of K needs only the outputs of the
+//   stage before that make up that part of its x. Stages then overlap where blocks finish unevenly.
+// kEarly: each block loads the next stage's first round before it waits (the persistent form of a
+// GEMV's weights before pdl_wait).
+constexpr int kParts = 8;
+template <bool kEarly, int kWait>
 __global__ void __launch_bounds__(kThreads)
-    persistent_kernel(Slices s, int stages, unsigned* counter, uint32_t* sink) {
-  cuda::atomic_ref<unsigned, cuda::thread_scope_device> count(*counter);
+    persistent_kernel(Slices s, int stages, unsigned* counters, uint32_t* sink) {
+  using Ref = cuda::atomic_ref<unsigned, cuda::thread_scope_device>;
+  const int tile = int(blockIdx.x) / kParts, part = int(blockIdx.x) % kParts, tiles = int(gridDim.x) / kParts;
   uint32_t acc = 0;
   const size_t stride = size_t(gridDim.x) * blockDim.x, tid = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   size_t begin = tid;  // the first vector this thread has not read of the current stage
@@ -88,7 +104,8 @@ __global__ void __launch_bounds__(kThreads)
     const uint4* w = s.base + size_t(st % s.count) * s.stride16;
     if (s.slice16 > 0) read_range(w, begin, s.slice16, stride, acc);
     __syncthreads();
-    if (threadIdx.x == 0) count.fetch_add(1, cuda::memory_order_release);
+    unsigned* row = counters + size_t(st) * size_t(tiles);  // kWait 1, 2: this stage's tile counters
+    if (threadIdx.x == 0) Ref(kWait == 0 ? *counters : row[tile]).fetch_add(1, cuda::memory_order_release);
     begin = tid;
     uint4 pre[kUnroll] = {};  // kEarly: the next stage's first round, loaded before the wait, used after it
     if (kEarly && st + 1 < stages && s.slice16 > 0) {
@@ -98,9 +115,16 @@ __global__ void __launch_bounds__(kThreads)
         if (tid + u * stride < s.slice16) pre[u] = __ldcs(wn + tid + u * stride);
       begin = tid + kUnroll * stride;
     }
-    if (threadIdx.x == 0)
-      while (count.load(cuda::memory_order_acquire) < unsigned(st + 1) * gridDim.x) {
-      }
+    if constexpr (kWait == 0) {
+      if (threadIdx.x == 0)
+        while (Ref(*counters).load(cuda::memory_order_acquire) < unsigned(st + 1) * gridDim.x) {
+        }
+    } else {
+      for (int c = int(threadIdx.x); c < tiles; c += int(blockDim.x))
+        if (kWait == 1 || c % kParts == part)
+          while (Ref(row[c]).load(cuda::memory_order_acquire) < unsigned(kParts)) {
+          }
+    }
     __syncthreads();
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) acc ^= pre[u].x + pre[u].y + pre[u].z + pre[u].w;
@@ -138,30 +162,20 @@ void launch_stage(cudaStream_t st, int blocks, const Slices& s, int stage, uint3
 }
 
 // Microseconds per stage of one cooperative launch of `stages` stages (median of reps; the one
-// launch's own cost is spread over the stages). Not in a graph: one launch either way.
-template <bool kEarly>
-double persistent_us(cudaStream_t st, int blocks, Slices s, int stages, unsigned* counter, uint32_t* sink,
-                     int reps = 20) {
-  void* args[] = {&s, &stages, &counter, &sink};
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int i = 0; i <= reps; ++i) {  // the first is a warm-up
-    CK(cudaMemsetAsync(counter, 0, sizeof(unsigned), st));
-    CK(cudaEventRecord(a, st));
-    CK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(persistent_kernel<kEarly>), dim3(unsigned(blocks)),
-                                   dim3(kThreads), args, 0, st));
-    CK(cudaEventRecord(b, st));
-    CK(cudaEventSynchronize(b));
-    float t = 0;
-    CK(cudaEventElapsedTime(&t, a, b));
-    if (i > 0) ms.push_back(t);
-  }
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2] * 1000.0 / stages;
+// launch's own cost is spread over the stages, and so is the zeroing of the counters before it).
+// Not in a graph: one launch either way.
+template <bool kEarly, int kWait>
+double persistent_us(cudaStream_t st, int blocks, Slices s, int stages, unsigned* counters,
+                     size_t counter_bytes, uint32_t* sink, int reps = 20) {
+  void* args[] = {&s, &stages, &counters, &sink};
+  const double ms = astrai::bench::median_ms(
+      [&] {
+        CK(cudaMemsetAsync(counters, 0, counter_bytes, st));
+        CK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(persistent_kernel<kEarly, kWait>),
+                                       dim3(unsigned(blocks)), dim3(kThreads), args, 0, st));
+      },
+      reps, st);
+  return ms * 1000.0 / stages;
 }
 
 }  // namespace
@@ -172,23 +186,36 @@ int main() {
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, dev));
-  int per_sm_stage = 0, per_sm_p = 0, per_sm_pe = 0;
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_stage, stage_kernel<0>, kThreads, 0));
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_p, persistent_kernel<false>, kThreads, 0));
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_pe, persistent_kernel<true>, kThreads, 0));
-  const int bps = std::min({4, per_sm_stage, per_sm_p, per_sm_pe});  // blocks a multiprocessor, all variants
-  const int blocks = bps * sms;
+  // Blocks a multiprocessor that every variant holds at once (the persistent ones must), at most 4;
+  // the grid a multiple of kParts (tiles of kParts blocks).
+  int bps = 4;
+  auto fits = [&](auto kernel) {
+    int n = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, 0));
+    bps = std::min(bps, n);
+  };
+  fits(stage_kernel<0>);
+  fits(persistent_kernel<false, 0>);
+  fits(persistent_kernel<true, 0>);
+  fits(persistent_kernel<false, 1>);
+  fits(persistent_kernel<true, 1>);
+  fits(persistent_kernel<false, 2>);
+  fits(persistent_kernel<true, 2>);
+  const int blocks = bps * sms / kParts * kParts;
   std::printf("%s, %d SMs, L2 %d MB; %d blocks of %d threads (%d a multiprocessor)\n", prop.name, sms,
               prop.l2CacheSize >> 20, blocks, kThreads, bps);
 
   const size_t buf_bytes = size_t(1) << 30;  // 1 GiB: many times L2
   uint4* buf = nullptr;
   uint32_t* sink = nullptr;
-  unsigned* counter = nullptr;
+  unsigned* counters = nullptr;
+  const int stages = 64;
+  const size_t counter_bytes =
+      sizeof(unsigned) * size_t(stages) * size_t(blocks / kParts);  // a tile and stage
   CK(cudaMalloc(&buf, buf_bytes));
   CK(cudaMemset(buf, 1, buf_bytes));
   CK(cudaMalloc(&sink, sizeof(uint32_t) * size_t(blocks)));
-  CK(cudaMalloc(&counter, sizeof(unsigned)));
+  CK(cudaMalloc(&counters, counter_bytes));
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 
@@ -202,7 +229,6 @@ int main() {
   }
   std::printf("device copy: %.0f GB/s (read + write)\n\n", copy_gbs);
 
-  const int stages = 64;
   struct Size {
     const char* name;
     double mb;
@@ -212,8 +238,8 @@ int main() {
                         {"qkv 12.6 MB", 12.58},
                         {"down 33.6 MB", 33.55},
                         {"gate_up 67.1 MB", 67.11}};
-  std::printf("%-16s %8s %9s %9s %9s %11s %11s   us per stage\n", "stage", "floor", "plain", "pdl start",
-              "pdl end", "persistent", "pers. early");
+  std::printf("%-16s %6s %6s %6s %6s %7s %7s %7s %7s %7s %7s   us per stage\n", "stage", "floor", "plain",
+              "pdl st", "pdl end", "barrier", "early", "tiles", "early", "part", "early");
   for (const Size& sz : sizes) {
     Slices s{buf, 0, 0, 1};
     if (sz.mb > 0) {
@@ -231,14 +257,19 @@ int main() {
     const double pdl_end = per_stage_us(st, stages, [&] {
       for (int i = 0; i < stages; ++i) launch_stage<2>(st, blocks, s, i, sink);
     });
-    const double pers = persistent_us<false>(st, blocks, s, stages, counter, sink);
-    const double pers_early = persistent_us<true>(st, blocks, s, stages, counter, sink);
-    std::printf("%-16s %8.2f %9.2f %9.2f %9.2f %11.2f %11.2f\n", sz.name, floor_us, plain, pdl_start, pdl_end,
-                pers, pers_early);
+    // The persistent variants in this order: barrier, tiles, part; each plain, then early.
+    const double p[6] = {persistent_us<false, 0>(st, blocks, s, stages, counters, counter_bytes, sink),
+                         persistent_us<true, 0>(st, blocks, s, stages, counters, counter_bytes, sink),
+                         persistent_us<false, 1>(st, blocks, s, stages, counters, counter_bytes, sink),
+                         persistent_us<true, 1>(st, blocks, s, stages, counters, counter_bytes, sink),
+                         persistent_us<false, 2>(st, blocks, s, stages, counters, counter_bytes, sink),
+                         persistent_us<true, 2>(st, blocks, s, stages, counters, counter_bytes, sink)};
+    std::printf("%-16s %6.2f %6.2f %6.2f %6.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f\n", sz.name, floor_us,
+                plain, pdl_start, pdl_end, p[0], p[1], p[2], p[3], p[4], p[5]);
   }
   CK(cudaStreamDestroy(st));
   CK(cudaFree(buf));
   CK(cudaFree(sink));
-  CK(cudaFree(counter));
+  CK(cudaFree(counters));
   return 0;
 }
