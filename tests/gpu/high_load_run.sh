@@ -18,7 +18,8 @@
 #   tables   `bench decode` of both models at batch 1..256, prompts 512 and 4k (qwen3-8b to batch 128)
 #   startup  `astrai serve --device cuda` to the first /health 200, llama-1b and qwen3-8b, twice
 #   prefill  `bench prefill` of both models at 1k / 8k / 32k for each of PREFILL_SWITCHES (';'-separated
-#            env assignments; default: as built, and ASTRAI_PREFILL_ATTENTION=mma)
+#            env assignments; default: as built, and ASTRAI_PREFILL_ATTENTION=mma), with the board's
+#            clocks and power sampled through each run (with_smi; the 32k prefill meets the power cap)
 #   tests    the backend [gpu] cases and the gpu suite's forward / graph / step-loop cases; the
 #            backend's attention cases again under each of TEST_SWITCHES (';'-separated)
 #   attnbench  builds bench/prefill_attention_bench.cu with nvcc and runs its float64 checks of
@@ -110,8 +111,9 @@ if want prefill; then
   for s in "${sw[@]}"; do
     for model in qwen3-8b llama-1b; do
       echo "== $model [$s]" >> "$out/prefill.txt"
-      run_to 120 env $s astrai bench prefill --device cuda --model $M/$model --prompt-len 1024,8192,32768 >> "$out/prefill.txt" 2>&1
-      log "prefill $model [$s]: exit $? $(grep -E '^ +[0-9]' "$out/prefill.txt" | tail -3 | awk '{printf "%s %s | ", $1, $5}')"
+      smi="$out/smi_prefill_${model}_$(echo "$s" | tr -c 'A-Za-z0-9=\n' '_').csv"
+      with_smi "$smi" run_to 120 env $s astrai bench prefill --device cuda --model $M/$model --prompt-len 1024,8192,32768 >> "$out/prefill.txt" 2>&1
+      log "prefill $model [$s]: exit $? $(grep -E '^ +[0-9]' "$out/prefill.txt" | tail -3 | awk '{printf "%s %s | ", $1, $5}')$(smi_summary "$smi")"
     done
   done
 fi
