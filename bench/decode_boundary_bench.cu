@@ -34,7 +34,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cuda/atomic>
-#include <vector>
 
 #include "bench/cuda_bench_util.cuh"
 

@@ -305,12 +305,12 @@ cudaError_t launch_paged_forward(cudaStream_t stream, const Rows& q, const Paged
 }
 
 // The configuration the backend launches, the fastest of bench/prefill_attention_bench.cu's
-// variants on an H200 (docs/performance.md), each with two blocks a multiprocessor (blocks that
-// share no barrier cover each other's softmax; kMinBlocks holds ptxas to the 128 registers that
-// takes): at head_dim 64, two warpgroups (128 query rows) and 128 keys a stage taken 64 at a time
-// (one barrier per 128 keys, S and P of 64 keys); at head_dim 128, two warpgroups and 64 keys a
-// tile unless a sequence may reach kLongKv keys (max_kv, a bound), where three warpgroups and 128
-// keys a tile (one block a multiprocessor) were 2% faster at 32k and 2% slower at 16k.
+// variants on an H200 (docs/performance.md). At head_dim 64, two warpgroups (128 query rows) and 128
+// keys a stage taken 64 at a time (one barrier per 128 keys, S and P of 64 keys); at head_dim 128,
+// two warpgroups and 64 keys a tile. Both hold two blocks a multiprocessor (blocks that share no
+// barrier cover each other's softmax; kMinBlocks holds ptxas to the 128 registers that takes).
+// Where a sequence may reach kLongKv keys (max_kv, a bound), head_dim 128 takes three warpgroups and
+// 128 keys a tile at one block a multiprocessor instead: 2% faster at 32k, 2% slower at 16k.
 constexpr int64_t kLongKv = 24576;
 template <int kD>
 cudaError_t paged_forward(cudaStream_t stream, const Rows& q, const PagedKv& kv, int num_seqs, int64_t max_q,
