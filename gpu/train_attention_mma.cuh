@@ -279,19 +279,25 @@ struct PagedKv {
     slot = ok ? page * page_size + (j & (page_size - 1)) : 0;
     return ok;
   }
-  // Each thread looks up the page of each key row it copies (the kVec threads of a row read the same
-  // entry: one broadcast load).
+  // Key rows [j0, j0 + kRows) (j0 a multiple of kRows) of KV head kvh into kdst/vdst[kRows][kD + 8].
+  // Pages of 4 keys or more, a power of two: a tile's pages sit one a lane (tile_page) and each copy
+  // takes its row's by shuffle; others: each copy looks its key up (key_slot).
   template <int kRows, int kD, int kThreads>
   __device__ __forceinline__ void load(const Span& sp, int64_t j0, int kvh, bf16* kdst, bf16* vdst) const {
     constexpr int kVec = kD / 8, kTotal = kRows * kVec;
+    static_assert(kRows / 4 <= 32 && kTotal % 32 == 0,
+                  "a tile's pages of 4 keys fit a warp; whole warps copy");
     const int32_t* pg = pages();
+    const bool lane_pages = page_shift >= 2;
+    const int32_t my_page = lane_pages ? tile_page<kRows>(pg, sp, int(j0), int(threadIdx.x % 32)) : -1;
 #pragma unroll
     for (int i = 0; i < (kTotal + kThreads - 1) / kThreads; ++i) {
       const int e = int(threadIdx.x) + i * kThreads;
-      if (kTotal % kThreads != 0 && e >= kTotal) break;
+      if (kTotal % kThreads != 0 && e >= kTotal) break;  // whole warps
       const int r = e / kVec, c = (e % kVec) * 8;
       int slot;
-      const bool ok = key_slot(pg, sp, int(j0) + r, slot);
+      const bool ok =
+          lane_pages ? tile_slot(my_page, sp, int(j0), r, slot) : key_slot(pg, sp, int(j0) + r, slot);
       cp_async16(kdst + r * kPitch<kD> + c, slot_row<kD>(k_cache + kvh * kD + c, slot), ok);
       cp_async16(vdst + r * kPitch<kD> + c, slot_row<kD>(v_cache + kvh * kD + c, slot), ok);
     }
