@@ -239,8 +239,17 @@ Problem make_problem(const Case& c, Rng& rng) {
   const size_t cache = size_t(p.n_pages) * c.page_size * c.kv_heads * c.d;
   p.kc.resize(cache);
   p.vc.resize(cache);
-  for (auto& x : p.kc) x = bf(rng.uniform());  // unused slots hold values too: never read
+  for (auto& x : p.kc) x = bf(rng.uniform());
   for (auto& x : p.vc) x = bf(rng.uniform());
+  // Slots no sequence's keys use (its last page's tail, the spare pages) hold NaN: a kernel that
+  // reads one and weighs it by 0 (a masked key's P) gives NaN, not the reference.
+  std::vector<char> used(size_t(p.n_pages) * c.page_size, 0);
+  for (int s = 0; s < p.S; ++s)
+    for (int j = 0; j < c.seqs[s].kv_len; ++j) used[size_t(p.slot(s, j))] = 1;
+  const size_t row = size_t(c.kv_heads) * c.d;
+  for (size_t sl = 0; sl < used.size(); ++sl)
+    if (!used[sl])
+      for (size_t i = 0; i < row; ++i) p.kc[sl * row + i] = p.vc[sl * row + i] = std::nanf("");
   p.scale = 1.0f / std::sqrt(float(c.d));
   return p;
 }
