@@ -104,7 +104,8 @@ Variant variant() {
 // The wgmma kernel (gpu/attention_wgmma.cuh): warpgroups of 64 rows, keys per tile.
 template <int kD, int kWG, int kN, int kMinBlocks = 1, int kSub = kN>
 Variant wgmma() {
-  return {"wgmma w" + std::to_string(kWG) + " n" + std::to_string(kN) + (kMinBlocks > 1 ? " b2" : "") +
+  return {"wgmma w" + std::to_string(kWG) + " n" + std::to_string(kN) +
+              (kMinBlocks > 1 ? " b" + std::to_string(kMinBlocks) : "") +
               (kSub < kN ? " s" + std::to_string(kSub) : ""),
           astrai::gpu::attention_wgmma::launch_paged_forward<kD, kWG, kN, kMinBlocks, kSub>};
 }
@@ -132,6 +133,8 @@ std::vector<Variant> variants<64>() {
           wgmma<64, 1, 64>(),
           wgmma<64, 1, 128>(),
           wgmma<64, 2, 128, 2, 64>(),
+          wgmma<64, 1, 64, 4, 64>(),
+          wgmma<64, 1, 128, 4, 64>(),
           wgmma<64, 3, 128, 1, 64>()};
 }
 template <>
