@@ -17,12 +17,23 @@
 #   find /tmp/kit/node_modules/.bin -xtype l -delete
 #   gpu-bundle build/bin/astrai build/bin/astrai_net_tests -- /tmp/kit/node_modules
 #   strip -o /tmp/node $(command -v node) && xz -9e -c /tmp/node > .gpu/node.xz
+# The /metrics case runs promtool (Debian's prometheus package: a static Go binary, 9 MB packed) and
+# the chat-template case /usr/bin/python3 with jinja2 (pure Python, 0.1 MB packed); where the machine
+# lacks them they come from the carry too:
+#   strip -o /tmp/promtool $(command -v promtool) && xz -9e -c /tmp/promtool > .gpu/promtool.xz
+#   tar cJf .gpu/pylib.tar.xz -C /usr/lib/python3/dist-packages --exclude='*.so' --exclude=__pycache__ \
+#     jinja2 markupsafe
 # (The whole carry, the tree included, must stay under 64 MiB: astrai_backend_tests and
-# astrai_gpu_tests do not fit beside node.)
-# Where the machine has neither, those cases fail and the rest (raw sockets, C++ clients) still run;
-# the chat page and dashboard cases need a headless browser, the /metrics case promtool and the
-# chat-template case python3's jinja2, so those fail where they are missing. The servers' logs are
-# kept (ASTRAI_KEEP_TMP) and each is checked for the CUDA device.
+# astrai_gpu_tests do not fit beside node, and with promtool gpu-bundle's gzip bundle (39 MB) does not
+# either. Packed with xz it is 21 MB, about 57 MB in all with the tree, and env.sh unpacks it with
+# python3's tarfile in place of `tar xzf`:
+#   mkdir /tmp/b && tar xzf .gpu/bundle.tgz -C /tmp/b && tar cf - -C /tmp/b . | xz -9 > .gpu/bundle.txz
+#   rm .gpu/bundle.tgz
+#   sed -i 's|bundle.tgz|bundle.txz|g; s|tar xzf \("[^"]*"\) -C \("[^"]*"\)|python3 -m tarfile -e \1 \2|' .gpu/env.sh
+# Where the machine has none of them, those cases fail and the rest (raw sockets, C++ clients) still
+# run; the chat page and dashboard cases need a headless browser, too large to carry, so those fail
+# where it is missing. The servers' logs are kept (ASTRAI_KEEP_TMP) and each is checked for the CUDA
+# device.
 # Logs go into $OUT/server.tgz, one-line summaries into $OUT/progress.txt.
 NAME=server; source "$(dirname "$0")/run_lib.sh"
 export ASTRAI_TEST_SERVE_ARGS="--device cuda" ASTRAI_SOURCE_DIR=$PWD
@@ -34,7 +45,17 @@ if ! command -v node > /dev/null && [ -f .gpu/node.xz ]; then
   python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(".gpu/node.xz").read())' > "$tmp/node-bin/node"
   chmod +x "$tmp/node-bin/node"; export PATH="$tmp/node-bin:$PATH"
 fi
-log "node: $(command -v node || echo none); nvidia-smi: $(nvidia-smi -L 2>/dev/null | head -1)"
+if ! command -v promtool > /dev/null && [ -f .gpu/promtool.xz ]; then
+  mkdir -p "$tmp/node-bin"
+  python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(".gpu/promtool.xz").read())' > "$tmp/node-bin/promtool"
+  chmod +x "$tmp/node-bin/promtool"; export PATH="$tmp/node-bin:$PATH"
+fi
+if ! /usr/bin/python3 -c 'import jinja2' 2> /dev/null && [ -f .gpu/pylib.tar.xz ]; then
+  mkdir -p "$tmp/pylib"
+  python3 -c 'import sys, tarfile; tarfile.open(".gpu/pylib.tar.xz").extractall(sys.argv[1])' "$tmp/pylib"
+  export PYTHONPATH="$tmp/pylib${PYTHONPATH:+:$PYTHONPATH}"
+fi
+log "node: $(command -v node || echo none); promtool: $(command -v promtool || echo none); jinja2: $(/usr/bin/python3 -c 'import jinja2; print(jinja2.__version__)' 2>/dev/null || echo none); nvidia-smi: $(nvidia-smi -L 2>/dev/null | head -1)"
 run_to $(( BUDGET - 20 )) astrai_net_tests > "$out/net_tests.log" 2>&1
 log "net tests against --device cuda: exit $? $(grep -E 'test cases' "$out/net_tests.log" | tail -1)"
 grep -E "^-{5,}$" -A2 "$out/net_tests.log" | grep -vE "^-{5,}$|^--$" | sort -u | head -40 > "$out/cases.txt"
