@@ -160,10 +160,9 @@ __global__ void __launch_bounds__(128 * kWG, kMinBlocks)
   const int col = int(threadIdx.x % kVec) * 8;
   const bf16* k_at = kv.k_cache + kvh * kD + col;
   const bf16* v_at = kv.v_cache + kvh * kD + col;
-  // Pages of 4 keys or more, a power of two (16 by default): a tile's pages sit one a lane
-  // (PagedKv::tile_page); others: each copy looks its key up.
+  // A tile's pages one a lane where the page size allows (PagedKv::lane_pages).
   static_assert(kN / 4 <= 32, "a tile's pages of 4 keys fit a warp");
-  const bool lane_pages = kv.page_shift >= 2;
+  const bool lane_pages = kv.lane_pages();
   auto load_tile = [&](int it) {
     bf16* kd = ks + (it % kStages) * S::kKv;
     bf16* vd = vs + (it % kStages) * S::kKv;

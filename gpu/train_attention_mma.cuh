@@ -279,16 +279,19 @@ struct PagedKv {
     slot = ok ? page * page_size + (j & (page_size - 1)) : 0;
     return ok;
   }
-  // Key rows [j0, j0 + kRows) (j0 a multiple of kRows) of KV head kvh into kdst/vdst[kRows][kD + 8].
-  // Pages of 4 keys or more, a power of two: a tile's pages sit one a lane (tile_page) and each copy
-  // takes its row's by shuffle; others: each copy looks its key up (key_slot).
+  // Whether the tile loaders take a tile's pages one a lane (tile_page, then tile_slot by shuffle):
+  // pages of 4 keys or more, a power of two (at most 32 of them in a tile of up to 128 keys); with
+  // others each copy looks its key up (key_slot).
+  __device__ __forceinline__ bool lane_pages() const { return page_shift >= 2; }
+  // Key rows [j0, j0 + kRows) (j0 a multiple of kRows) of KV head kvh into kdst/vdst[kRows][kD + 8],
+  // each copy's slot as lane_pages() says.
   template <int kRows, int kD, int kThreads>
   __device__ __forceinline__ void load(const Span& sp, int64_t j0, int kvh, bf16* kdst, bf16* vdst) const {
     constexpr int kVec = kD / 8, kTotal = kRows * kVec;
     static_assert(kRows / 4 <= 32 && kTotal % 32 == 0,
                   "a tile's pages of 4 keys fit a warp; whole warps copy");
     const int32_t* pg = pages();
-    const bool lane_pages = page_shift >= 2;
+    const bool lane_pages = this->lane_pages();
     const int32_t my_page = lane_pages ? tile_page<kRows>(pg, sp, int(j0), int(threadIdx.x % 32)) : -1;
 #pragma unroll
     for (int i = 0; i < (kTotal + kThreads - 1) / kThreads; ++i) {
