@@ -103,6 +103,7 @@ void run_batch(Backend& be, Rng& rng, BatchShape shape) {
   std::vector<std::vector<float>> K(static_cast<size_t>(S)), V(static_cast<size_t>(S));
   std::vector<float> knew(size_t(T * KVH * D)), vnew(knew.size());
   std::vector<int32_t> new_slots(static_cast<size_t>(T));
+  std::vector<char> used(size_t(slots), 0);  // slots some sequence's keys take
   for (int s = 0; s < S; ++s) {
     K[s] = rng.vec(size_t(seqs[s].kv_len * KVH * D));
     V[s] = rng.vec(K[s].size());
@@ -110,6 +111,7 @@ void run_batch(Backend& be, Rng& rng, BatchShape shape) {
     for (auto& x : V[s]) x = round_to(dt, x);
     for (int j = 0; j < seqs[s].kv_len; ++j) {
       const int slot = page_table[s * max_pages + j / ps] * ps + j % ps;
+      used[size_t(slot)] = 1;
       const int first_new = seqs[s].kv_len - seqs[s].q_len;
       float* kd =
           j < first_new ? &kc[size_t(slot) * KVH * D] : &knew[size_t(q_start[s] + j - first_new) * KVH * D];
@@ -122,16 +124,10 @@ void run_batch(Backend& be, Rng& rng, BatchShape shape) {
   }
   // Slots no sequence's keys use (a last page's tail, the spare pages) hold NaN: a kernel that reads
   // one and weighs it by 0 (a masked key's probability) gives NaN, not the reference.
-  {
-    std::vector<char> used(size_t(slots), 0);
-    for (int s = 0; s < S; ++s)
-      for (int j = 0; j < seqs[s].kv_len; ++j)
-        used[size_t(page_table[s * max_pages + j / ps] * ps + j % ps)] = 1;
-    for (int64_t sl = 0; sl < slots; ++sl)
-      if (!used[size_t(sl)])
-        for (int64_t i = 0; i < int64_t(KVH) * D; ++i)
-          kc[size_t(sl * KVH * D + i)] = vc[size_t(sl * KVH * D + i)] = std::nanf("");
-  }
+  for (int64_t sl = 0; sl < slots; ++sl)
+    if (!used[size_t(sl)])
+      for (int64_t i = 0; i < int64_t(KVH) * D; ++i)
+        kc[size_t(sl * KVH * D + i)] = vc[size_t(sl * KVH * D + i)] = std::nanf("");
   // q as a column slice of a wider [T, H*D + pad] buffer.
   // Decode cases: mostly rows at 16-byte strides (the CUDA decode kernel's 16-byte loads), some not
   // (the general kernel takes them).
