@@ -40,16 +40,17 @@ export ASTRAI_TEST_SERVE_ARGS="--device cuda" ASTRAI_SOURCE_DIR=$PWD
 export ASTRAI_KEEP_TMP=1
 [ -d tests/node/node_modules ] || [ ! -d "${ASTRAI_BUNDLE:-}/node_modules" ] ||
   ln -s "$ASTRAI_BUNDLE/node_modules" tests/node/node_modules
-if ! command -v node > /dev/null && [ -f .gpu/node.xz ]; then
-  mkdir -p "$tmp/node-bin"
-  python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(".gpu/node.xz").read())' > "$tmp/node-bin/node"
-  chmod +x "$tmp/node-bin/node"; export PATH="$tmp/node-bin:$PATH"
-fi
-if ! command -v promtool > /dev/null && [ -f .gpu/promtool.xz ]; then
-  mkdir -p "$tmp/node-bin"
-  python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(".gpu/promtool.xz").read())' > "$tmp/node-bin/promtool"
-  chmod +x "$tmp/node-bin/promtool"; export PATH="$tmp/node-bin:$PATH"
-fi
+# carried_bin NAME: where the machine has no NAME, .gpu/NAME.xz (if carried) unpacked onto PATH.
+carried_bin() {
+  command -v "$1" > /dev/null || [ ! -f ".gpu/$1.xz" ] && return 0
+  mkdir -p "$tmp/carried-bin"
+  python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' ".gpu/$1.xz" \
+    > "$tmp/carried-bin/$1"
+  chmod +x "$tmp/carried-bin/$1"
+  case ":$PATH:" in *":$tmp/carried-bin:"*) ;; *) export PATH="$tmp/carried-bin:$PATH" ;; esac
+}
+carried_bin node
+carried_bin promtool
 if ! /usr/bin/python3 -c 'import jinja2' 2> /dev/null && [ -f .gpu/pylib.tar.xz ]; then
   mkdir -p "$tmp/pylib"
   python3 -c 'import sys, tarfile; tarfile.open(".gpu/pylib.tar.xz").extractall(sys.argv[1])' "$tmp/pylib"
