@@ -15,8 +15,9 @@
 // backend's choice.
 //
 // 1. Checks the tensor-core path (the backend's mma.sync Config and the variants timed below, the
-//    wgmma kernel's variants of gpu/attention_wgmma.cuh in every case, "dispatch" the backend's
-//    choice: the wgmma kernel on Hopper) and the CUDA-core kernel against a float64 host
+//    variants of gpu/attention_wgmma.cuh's two kernels in every case ("wgmma ws": the
+//    warp-specialized one), "dispatch" the backend's choice: the wgmma kernels on Hopper) and the
+//    CUDA-core kernel against a float64 host
 //    reference over the same paged inputs: random non-contiguous page tables (page sizes 16 and
 //    3), q a column slice of a wider qkv-like buffer,
 //    ragged batches (lengths 1, 17, 333, 1000), extends after long cached prefixes, a decode row in
@@ -110,6 +111,13 @@ Variant wgmma() {
           astrai::gpu::attention_wgmma::launch_paged_forward<kD, kWG, kN, kMinBlocks, kSub>};
 }
 
+// The warp-specialized kernel: a producer warpgroup and kC consumer warpgroups.
+template <int kD, int kC, int kN, int kStages>
+Variant wgmma_ws() {
+  return {"wgmma ws c" + std::to_string(kC) + " n" + std::to_string(kN) + " st" + std::to_string(kStages),
+          astrai::gpu::attention_wgmma::launch_paged_forward_ws<kD, kC, kN, kStages>};
+}
+
 template <int kD>
 std::vector<Variant> variants();
 template <>
@@ -135,7 +143,10 @@ std::vector<Variant> variants<64>() {
           wgmma<64, 2, 128, 2, 64>(),
           wgmma<64, 1, 64, 4, 64>(),
           wgmma<64, 1, 128, 4, 64>(),
-          wgmma<64, 3, 128, 1, 64>()};
+          wgmma<64, 3, 128, 1, 64>(),
+          wgmma_ws<64, 3, 128, 3>(),
+          wgmma_ws<64, 3, 128, 2>(),
+          wgmma_ws<64, 2, 128, 2>()};
 }
 template <>
 std::vector<Variant> variants<96>() {
@@ -163,7 +174,11 @@ std::vector<Variant> variants<128>() {
           wgmma<128, 2, 64, 2>(),
           wgmma<128, 1, 64>(),
           wgmma<128, 3, 128, 1, 64>(),
-          wgmma<128, 2, 128, 1, 64>()};
+          wgmma<128, 2, 128, 1, 64>(),
+          wgmma_ws<128, 2, 128, 2>(),
+          wgmma_ws<128, 3, 64, 2>(),
+          wgmma_ws<128, 3, 64, 3>(),
+          wgmma_ws<128, 2, 128, 3>()};
 }
 
 std::vector<Variant> variants_of(int d) {
@@ -564,8 +579,10 @@ int main(int argc, char** argv) {
   }
   if (prefill_only) {
     for (int d : {128, 64})
-      for (int n : {1024, 4096, 8192, 16384, 32768})
+      for (int n : {1024, 2048, 4096, 8192, 16384, 32768})
         time_case({"prefill", 32, 8, d, 16, {{n, n}}}, rng, reps, true, false);
+    // The engine's chunked prefill (max_prefill_tokens 2048): the last chunk of an 8k and a 32k prompt.
+    for (int kv : {8192, 32768}) time_case({"chunk", 32, 8, 64, 16, {{kv, 2048}}}, rng, reps, true, false);
     return 0;
   }
   // Mixed steps: leading decode rows, then chunks (and more decode rows, which stay with the chunks).

@@ -2,7 +2,9 @@
 // FlashAttention forward of train_attention_mma.cuh's PagedKv instance (same spans, grid, masking
 // and online softmax in exp2 units), with both GEMMs issued by whole warpgroups from shared memory,
 // where mma.sync spends registers and issue slots on ldmatrix. Needs nothing but CUDA, so that
-// bench/prefill_attention_bench.cu builds it on a machine with only nvcc.
+// bench/prefill_attention_bench.cu builds it on a machine with only nvcc. Two kernels: the one
+// below, whose warpgroups all copy and compute, and further down a warp-specialized one (a producer
+// warpgroup copies, the others compute) that the backend takes from 4k keys.
 //
 // Block: kWG warpgroups of 64 query rows each (one head of one sequence); key tiles of kN keys
 // stream through a ring of shared-memory stages with cp.async (all threads load, one barrier a
@@ -129,6 +131,88 @@ __device__ __forceinline__ void rescale_and_pack(float* o, bool rescale, const f
       pa[kk][i] = attention_mma::pack_bf16(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
 }
 
+// Key rows [j0, j0 + kN) (j0 a multiple of kN) of one KV head into a stage's K and V tiles kd / vd,
+// copied by kThreads threads from thread t (lane: its lane; whole warps take part): k_at / v_at are
+// this thread's 16-byte column of the head in cache slot 0, each copy's slot as
+// PagedKv::lane_pages() says; zeros past the sequence.
+template <int kD, int kN, int kThreads>
+__device__ __forceinline__ void copy_key_tile(const PagedKv& kv, const Span& sp, const int32_t* pages,
+                                              bool lane_pages, int j0, int t, int lane, const bf16* k_at,
+                                              const bf16* v_at, bf16* kd, bf16* vd) {
+  constexpr int kVec = kD / 8, kTotal = kN * kVec;
+  static_assert(kN / 4 <= 32, "a tile's pages of 4 keys fit a warp");
+  const int32_t my_page = lane_pages ? kv.template tile_page<kN>(pages, sp, j0, lane) : -1;
+#pragma unroll
+  for (int i = 0; i < (kTotal + kThreads - 1) / kThreads; ++i) {
+    const int e = t + i * kThreads, r = e / kVec;
+    if (kTotal % kThreads != 0 && e >= kTotal) break;  // whole warps (kTotal is a multiple of 32)
+    int slot;
+    const bool ok =
+        lane_pages ? kv.tile_slot(my_page, sp, j0, r, slot) : kv.key_slot(pages, sp, j0 + r, slot);
+    const int dst = wgmma::swizzled<kN>(r, e % kVec);
+    cp_async16(kd + dst, kv.template slot_row<kD>(k_at, slot), ok);
+    cp_async16(vd + dst, kv.template slot_row<kD>(v_at, slot), ok);
+  }
+}
+
+// Queries [first, first + kRows) of head h (zeros past the sequence) into rows [r0, r0 + kRows) of
+// the block's swizzled [kM][kD] Q tile, copied by kThreads threads from thread t.
+template <int kD, int kM, int kRows, int kThreads>
+__device__ __forceinline__ void copy_query_rows(const Rows& q, const Span& sp, int h, int64_t first, int r0,
+                                                int t, bf16* qs) {
+  constexpr int kVec = kD / 8;
+  static_assert(kRows * kVec % kThreads == 0, "every thread copies as many chunks");
+#pragma unroll
+  for (int i = 0; i < kRows * kVec / kThreads; ++i) {
+    const int e = t + i * kThreads, r = e / kVec, c = e % kVec;
+    const bool ok = first + r < sp.n_q;
+    cp_async16(qs + wgmma::swizzled<kM>(r0 + r, c),
+               attention_mma::head_row(q, sp.row0 + (ok ? first + r : 0), h) + c * 8, ok);
+  }
+}
+
+// s = Q K^T for the warpgroup's 64 query rows (q_lo: their descriptor low word in a Q tile of kM
+// rows) and kS keys of a K tile of kN rows (k_lo: the first key's), issued and committed.
+template <int kD, int kM, int kN, int kS>
+__device__ __forceinline__ void qk_gemm(float* s, uint32_t q_lo, uint32_t k_lo) {
+  constexpr uint32_t kHi = wgmma::desc_hi(1024);
+  wgmma::fence();
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk)
+    wgmma::mma_ss<kS>(s, wgmma::desc_of(q_lo + (((kk / 4) * kM * 128 + (kk % 4) * 32) >> 4), kHi),
+                      wgmma::desc_of(k_lo + (((kk / 4) * kN * 128 + (kk % 4) * 32) >> 4), kHi), kk > 0);
+  wgmma::commit();
+}
+// o += P V for kS keys (pa: P as A fragments; v_lo: the first key's V row), issued and committed.
+template <int kD, int kS>
+__device__ __forceinline__ void pv_gemm(float* o, const uint32_t (*pa)[4], uint32_t v_lo) {
+  constexpr uint32_t kHi = wgmma::desc_hi(1024);
+  wgmma::fence();
+#pragma unroll
+  for (int kk = 0; kk < kS / 16; ++kk)
+    wgmma::mma_rs_tb<kD>(o, pa[kk], wgmma::desc_of(v_lo + ((kk * 16 * 128) >> 4), kHi), true);
+  wgmma::commit();
+}
+
+// The warpgroup's output rows (its queries from w0; this thread's rows r_lo and r_lo + 8, columns
+// qc * 2 of each 8): o / l, rounded to bf16.
+template <int kD>
+__device__ __forceinline__ void store_rows(const float* o, const float* l, const Span& sp, int64_t w0,
+                                           int r_lo, int qc, int h, const Rows& out) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float lr = attention_mma::quad_sum(l[r]);
+    const int64_t t = w0 + r_lo + 8 * r;
+    if (t >= sp.n_q) continue;
+    const float inv = lr > 0.0f ? 1.0f / lr : 0.0f;
+    bf16* orow = attention_mma::head_row_mut(out, sp.row0 + t, h);
+#pragma unroll
+    for (int nt = 0; nt < kD / 8; ++nt)
+      *reinterpret_cast<__nv_bfloat162*>(orow + nt * 8 + qc * 2) =
+          __floats2bfloat162_rn(o[nt * 4 + 2 * r] * inv, o[nt * 4 + 2 * r + 1] * inv);
+  }
+}
+
 // kMinBlocks: blocks a multiprocessor must hold at once; ptxas caps the registers to fit them (two
 // blocks of two warpgroups: 128 a thread). kSub: keys a warpgroup's GEMMs and softmax take at once,
 // a part of the kN a stage holds, so a tile's registers (S, P) stay those of kSub keys while the
@@ -160,34 +244,12 @@ __global__ void __launch_bounds__(128 * kWG, kMinBlocks)
   const int col = int(threadIdx.x % kVec) * 8;
   const bf16* k_at = kv.k_cache + kvh * kD + col;
   const bf16* v_at = kv.v_cache + kvh * kD + col;
-  // A tile's pages one a lane where the page size allows (PagedKv::lane_pages).
-  static_assert(kN / 4 <= 32, "a tile's pages of 4 keys fit a warp");
   const bool lane_pages = kv.lane_pages();
   auto load_tile = [&](int it) {
-    bf16* kd = ks + (it % kStages) * S::kKv;
-    bf16* vd = vs + (it % kStages) * S::kKv;
-    constexpr int kTotal = kN * kVec;
-    const int j0 = it * kN;
-    const int32_t my_page = lane_pages ? kv.template tile_page<kN>(pages, sp, j0, lane) : -1;
-#pragma unroll
-    for (int i = 0; i < (kTotal + S::kThreads - 1) / S::kThreads; ++i) {
-      const int e = int(threadIdx.x) + i * S::kThreads, r = e / kVec;
-      if (kTotal % S::kThreads != 0 && e >= kTotal) break;  // whole warps (kTotal is a multiple of 32)
-      int slot;
-      const bool ok =
-          lane_pages ? kv.tile_slot(my_page, sp, j0, r, slot) : kv.key_slot(pages, sp, j0 + r, slot);
-      const int dst = wgmma::swizzled<kN>(r, e % kVec);
-      cp_async16(kd + dst, kv.template slot_row<kD>(k_at, slot), ok);
-      cp_async16(vd + dst, kv.template slot_row<kD>(v_at, slot), ok);
-    }
+    copy_key_tile<kD, kN, S::kThreads>(kv, sp, pages, lane_pages, it * kN, int(threadIdx.x), lane, k_at, v_at,
+                                       ks + (it % kStages) * S::kKv, vs + (it % kStages) * S::kKv);
   };
-#pragma unroll
-  for (int i = 0; i < S::kM * kVec / S::kThreads; ++i) {
-    const int e = int(threadIdx.x) + i * S::kThreads, r = e / kVec, c = e % kVec;
-    const bool ok = q0 + r < sp.n_q;
-    cp_async16(qs + wgmma::swizzled<S::kM>(r, c),
-               attention_mma::head_row(q, sp.row0 + (ok ? q0 + r : 0), h) + c * 8, ok);
-  }
+  copy_query_rows<kD, S::kM, S::kM, S::kThreads>(q, sp, h, q0, 0, int(threadIdx.x), qs);
   load_tile(0);  // in one group with Q
   cp_async_commit();
   // The block waits for key tile `it` (each thread for its own copies, then the barrier) and makes
@@ -208,27 +270,12 @@ __global__ void __launch_bounds__(128 * kWG, kMinBlocks)
   const int active = w0 < sp.n_q ? min(tiles, int((wp0 + 64 + kN - 1) / kN)) : 0;
   // Descriptor low words (wgmma.cuh): the warpgroup's Q rows, stage 0's K and V; the rest are
   // fixed offsets from these.
-  constexpr uint32_t kHi = wgmma::desc_hi(1024), kStageStep = S::kKv * sizeof(bf16) >> 4;
+  constexpr uint32_t kStageStep = S::kKv * sizeof(bf16) >> 4;
   const uint32_t q_lo = wgmma::desc_lo(smem_addr(qs) + uint32_t(wg * 64 * 128), 16);
   const uint32_t k_lo = wgmma::desc_lo(smem_addr(ks), 16), v_lo = wgmma::desc_lo(smem_addr(vs), kN * 128);
-  // s = Q K^T of keys [sub * kSub, +kSub) of tile it, issued and committed.
-  auto s_gemm = [&](float* s, int it, int sub) {
-    const uint32_t k_it = k_lo + (it % kStages) * kStageStep + ((sub * kSub * 128) >> 4);
-    wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk)
-      wgmma::mma_ss<kSub>(s, wgmma::desc_of(q_lo + (((kk / 4) * S::kM * 128 + (kk % 4) * 32) >> 4), kHi),
-                          wgmma::desc_of(k_it + (((kk / 4) * kN * 128 + (kk % 4) * 32) >> 4), kHi), kk > 0);
-    wgmma::commit();
-  };
-  // o += P V of the same keys, issued.
-  auto pv_gemm = [&](float* o, const uint32_t(*pa)[4], int it, int sub) {
-    const uint32_t v_it = v_lo + (it % kStages) * kStageStep + ((sub * kSub * 128) >> 4);
-    wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < kSub / 16; ++kk)
-      wgmma::mma_rs_tb<kD>(o, pa[kk], wgmma::desc_of(v_it + ((kk * 16 * 128) >> 4), kHi), true);
-    wgmma::commit();
+  // The low word of keys [sub * kSub, +kSub) of tile it in a stage from lo.
+  auto at = [&](uint32_t lo, int it, int sub) {
+    return lo + (it % kStages) * kStageStep + ((sub * kSub * 128) >> 4);
   };
   auto edge = [&](int j0) { return j0 + kSub - 1 > wp0 || j0 + kSub > sp.n_kv; };
 
@@ -246,31 +293,194 @@ __global__ void __launch_bounds__(128 * kWG, kMinBlocks)
     for (int sub = 0; sub < kN / kSub; ++sub) {
       const int j0 = it * kN + sub * kSub;
       if (kSub < kN && j0 > wp0 + 63) break;  // these keys are in the future of all its rows
-      s_gemm(s, it, sub);
+      qk_gemm<kD, S::kM, kN, kSub>(s, q_lo, at(k_lo, it, sub));
       wgmma::wait<0>();
       wgmma::pin<kSub / 2>(s);
       const bool rescale =
           softmax_tile<kSub, kD == 128>(s, j0, pos_row, int(sp.n_kv), edge(j0), g.scale_log2, m, l, alpha);
       rescale_and_pack<kD, kSub>(o, rescale, alpha, s, pa);
-      pv_gemm(o, pa, it, sub);
+      pv_gemm<kD, kSub>(o, pa, at(v_lo, it, sub));
       wgmma::wait<0>();
       wgmma::pin<kD / 2>(o);
     }
   }
 
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float lr = attention_mma::quad_sum(l[r]);
-    const int64_t t = w0 + r_lo + 8 * r;
-    if (t >= sp.n_q) continue;
-    const float inv = lr > 0.0f ? 1.0f / lr : 0.0f;
-    bf16* orow = attention_mma::head_row_mut(out, sp.row0 + t, h);
-#pragma unroll
-    for (int nt = 0; nt < kD / 8; ++nt)
-      *reinterpret_cast<__nv_bfloat162*>(orow + nt * 8 + qc * 2) =
-          __floats2bfloat162_rn(o[nt * 4 + 2 * r] * inv, o[nt * 4 + 2 * r + 1] * inv);
-  }
+  store_rows<kD>(o, l, sp, w0, r_lo, qc, h, out);
 #endif
+}
+
+// ---- The warp-specialized kernel ------------------------------------------------------------------
+// paged_forward_kernel's arithmetic with the copies taken off the computing warps (FlashAttention-3's
+// producer and consumers): warpgroup 0 copies key tiles into a ring of kStages stages and marks each
+// full on an mbarrier; kC consumer warpgroups of 64 query rows each wait for a stage, compute on it
+// and mark it empty on a second mbarrier. No warpgroup waits at a block-wide barrier for another's
+// softmax, and none spends issue slots on copies. setmaxnreg gives the producer's registers to the
+// consumers (three consumers: 160 a thread, where paged_forward_kernel's three warpgroups get 168
+// and copy besides).
+//
+// Tried (docs/performance.md, sixteenth session): FlashAttention-3's two schedules on top, the
+// consumers issuing their GEMMs in turn (named barriers) and each issuing tile it's S with tile
+// it - 1's P V to run the softmax under it: neither gained. Two consumers lose to three.
+namespace mbar {
+#if ASTRAI_WGMMA
+__device__ __forceinline__ void init(uint64_t* b, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(b)), "r"(count) : "memory");
+}
+// Release: this thread's earlier writes are visible to a thread whose wait sees the phase complete.
+__device__ __forceinline__ void arrive(uint64_t* b) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(b)) : "memory");
+}
+// Returns once the phase of parity `parity` is complete (at once for the phase before the current one).
+__device__ __forceinline__ void wait(uint64_t* b, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred p;\nWAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra WAIT_%=;\n}\n" ::"r"(smem_addr(b)),
+      "r"(parity)
+      : "memory");
+}
+// The threads of named barrier `id` (count of them, whole warps) wait for each other.
+__device__ __forceinline__ void bar_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+template <int kRegs>
+__device__ __forceinline__ void regs_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void regs_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+#endif
+}  // namespace mbar
+
+template <int kD, int kC, int kN, int kStages>
+struct WsShape {
+  static_assert(kC == 2 || kC == 3, "two or three consumer warpgroups");
+  static constexpr int kM = 64 * kC;  // query rows a block
+  static constexpr int kThreads = 128 * (kC + 1);
+  static constexpr int kQ = kM * kD;
+  static constexpr int kKv = kN * kD;
+  // Registers a thread after setmaxnreg: the block's 65,536 (three consumers) or 384 x 168 (two).
+  static constexpr int kProducerRegs = kC == 2 ? 56 : 32;
+  static constexpr int kConsumerRegs = kC == 2 ? 224 : 160;
+  static_assert(128 * (kProducerRegs + kC * kConsumerRegs) <= 65536);
+  static constexpr size_t kSmem =
+      size_t(kQ + 2 * kStages * kKv) * sizeof(bf16) + 1024 + 2 * kStages * sizeof(uint64_t);
+};
+
+template <int kD, int kC, int kN, int kStages>
+__global__ void __launch_bounds__(128 * (kC + 1), 1)
+    paged_forward_ws_kernel(Rows q, PagedKv kv, Geo g, Rows out) {
+#if ASTRAI_WGMMA
+  using S = WsShape<kD, kC, kN, kStages>;
+  extern __shared__ unsigned char smem_raw[];
+  bf16* qs = reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  bf16* ks = qs + S::kQ;  // kStages stages each
+  bf16* vs = ks + kStages * S::kKv;
+  uint64_t* full = reinterpret_cast<uint64_t*>(vs + kStages * S::kKv);  // a stage's keys have landed
+  uint64_t* empty = full + kStages;                                     // no consumer reads it any more
+  const int h = kv.head(), kvh = h / g.group;
+  const int wg = int(threadIdx.x) / 128, warp = int(threadIdx.x % 128) / 32, lane = int(threadIdx.x % 32);
+  const Span sp = kv.span();
+  const int64_t q0 = kv.query_tile() * S::kM;
+  if (q0 >= sp.n_q) return;  // a grid sized for the longest sequence of a ragged batch
+  const int64_t j_end = sp.pos0 + min(q0 + S::kM, sp.n_q);  // the last query's keys end here
+  const int tiles = int((j_end + kN - 1) / kN);
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      mbar::init(&full[i], 128);      // every producer thread, once its copies have landed
+      mbar::init(&empty[i], kC * 4);  // every consumer warp
+    }
+  }
+  __syncthreads();
+  constexpr int kVec = kD / 8;
+
+  if (wg == 0) {  // the producer: every tile of the block, in order, each into the stage it frees
+    mbar::regs_dec<S::kProducerRegs>();
+    const int t = int(threadIdx.x);
+    const int col = (t % kVec) * 8;
+    const bf16* k_at = kv.k_cache + kvh * kD + col;
+    const bf16* v_at = kv.v_cache + kvh * kD + col;
+    const int32_t* pages = kv.pages();
+    const bool lane_pages = kv.lane_pages();
+    for (int it = 0; it < tiles; ++it) {
+      const int st = it % kStages;
+      mbar::wait(&empty[st], ((it / kStages) & 1) ^ 1);  // the consumers are done with tile it - kStages
+      copy_key_tile<kD, kN, 128>(kv, sp, pages, lane_pages, it * kN, t, lane, k_at, v_at, ks + st * S::kKv,
+                                 vs + st * S::kKv);
+      cp_async_commit();
+      cp_async_wait<0>();
+      wgmma::fence_async_shared();  // this thread's copies, visible to wgmma
+      mbar::arrive(&full[st]);
+    }
+    return;
+  }
+
+  mbar::regs_inc<S::kConsumerRegs>();
+  const int c = wg - 1, ct = int(threadIdx.x % 128);  // this consumer, and its thread
+  copy_query_rows<kD, S::kM, 64, 128>(q, sp, h, q0 + c * 64, c * 64, ct, qs);  // its 64 query rows
+  cp_async_commit();
+  cp_async_wait<0>();
+  wgmma::fence_async_shared();
+  mbar::bar_sync(1 + c, 128);
+
+  const int64_t w0 = q0 + c * 64;    // the warpgroup's first query
+  const int64_t wp0 = sp.pos0 + w0;  // and its position
+  const int r_lo = warp * 16 + lane / 4, qc = lane % 4;
+  const int pos_row[2] = {int(wp0 + r_lo), int(wp0 + r_lo + 8)};
+  // The warpgroup's tiles: those with a key at or before its last row's position.
+  const int active = w0 < sp.n_q ? min(tiles, int((wp0 + 64 + kN - 1) / kN)) : 0;
+  constexpr uint32_t kStageStep = S::kKv * sizeof(bf16) >> 4;
+  const uint32_t q_lo = wgmma::desc_lo(smem_addr(qs) + uint32_t(c * 64 * 128), 16);
+  const uint32_t k_lo = wgmma::desc_lo(smem_addr(ks), 16), v_lo = wgmma::desc_lo(smem_addr(vs), kN * 128);
+  auto edge = [&](int j0) { return j0 + kN - 1 > wp0 || j0 + kN > sp.n_kv; };
+  auto wait_full = [&](int it) { mbar::wait(&full[it % kStages], (it / kStages) & 1); };
+  // After the warp's wgmma on the stage are complete. A consumer marks every tile, the ones in its
+  // future too, and only after its wait saw it full: one arrival a warp in each phase.
+  auto release = [&](int it) {
+    if (lane == 0) mbar::arrive(&empty[it % kStages]);
+  };
+
+  float o[kD / 2];
+#pragma unroll
+  for (int i = 0; i < kD / 2; ++i) o[i] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
+  float s[kN / 2];
+  uint32_t pa[kN / 16][4];
+  int it = 0;
+  for (; it < active; ++it) {
+    wait_full(it);
+    qk_gemm<kD, S::kM, kN, kN>(s, q_lo, k_lo + (it % kStages) * kStageStep);
+    wgmma::wait<0>();
+    wgmma::pin<kN / 2>(s);
+    const int j0 = it * kN;
+    const bool rescale =
+        softmax_tile<kN, kD == 128>(s, j0, pos_row, int(sp.n_kv), edge(j0), g.scale_log2, m, l, alpha);
+    rescale_and_pack<kD, kN>(o, rescale, alpha, s, pa);
+    pv_gemm<kD, kN>(o, pa, v_lo + (it % kStages) * kStageStep);
+    wgmma::wait<0>();
+    wgmma::pin<kD / 2>(o);
+    release(it);
+  }
+  for (; it < tiles; ++it) {  // tiles wholly in the warpgroup's future
+    wait_full(it);
+    release(it);
+  }
+
+  store_rows<kD>(o, l, sp, w0, r_lo, qc, h, out);
+#endif
+}
+
+template <int kD, int kC, int kN, int kStages>
+cudaError_t launch_paged_forward_ws(cudaStream_t stream, const Rows& q, const PagedKv& kv, int num_seqs,
+                                    int64_t max_q, const Geo& g, const Rows& out) {
+  using S = WsShape<kD, kC, kN, kStages>;
+  auto* kernel = paged_forward_ws_kernel<kD, kC, kN, kStages>;
+  if (const cudaError_t e = attention_mma::allow_smem(kernel, S::kSmem); e != cudaSuccess) return e;
+  const dim3 grid(unsigned(g.heads), unsigned((max_q + S::kM - 1) / S::kM), unsigned(num_seqs));
+  kernel<<<grid, S::kThreads, S::kSmem, stream>>>(q, kv, g, out);
+  return cudaGetLastError();
 }
 
 // 1 in the code built for sm_90a, 0 in the code built for other architectures.
@@ -304,22 +514,23 @@ cudaError_t launch_paged_forward(cudaStream_t stream, const Rows& q, const Paged
 }
 
 // The configuration the backend launches, the fastest of bench/prefill_attention_bench.cu's
-// variants on an H200 (docs/performance.md). At head_dim 64, two warpgroups (128 query rows) and 128
-// keys a stage taken 64 at a time (one barrier per 128 keys, S and P of 64 keys); at head_dim 128,
-// two warpgroups and 64 keys a tile. Both hold two blocks a multiprocessor (blocks that share no
-// barrier cover each other's softmax; kMinBlocks holds ptxas to the 128 registers that takes).
-// Where a sequence may reach kLongKv keys (max_kv, a bound), head_dim 128 takes three warpgroups and
-// 128 keys a tile at one block a multiprocessor instead: 2% faster at 32k, 2% slower at 16k.
-constexpr int64_t kLongKv = 24576;
+// variants on an H200 (docs/performance.md). Where a sequence may reach kSpecializedKv keys (max_kv,
+// a bound), the warp-specialized kernel: three consumer warpgroups (192 query rows) and three stages
+// of 128 keys (head_dim 64: 3-13% faster than below from 4k keys) or 64 (head_dim 128: 1-3%).
+// Below, and where `specialized` is false, paged_forward_kernel with two warpgroups, two blocks a
+// multiprocessor (blocks that share no barrier cover each other's softmax; kMinBlocks holds ptxas to
+// the 128 registers that takes), 128 keys a stage taken 64 at a time (head_dim 64) or 64 keys a
+// tile (128): its smaller blocks fill the machine better at 2k keys (4%).
+constexpr int64_t kSpecializedKv = 4096;
 template <int kD>
 cudaError_t paged_forward(cudaStream_t stream, const Rows& q, const PagedKv& kv, int num_seqs, int64_t max_q,
-                          int64_t max_kv, const Geo& g, const Rows& out) {
-  if constexpr (kD == 64) {
+                          int64_t max_kv, const Geo& g, const Rows& out, bool specialized = true) {
+  constexpr int kN = kD == 64 ? 128 : 64;
+  if (specialized && max_kv >= kSpecializedKv)
+    return launch_paged_forward_ws<kD, 3, kN, 3>(stream, q, kv, num_seqs, max_q, g, out);
+  if constexpr (kD == 64)
     return launch_paged_forward<kD, 2, 128, 2, 64>(stream, q, kv, num_seqs, max_q, g, out);
-  } else {
-    if (max_kv < kLongKv) return launch_paged_forward<kD, 2, 64, 2>(stream, q, kv, num_seqs, max_q, g, out);
-    return launch_paged_forward<kD, 3, 128>(stream, q, kv, num_seqs, max_q, g, out);
-  }
+  return launch_paged_forward<kD, 2, 64, 2>(stream, q, kv, num_seqs, max_q, g, out);
 }
 
 }  // namespace astrai::gpu::attention_wgmma

@@ -1,7 +1,7 @@
 // paged_attention on tensor cores for prefill and extend steps: the backend's entry to the paged
 // instance of train_attention_mma.cuh's forward kernel (PagedKv: ragged sequences, K/V read from the
 // paged cache through the page table, each sequence's queries causal at the end of its keys), and on
-// an sm_90a build running on Hopper, for head_dim 64 and 128, to attention_wgmma.cuh's kernel of
+// an sm_90a build running on Hopper, for head_dim 64 and 128, to attention_wgmma.cuh's kernels of
 // the same arithmetic on warpgroup MMA (ASTRAI_PREFILL_ATTENTION=mma keeps mma.sync, to compare).
 // For bf16 with head_dim 64, 96 or 128 and 16-byte aligned q/out rows; attention.cu keeps decode,
 // small extends, f32 and the other head dims. Lengths come from device memory; the grid is sized
@@ -20,14 +20,17 @@
 namespace astrai::gpu {
 
 namespace {
-// Whether prefill and extend steps of head_dim 64 or 128 go to the wgmma kernel: where the build
-// has it for this device, unless ASTRAI_PREFILL_ATTENTION=mma.
-bool use_wgmma() {
-  static const bool mma = [] {
+// Which kernel prefill and extend steps of head_dim 64 or 128 go to: the wgmma kernels where the
+// build has them for this device, unless ASTRAI_PREFILL_ATTENTION=mma (mma.sync) or =wgmma-plain
+// (head_dim 64 on the wgmma kernel without a producer warpgroup), to compare.
+enum class Prefill { mma, wgmma_plain, wgmma };
+Prefill prefill_kernel() {
+  static const std::string choice = [] {
     const char* e = std::getenv("ASTRAI_PREFILL_ATTENTION");
-    return e != nullptr && std::string(e) == "mma";
+    return std::string(e != nullptr ? e : "");
   }();
-  return !mma && attention_wgmma::built_for_current_device();
+  if (choice == "mma" || !attention_wgmma::built_for_current_device()) return Prefill::mma;
+  return choice == "wgmma-plain" ? Prefill::wgmma_plain : Prefill::wgmma;
 }
 }  // namespace
 
@@ -68,9 +71,11 @@ bool paged_attention_mma(cudaStream_t stream, const Tensor& q, const Tensor& k_c
   const int64_t max_q = batch.max_q_len;
   if (max_q > 65535 * 64) return false;  // query tiles (of 64 rows or more) on the grid's y
   namespace aw = attention_wgmma;
-  const bool wg = D != 96 && use_wgmma();
+  const Prefill kind = D != 96 ? prefill_kernel() : Prefill::mma;
+  const bool wg = kind != Prefill::mma;
   const cudaError_t err =
-      wg && D == 64 ? aw::paged_forward<64>(stream, qv, kv, batch.num_seqs, max_q, batch.max_kv_len, g, ov)
+      wg && D == 64 ? aw::paged_forward<64>(stream, qv, kv, batch.num_seqs, max_q, batch.max_kv_len, g, ov,
+                                            kind == Prefill::wgmma)
       : wg          ? aw::paged_forward<128>(stream, qv, kv, batch.num_seqs, max_q, batch.max_kv_len, g, ov)
       : D == 64     ? am::paged_forward<64>(stream, qv, kv, batch.num_seqs, max_q, g, ov, sm_count)
       : D == 96     ? am::paged_forward<96>(stream, qv, kv, batch.num_seqs, max_q, g, ov, sm_count)

@@ -289,10 +289,13 @@ void attention_extend_after_long_prefix(Backend& be) {
   auto seqs = [](int long_kv) { return std::vector<Seq>{{long_kv, 100}, {1017, 17}, {500, 1}, {64, 64}}; };
   for (int d : {64, 128})
     for (int group : {4, 1}) run_batch(be, rng, BatchShape{2, group, d, 16, seqs(4200), 64});
-  // 24,700 keys: past the 24,576 where the CUDA backend's head_dim 128 kernel takes three warpgroups
-  // and longer key tiles (two heads, which keeps compute-sanitizer's racecheck of it to minutes).
+  // A long context at head_dim 128 (24,700 keys; two heads, which keeps compute-sanitizer's racecheck
+  // of it to minutes).
   run_batch(be, rng, BatchShape{1, 2, 128, 16, seqs(24700), 64});
   run_batch(be, rng, BatchShape{1, 4, 64, 3, seqs(4200), 64});
+  // Pages of 64 and 256 keys (two a 128-key tile; two tiles a page) past the 4,096 keys from which the CUDA
+  // backend's head_dim 64 prefill takes its warp-specialized kernel.
+  for (int page_size : {64, 256}) run_batch(be, rng, BatchShape{1, 4, 64, page_size, seqs(4200), 64});
 }
 
 // Mixed steps (decode rows with prefill and extend chunks, as a serving step that admits a request

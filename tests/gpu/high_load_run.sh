@@ -139,7 +139,7 @@ if want attnprof; then
   attn_bench
   for d in 128 64; do  # the third launch of each head_dim: skip 2, then 5 (3 at 128, 2 at 64)
     skip=$([ $d = 128 ] && echo 2 || echo 5)
-    run_to 200 ncu --set full --import-source yes -k regex:paged_forward_kernel --launch-skip $skip --launch-count 1 \
+    run_to 200 ncu --set full --import-source yes -k 'regex:paged_forward_(ws_)?kernel' --launch-skip $skip --launch-count 1 \
       -o "$out/attnprof_d$d" "$tmp/prefill_attention_bench" --profile > "$out/attnprof_d$d.txt" 2>&1
     log "attnprof d$d: exit $? $(ls -s "$out/attnprof_d$d.ncu-rep" 2>/dev/null)"
     ncu --import "$out/attnprof_d$d.ncu-rep" --page details > "$out/attnprof_d$d.details.txt" 2>&1
