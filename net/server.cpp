@@ -111,6 +111,13 @@ Status run_server(ServerState& st, const ModelLoader& load) {
       });
   }
   asio::co_spawn(ioc, accept_loop(ioc, acceptor, st, workers.get_executor()), asio::detached);
+  // Destroying the last signal_set that holds a signal gives it back its default action
+  // (termination). A second set, on an io_context that never runs, lives as long as the process and
+  // keeps Asio's handler installed through the teardown below until SIG_IGN replaces it there: a
+  // supervisor's repeated SIGTERM never meets the default action.
+  static asio::io_context* const quiet = new asio::io_context;
+  static asio::signal_set* const held = new asio::signal_set(*quiet, SIGINT, SIGTERM);
+  (void)held;
   std::optional<asio::signal_set> signals(std::in_place, ioc, SIGINT, SIGTERM);
   asio::co_spawn(ioc, drain_on_signal(ioc, acceptor, st, *signals), asio::detached);
 
@@ -138,8 +145,8 @@ Status run_server(ServerState& st, const ModelLoader& load) {
   for (auto& t : threads) t.join();
   workers.join();
   // Shutting down: further SIGINT/SIGTERM (e.g. a supervisor repeating its request) must not kill
-  // the process half-way with the default action, so ignore them once the signal_set (whose
-  // destructor restores the default) is gone.
+  // the process half-way, so ignore them once the signal_set is gone (`held` above keeps Asio's
+  // handler in place until then).
   signals.reset();
   std::signal(SIGINT, SIG_IGN);
   std::signal(SIGTERM, SIG_IGN);
