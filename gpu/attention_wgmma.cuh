@@ -524,7 +524,7 @@ cudaError_t launch_paged_forward(cudaStream_t stream, const Rows& q, const Paged
 constexpr int64_t kSpecializedKv = 4096;
 template <int kD>
 cudaError_t paged_forward(cudaStream_t stream, const Rows& q, const PagedKv& kv, int num_seqs, int64_t max_q,
-                          int64_t max_kv, const Geo& g, const Rows& out, bool specialized = true) {
+                          int64_t max_kv, const Geo& g, const Rows& out, bool specialized) {
   constexpr int kN = kD == 64 ? 128 : 64;
   if (specialized && max_kv >= kSpecializedKv)
     return launch_paged_forward_ws<kD, 3, kN, 3>(stream, q, kv, num_seqs, max_q, g, out);

@@ -22,7 +22,7 @@ namespace astrai::gpu {
 namespace {
 // Which kernel prefill and extend steps of head_dim 64 or 128 go to: the wgmma kernels where the
 // build has them for this device, unless ASTRAI_PREFILL_ATTENTION=mma (mma.sync) or =wgmma-plain
-// (head_dim 64 on the wgmma kernel without a producer warpgroup), to compare.
+// (the wgmma kernel without a producer warpgroup at every length), to compare.
 enum class Prefill { mma, wgmma_plain, wgmma };
 Prefill prefill_kernel() {
   static const std::string choice = [] {
@@ -72,11 +72,11 @@ bool paged_attention_mma(cudaStream_t stream, const Tensor& q, const Tensor& k_c
   if (max_q > 65535 * 64) return false;  // query tiles (of 64 rows or more) on the grid's y
   namespace aw = attention_wgmma;
   const Prefill kind = D != 96 ? prefill_kernel() : Prefill::mma;
-  const bool wg = kind != Prefill::mma;
+  const bool wg = kind != Prefill::mma, ws = kind == Prefill::wgmma;
+  const int64_t max_kv = batch.max_kv_len;
   const cudaError_t err =
-      wg && D == 64 ? aw::paged_forward<64>(stream, qv, kv, batch.num_seqs, max_q, batch.max_kv_len, g, ov,
-                                            kind == Prefill::wgmma)
-      : wg          ? aw::paged_forward<128>(stream, qv, kv, batch.num_seqs, max_q, batch.max_kv_len, g, ov)
+      wg && D == 64 ? aw::paged_forward<64>(stream, qv, kv, batch.num_seqs, max_q, max_kv, g, ov, ws)
+      : wg          ? aw::paged_forward<128>(stream, qv, kv, batch.num_seqs, max_q, max_kv, g, ov, ws)
       : D == 64     ? am::paged_forward<64>(stream, qv, kv, batch.num_seqs, max_q, g, ov, sm_count)
       : D == 96     ? am::paged_forward<96>(stream, qv, kv, batch.num_seqs, max_q, g, ov, sm_count)
                     : am::paged_forward<128>(stream, qv, kv, batch.num_seqs, max_q, g, ov, sm_count);
