@@ -131,29 +131,11 @@ __device__ __forceinline__ void rescale_and_pack(float* o, bool rescale, const f
       pa[kk][i] = attention_mma::pack_bf16(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
 }
 
-// Key rows [j0, j0 + kN) (j0 a multiple of kN) of one KV head into a stage's K and V tiles kd / vd,
-// copied by kThreads threads from thread t (lane: its lane; whole warps take part): k_at / v_at are
-// this thread's 16-byte column of the head in cache slot 0, each copy's slot as
-// PagedKv::lane_pages() says; zeros past the sequence.
-template <int kD, int kN, int kThreads>
-__device__ __forceinline__ void copy_key_tile(const PagedKv& kv, const Span& sp, const int32_t* pages,
-                                              bool lane_pages, int j0, int t, int lane, const bf16* k_at,
-                                              const bf16* v_at, bf16* kd, bf16* vd) {
-  constexpr int kVec = kD / 8, kTotal = kN * kVec;
-  static_assert(kN / 4 <= 32, "a tile's pages of 4 keys fit a warp");
-  const int32_t my_page = lane_pages ? kv.template tile_page<kN>(pages, sp, j0, lane) : -1;
-#pragma unroll
-  for (int i = 0; i < (kTotal + kThreads - 1) / kThreads; ++i) {
-    const int e = t + i * kThreads, r = e / kVec;
-    if (kTotal % kThreads != 0 && e >= kTotal) break;  // whole warps (kTotal is a multiple of 32)
-    int slot;
-    const bool ok =
-        lane_pages ? kv.tile_slot(my_page, sp, j0, r, slot) : kv.key_slot(pages, sp, j0 + r, slot);
-    const int dst = wgmma::swizzled<kN>(r, e % kVec);
-    cp_async16(kd + dst, kv.template slot_row<kD>(k_at, slot), ok);
-    cp_async16(vd + dst, kv.template slot_row<kD>(v_at, slot), ok);
-  }
-}
+// A K or V stage of kN swizzled rows as PagedKv::copy_keys's destination.
+template <int kN>
+struct SwizzledRows {
+  __device__ __forceinline__ int operator()(int r, int c) const { return wgmma::swizzled<kN>(r, c); }
+};
 
 // Queries [first, first + kRows) of head h (zeros past the sequence) into rows [r0, r0 + kRows) of
 // the block's swizzled [kM][kD] Q tile, copied by kThreads threads from thread t.
@@ -238,16 +220,13 @@ __global__ void __launch_bounds__(128 * kWG, kMinBlocks)
   const int tiles = int((j_end + kN - 1) / kN);
   const int32_t* pages = kv.pages();
 
-  constexpr int kVec = kD / 8;
-  static_assert(S::kThreads % kVec == 0, "a thread copies the same 16-byte column of every row it copies");
-  // This thread's column of its KV head in slot 0 of each cache.
-  const int col = int(threadIdx.x % kVec) * 8;
-  const bf16* k_at = kv.k_cache + kvh * kD + col;
-  const bf16* v_at = kv.v_cache + kvh * kD + col;
+  const bf16* k_head = kv.k_cache + kvh * kD;  // the KV head in slot 0 of each cache
+  const bf16* v_head = kv.v_cache + kvh * kD;
   const bool lane_pages = kv.lane_pages();
   auto load_tile = [&](int it) {
-    copy_key_tile<kD, kN, S::kThreads>(kv, sp, pages, lane_pages, it * kN, int(threadIdx.x), lane, k_at, v_at,
-                                       ks + (it % kStages) * S::kKv, vs + (it % kStages) * S::kKv);
+    kv.copy_keys<kN, kD, S::kThreads, true>(sp, pages, lane_pages, it * kN, int(threadIdx.x), lane, k_head,
+                                            v_head, ks + (it % kStages) * S::kKv,
+                                            vs + (it % kStages) * S::kKv, SwizzledRows<kN>{});
   };
   copy_query_rows<kD, S::kM, S::kM, S::kThreads>(q, sp, h, q0, 0, int(threadIdx.x), qs);
   load_tile(0);  // in one group with Q
@@ -394,21 +373,19 @@ __global__ void __launch_bounds__(128 * (kC + 1), 1)
     }
   }
   __syncthreads();
-  constexpr int kVec = kD / 8;
 
   if (wg == 0) {  // the producer: every tile of the block, in order, each into the stage it frees
     mbar::regs_dec<S::kProducerRegs>();
     const int t = int(threadIdx.x);
-    const int col = (t % kVec) * 8;
-    const bf16* k_at = kv.k_cache + kvh * kD + col;
-    const bf16* v_at = kv.v_cache + kvh * kD + col;
+    const bf16* k_head = kv.k_cache + kvh * kD;
+    const bf16* v_head = kv.v_cache + kvh * kD;
     const int32_t* pages = kv.pages();
     const bool lane_pages = kv.lane_pages();
     for (int it = 0; it < tiles; ++it) {
       const int st = it % kStages;
       mbar::wait(&empty[st], ((it / kStages) & 1) ^ 1);  // the consumers are done with tile it - kStages
-      copy_key_tile<kD, kN, 128>(kv, sp, pages, lane_pages, it * kN, t, lane, k_at, v_at, ks + st * S::kKv,
-                                 vs + st * S::kKv);
+      kv.copy_keys<kN, kD, 128, true>(sp, pages, lane_pages, it * kN, t, lane, k_head, v_head,
+                                      ks + st * S::kKv, vs + st * S::kKv, SwizzledRows<kN>{});
       cp_async_commit();
       cp_async_wait<0>();
       wgmma::fence_async_shared();  // this thread's copies, visible to wgmma

@@ -283,27 +283,42 @@ struct PagedKv {
   // pages of 4 keys or more, a power of two (at most 32 of them in a tile of up to 128 keys); with
   // others each copy looks its key up (key_slot).
   __device__ __forceinline__ bool lane_pages() const { return page_shift >= 2; }
-  // Key rows [j0, j0 + kRows) (j0 a multiple of kRows) of KV head kvh into kdst/vdst[kRows][kD + 8],
-  // each copy's slot as lane_pages() says.
-  template <int kRows, int kD, int kThreads>
-  __device__ __forceinline__ void load(const Span& sp, int64_t j0, int kvh, bf16* kdst, bf16* vdst) const {
+  // Key rows [j0, j0 + kRows) (j0 a multiple of kRows) into kdst/vdst, copied 16 bytes at a time by
+  // kThreads threads from thread t (lane: its lane in its warp; whole warps take part) with cp.async,
+  // each copy's slot as lane_pages says; zeros past the sequence. k_head / v_head: the KV head's row
+  // in slot 0 of each cache; dst(r, c): the element of kdst and vdst that 16-byte chunk c of row r goes to.
+  // Both families of kernels (forward_kernel here, attention_wgmma's) copy their key tiles through this.
+  // kOneColumn (kThreads a multiple of the chunks of a row): a thread copies the same column of every
+  // row, its source column taken once (the wgmma kernels: without it ptxas spills there); otherwise
+  // each copy computes its own (forward_kernel's code as measured).
+  template <int kRows, int kD, int kThreads, bool kOneColumn, typename Dst>
+  __device__ __forceinline__ void copy_keys(const Span& sp, const int32_t* pages, bool lane_pages, int j0,
+                                            int t, int lane, const bf16* k_head, const bf16* v_head,
+                                            bf16* kdst, bf16* vdst, Dst dst) const {
     constexpr int kVec = kD / 8, kTotal = kRows * kVec;
     static_assert(kRows / 4 <= 32 && kTotal % 32 == 0,
                   "a tile's pages of 4 keys fit a warp; whole warps copy");
-    const int32_t* pg = pages();
-    const bool lane_pages = this->lane_pages();
-    const int32_t my_page = lane_pages ? tile_page<kRows>(pg, sp, int(j0), int(threadIdx.x % 32)) : -1;
+    static_assert(!kOneColumn || kThreads % kVec == 0, "one column a thread");
+    const int32_t my_page = lane_pages ? tile_page<kRows>(pages, sp, j0, lane) : -1;
+    const bf16* k_col = k_head + (t % kVec) * 8;
+    const bf16* v_col = v_head + (t % kVec) * 8;
 #pragma unroll
     for (int i = 0; i < (kTotal + kThreads - 1) / kThreads; ++i) {
-      const int e = int(threadIdx.x) + i * kThreads;
+      const int e = t + i * kThreads, r = e / kVec, c = e % kVec;
       if (kTotal % kThreads != 0 && e >= kTotal) break;  // whole warps
-      const int r = e / kVec, c = (e % kVec) * 8;
       int slot;
-      const bool ok =
-          lane_pages ? tile_slot(my_page, sp, int(j0), r, slot) : key_slot(pg, sp, int(j0) + r, slot);
-      cp_async16(kdst + r * kPitch<kD> + c, slot_row<kD>(k_cache + kvh * kD + c, slot), ok);
-      cp_async16(vdst + r * kPitch<kD> + c, slot_row<kD>(v_cache + kvh * kD + c, slot), ok);
+      const bool ok = lane_pages ? tile_slot(my_page, sp, j0, r, slot) : key_slot(pages, sp, j0 + r, slot);
+      const int d = dst(r, c);
+      cp_async16(kdst + d, slot_row<kD>(kOneColumn ? k_col : k_head + c * 8, slot), ok);
+      cp_async16(vdst + d, slot_row<kD>(kOneColumn ? v_col : v_head + c * 8, slot), ok);
     }
+  }
+  // Key rows [j0, j0 + kRows) of KV head kvh into kdst/vdst[kRows][kD + 8] (copy_keys).
+  template <int kRows, int kD, int kThreads>
+  __device__ __forceinline__ void load(const Span& sp, int64_t j0, int kvh, bf16* kdst, bf16* vdst) const {
+    copy_keys<kRows, kD, kThreads, false>(sp, pages(), lane_pages(), int(j0), int(threadIdx.x),
+                                          int(threadIdx.x % 32), k_cache + kvh * kD, v_cache + kvh * kD, kdst,
+                                          vdst, [](int r, int c) { return r * kPitch<kD> + c * 8; });
   }
 };
 
