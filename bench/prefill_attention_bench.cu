@@ -7,7 +7,7 @@
 //        bench/prefill_attention_bench.cu gpu/attention.cu gpu/rope.cu gpu/rows.cpp gpu/scratch.cpp \
 //        src/backend/attention_shapes.cpp src/backend/rows.cpp src/core/tensor.cpp src/core/dtype.cpp \
 //        -o prefill_attention_bench
-//   ./prefill_attention_bench [--quick] [--check-only | --prefill-only | --mixed | --profile]
+//   ./prefill_attention_bench [--quick] [--check-only | --prefill-only | --short | --mixed | --profile]
 //
 // The bench includes gpu/paged_attention_mma.cu under another name and defines the
 // paged_attention_mma that astrai::gpu::paged_attention calls as "not taken" unless a call asks for
@@ -574,6 +574,25 @@ int main(int argc, char** argv) {
       Device dev(p);
       for (int i = 0; i < 3; ++i) dev.dispatch(0);
       CK(cudaDeviceSynchronize());
+    }
+    return 0;
+  }
+  // --short: steps of short prompts (many sequences, ragged), where the dispatch chooses between the
+  // plain kernel (128-row blocks) and the warp-specialized one (192-row blocks) below kSpecializedKv.
+  if (astrai::bench::has_flag(argc, argv, "--short")) {
+    for (int d : {128, 64}) {
+      for (int n : {128, 256, 512, 1024, 2048})
+        time_case({"short prompts", 32, 8, d, 16, std::vector<Seq>(size_t(2048 / n), Seq{n, n})}, rng, reps,
+                  true, false);
+      time_case({"ragged prompts",
+                 32,
+                 8,
+                 d,
+                 16,
+                 {{37, 37}, {500, 500}, {90, 90}, {1000, 1000}, {256, 256}, {165, 165}}},
+                rng, reps, true, false);
+      time_case({"extend 200 after 1k", 32, 8, d, 16, std::vector<Seq>(8, Seq{1224, 200})}, rng, reps, true,
+                false);
     }
     return 0;
   }
