@@ -45,14 +45,15 @@ __device__ __forceinline__ float round_to(float x) {
   return to_f32(from_f32<T>(x));
 }
 
-// 8 bf16 packed in 16 bytes, widened.
-__device__ __forceinline__ void unpack8(const uint4& v, float* f) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+// 8 bf16 packed in 16 bytes, widened. v by value: a caller's unpack8(*reinterpret_cast<const uint4*>(p),
+// f) is then one 16-byte load, where a reference let the compiler read through it 4 bytes at a time
+// (four loads a row chunk, and the L1 wavefronts of each).
+__device__ __forceinline__ void unpack8(const uint4 v, float* f) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 t = __bfloat1622float2(h[i]);
-    f[2 * i] = t.x;
-    f[2 * i + 1] = t.y;
+  for (int i = 0; i < 4; ++i) {  // a bf16 is the high half of its f32
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
   }
 }
 
