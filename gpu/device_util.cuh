@@ -45,6 +45,16 @@ __device__ __forceinline__ float round_to(float x) {
   return to_f32(from_f32<T>(x));
 }
 
+// SiLU's g / (1 + e^-g) rounded to T, as the swiglu op and the GEMVs that fuse it round it (then
+// multiplied by up in f32, as Hugging Face's bf16 act_fn(gate) * up). __expf and the approximate
+// division (2 ulp each in f32), where the IEEE forms made SwiGLU's kernel bound by its arithmetic: for
+// bf16, over every finite gate, the result is float64's rounded to bf16 but for the 20 gates below
+// -87, whose results (about -1e-36) the division flushes to 0 (bench/prefill_rows_bench.cu, H200).
+template <typename T>
+__device__ __forceinline__ float silu_rounded(float g) {
+  return round_to<T>(__fdividef(g, 1.0f + __expf(-g)));
+}
+
 // 8 bf16 packed in 16 bytes, widened. v by value: a caller's unpack8(*reinterpret_cast<const uint4*>(p),
 // f) is then one 16-byte load, where a reference let the compiler read through it 4 bytes at a time
 // (four loads a row chunk, and the L1 wavefronts of each).

@@ -39,8 +39,7 @@ __global__ void embedding_kernel(const T* __restrict__ table, int64_t V, const i
 template <typename T>
 struct SwigluOp {
   __device__ void operator()(const float (&in)[2], float (&out)[1]) const {
-    const float g = in[0];
-    out[0] = round_to<T>(g / (1.0f + expf(-g))) * in[1];
+    out[0] = silu_rounded<T>(in[0]) * in[1];
   }
 };
 

@@ -75,7 +75,7 @@ __device__ __forceinline__ uint4 swiglu8(uint4 gate, uint4 up) {
   unpack8(gate, g);
   unpack8(up, u);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) g[i] = round_to<bf16>(g[i] / (1.0f + expf(-g[i]))) * u[i];
+  for (int i = 0; i < 8; ++i) g[i] = silu_rounded<bf16>(g[i]) * u[i];
   return pack8(g);
 }
 
@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(W * 32)
       }
       gate = round_to<bf16>(gate);
       up = round_to<bf16>(up);
-      out[m * ldo + n] = from_f32<TO>(round_to<TO>(gate / (1.0f + expf(-gate))) * up);
+      out[m * ldo + n] = from_f32<TO>(silu_rounded<TO>(gate) * up);
     }
     return;
   }
