@@ -112,7 +112,8 @@ __device__ __forceinline__ T* head_ptr(const Rows& x, int64_t t, int h) {
 // blockIdx.y walks tokens; the threads of blockIdx.x walk the token's heads (q, then k, then v), a
 // group of 2^lanes_log2 lanes per head, each lane N elements at a time (N > 1: 16-byte vectors): no
 // division anywhere, and rows of 64 or 128 dims take one 16-byte load per lane and half.
-template <typename T, int N>
+// kNorm: the q and k heads are RMS-normed first (q_norm and k_norm not null).
+template <typename T, int N, bool kNorm>
 __global__ void rope_kv_store_kernel(RopeKvParams p, const T* __restrict__ q_norm,
                                      const T* __restrict__ k_norm, T* __restrict__ k_cache,
                                      T* __restrict__ v_cache) {
@@ -141,8 +142,8 @@ __global__ void rope_kv_store_kernel(RopeKvParams p, const T* __restrict__ q_nor
       continue;
     }
     T* a = is_q ? head_ptr<T>(p.q, t, h) : head_ptr<T>(p.k, t, h);
-    rope_head<T, N>(a, a, !is_q && slot_ok ? k_cache + cache_row : nullptr, w, p.step.eps,
-                    p.step.table_row(p.step.positions[t], D), D, lane, lanes, group_mask);
+    rope_head<T, N, kNorm>(a, a, !is_q && slot_ok ? k_cache + cache_row : nullptr, w, p.step.eps,
+                           p.step.table_row(p.step.positions[t], D), D, lane, lanes, group_mask);
   }
 }
 
@@ -215,14 +216,22 @@ void launch_rope_kv_store(cudaStream_t stream, Tensor q, Tensor k, const Tensor&
   // Lanes per head: the power of two (at most a warp) nearest below the vectors in half a row.
   const int64_t chunks = (D / 2) / (use_vec ? vec : 1);
   while (p.lanes_log2 < 5 && (int64_t(2) << p.lanes_log2) <= chunks) ++p.lanes_log2;
-  constexpr int kThreads = 128;
-  const int64_t heads_per_block = kThreads >> p.lanes_log2;
-  const dim3 grid(unsigned((H + 2 * KVH + heads_per_block - 1) / heads_per_block),
-                  unsigned(std::min<int64_t>(T, 65535)));
+  // A token's heads split evenly over the fewest blocks of at most 128 threads (llama-1b's 48 heads
+  // of 64 dims, 4 lanes each: two blocks of 96; qwen3-8b's of 128, 8 lanes: three of 128), so no lane
+  // group idles.
+  const int64_t heads = H + 2 * KVH, fit = std::max<int64_t>(1, 128 >> p.lanes_log2);
+  const int64_t blocks = (heads + fit - 1) / fit, per_block = (heads + blocks - 1) / blocks;
+  const int threads = int(((per_block << p.lanes_log2) + 31) / 32 * 32);
+  const dim3 grid(unsigned(blocks), unsigned(std::min<int64_t>(T, 65535)));
   auto launch = [&]<typename E, int N>() {
-    rope_kv_store_kernel<E, N><<<grid, kThreads, 0, stream>>>(p, q_norm ? q_norm->ptr<E>() : nullptr,
-                                                              k_norm ? k_norm->ptr<E>() : nullptr,
-                                                              k_cache.ptr<E>(), v_cache.ptr<E>());
+    const E* qn = q_norm ? q_norm->ptr<E>() : nullptr;
+    const E* kn = k_norm ? k_norm->ptr<E>() : nullptr;
+    if (qn)
+      rope_kv_store_kernel<E, N, true>
+          <<<grid, threads, 0, stream>>>(p, qn, kn, k_cache.ptr<E>(), v_cache.ptr<E>());
+    else
+      rope_kv_store_kernel<E, N, false>
+          <<<grid, threads, 0, stream>>>(p, qn, kn, k_cache.ptr<E>(), v_cache.ptr<E>());
   };
   if (q.dtype == DType::bf16) {
     if (use_vec)

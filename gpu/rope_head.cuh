@@ -70,11 +70,13 @@ __device__ __forceinline__ void load_f32(const float* p, float* f) {
 // table, NaN written), into dst (which may be a) and, when cache is not null, into cache too. The
 // `lanes` lanes of group_mask (a power of two, lane = this one's index among them) each take N
 // elements at a time (N > 1: 16-byte vectors); the norm's sum of squares is a butterfly over them.
-// Every read of a is done before any write.
-template <typename T, int N>
+// Every read of a is done before any write. kNorm false: w is ignored (and the norm's registers are
+// not taken: rope_kv_store's kernel for models without q/k norms).
+template <typename T, int N, bool kNorm = true>
 __device__ __forceinline__ void rope_head(const T* a, T* dst, T* cache, const T* w, float eps,
                                           const float* cs, int D, int lane, int lanes, unsigned group_mask) {
   const int half = D / 2, step = lanes * N;
+  if constexpr (!kNorm) w = nullptr;
   float inv = 1.0f;
   if (w) {
     float ss = 0.0f, x[N];
