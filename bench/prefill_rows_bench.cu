@@ -15,7 +15,7 @@
 // many bytes as the op reads and writes, after the same input copy. Bytes counted: each operand read
 // or written once (the norm: residual and x read, the sum and the normed rows written; SwiGLU: gate
 // and up read, the product written; rope_kv_store: q and k read and written back, k and v written
-// into the cache).
+// into the cache). First, the count of SwiGLU results that differ from float64's over every bf16 gate.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <vector>
@@ -195,12 +196,57 @@ void bench_shape(const ModelShape& m, int64_t T, cudaStream_t s, std::mt19937_64
   }
 }
 
+// The swiglu op over every finite bf16 gate (up = 1): how many results differ from silu computed in
+// float64 and rounded to bf16, and by how many bf16 steps at most (silu_rounded's fast exponential and
+// division; tests/backend/elementwise_test.cpp bounds the steps at one).
+void silu_exhaustive(cudaStream_t s) {
+  std::vector<__nv_bfloat16> h;
+  for (uint32_t b = 0; b < 0x10000; ++b) {
+    uint16_t bits = uint16_t(b);
+    __nv_bfloat16 v;
+    std::memcpy(&v, &bits, 2);
+    if (std::isfinite(__bfloat162float(v))) h.push_back(v);
+  }
+  const auto F = int64_t(h.size());
+  h.resize(size_t(2 * F), __float2bfloat16(1.0f));
+  void *gu = nullptr, *out = nullptr;
+  CK(cudaMalloc(&gu, h.size() * 2));
+  CK(cudaMalloc(&out, size_t(F) * 2));
+  CK(cudaMemcpy(gu, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+  Tensor gate(gu, DType::bf16, {1, F}, kDev), up(static_cast<char*>(gu) + F * 2, DType::bf16, {1, F}, kDev);
+  astrai::gpu::swiglu(s, gate, up, Tensor(out, DType::bf16, {1, F}, kDev));
+  CK(cudaStreamSynchronize(s));
+  std::vector<uint16_t> got(static_cast<size_t>(F));
+  CK(cudaMemcpy(got.data(), out, size_t(F) * 2, cudaMemcpyDeviceToHost));
+  int64_t moved = 0, max_steps = 0, flushed = 0;
+  for (int64_t i = 0; i < F; ++i) {
+    const double g = __bfloat162float(h[size_t(i)]), want = g / (1.0 + std::exp(-g));
+    const __nv_bfloat16 r = __float2bfloat16(float(want));
+    uint16_t rb;
+    std::memcpy(&rb, &r, 2);
+    if (rb == got[size_t(i)]) continue;
+    ++moved;
+    if ((got[size_t(i)] & 0x7fff) == 0) {
+      ++flushed;
+      continue;
+    }
+    max_steps = std::max<int64_t>(max_steps, std::abs(int32_t(got[size_t(i)]) - int32_t(rb)));
+  }
+  std::printf(
+      "swiglu of every finite bf16 gate (up = 1): %lld of %lld differ from silu rounded to bf16 (%lld "
+      "flushed to 0, the others by at most %lld step)\n",
+      (long long)moved, (long long)F, (long long)flushed, (long long)max_steps);
+  CK(cudaFree(gu));
+  CK(cudaFree(out));
+}
+
 }  // namespace
 
 int main() {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  silu_exhaustive(s);
   std::mt19937_64 rng(std::random_device{}());
   const ModelShape models[] = {{"llama-1b", 2048, 8192, 32, 8, 64, false},
                                {"qwen3-8b", 4096, 12288, 32, 8, 128, true}};

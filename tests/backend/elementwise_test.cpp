@@ -56,6 +56,34 @@ void swiglu_on_fused_halves(Backend& be) {
   }
 }
 
+// Every finite bf16 value as a gate (up = 1), against silu in float64. An f32 backend to 1e-6; a bf16
+// one at most one bf16 step from the correctly rounded value (the GPU's fast exponential and division
+// may move the last bit), and results below 1e-30 (gates under -87, where the GPU's division flushes
+// to 0) to 1e-30.
+void swiglu_of_every_bf16_gate(Backend& be) {
+  std::vector<float> gates;
+  for (uint32_t b = 0; b < 0x10000; ++b)
+    if (const float g = bf16_to_f32(uint16_t(b)); std::isfinite(g)) gates.push_back(g);
+  const auto F = int64_t(gates.size());
+  std::vector<float> gu(gates);
+  gu.resize(size_t(2 * F), 1.0f);
+  auto buf = to_device(be, gu, {1, 2 * F});
+  auto out = poisoned(be, {1, F});
+  be.swiglu(buf.t.cols(0, F), buf.t.cols(F, 2 * F), out.t);
+  const auto got = to_host(be, out.t);
+  const bool f32 = be.compute_dtype() == DType::f32;
+  for (size_t i = 0; i < gates.size(); ++i) {
+    const double g = gates[i], want = g / (1.0 + std::exp(-g));
+    INFO(be.name() << ": gate " << g << " got " << got[i] << " want " << want);
+    if (std::abs(want) < 1e-30 || f32) {
+      REQUIRE(std::abs(got[i] - want) <= 1e-6 * std::abs(want) + 1e-30);
+      continue;
+    }
+    const int32_t step = int32_t(f32_to_bf16(got[i])) - int32_t(f32_to_bf16(float(want)));
+    REQUIRE(std::abs(step) <= 1);  // same sign: a bf16's bits order its magnitude
+  }
+}
+
 void add_sums(Backend& be) {
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
@@ -129,6 +157,8 @@ ASTRAI_BACKEND_TEST("memory_available reports free memory the KV cache can be si
 ASTRAI_BACKEND_TEST("embedding copies the table row of each id", embedding_copies_rows)
 ASTRAI_BACKEND_TEST("swiglu on the two halves of a fused gate_up buffer is silu(gate) * up",
                     swiglu_on_fused_halves)
+ASTRAI_BACKEND_TEST("swiglu of every finite bf16 gate is silu within a step of bf16",
+                    swiglu_of_every_bf16_gate)
 ASTRAI_BACKEND_TEST("add sums element-wise", add_sums)
 ASTRAI_BACKEND_TEST("gather_rows picks rows in the given order, repeats allowed", gather_rows_in_order)
 ASTRAI_BACKEND_TEST("convert rounds f32 to bf16 / f16 to nearest and widens back", convert_rounds_and_widens)
