@@ -1,7 +1,7 @@
-// Speed of the prefill forward's row-wise kernels (gpu/norm.cu's add_rms_norm, gpu/elementwise.cu's
-// swiglu, gpu/rope.cu's rope_kv_store) at the shapes of llama-1b and qwen3-8b, beside a
-// device-to-device copy of the same bytes timed the same way. CUDA-only: it links those three files
-// and the few host files they need, so it builds on a machine that has only nvcc:
+// Speed of the prefill forward's row-wise kernels (gpu/elementwise.cu's embedding and swiglu,
+// gpu/norm.cu's add_rms_norm, gpu/rope.cu's rope_kv_store) at the shapes of llama-1b and qwen3-8b, beside a
+// device-to-device copy of the same bytes timed the same way. CUDA-only: it links those files and
+// the few host files they need, so it builds on a machine that has only nvcc:
 //
 //   nvcc -O3 -std=c++20 --expt-relaxed-constexpr -I. -gencode=arch=compute_90a,code=sm_90a \
 //        bench/prefill_rows_bench.cu gpu/norm.cu gpu/elementwise.cu gpu/rope.cu gpu/rows.cpp \
@@ -13,9 +13,10 @@
 // also undoes the in-place ops): a CUDA graph of 20 (copy, op) pairs less a graph of the 20 copies
 // alone, over 20 replays, the median. The reference ("copy") is a device-to-device copy moving as
 // many bytes as the op reads and writes, after the same input copy. Bytes counted: each operand read
-// or written once (the norm: residual and x read, the sum and the normed rows written; SwiGLU: gate
-// and up read, the product written; rope_kv_store: q and k read and written back, k and v written
-// into the cache). First, the count of SwiGLU results that differ from float64's over every bf16 gate.
+// or written once (the embedding: its table rows read, the output written, after a copy of the ids
+// alone; the norm: residual and x read, the sum and the normed rows written; SwiGLU: gate and up
+// read, the product written; rope_kv_store: q and k read and written back, k and v written into the
+// cache). First, the count of SwiGLU results that differ from float64's over every bf16 gate.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -42,18 +43,21 @@ constexpr int kPairs = 20, kReplays = 20;
 
 struct ModelShape {
   const char* name;
-  int64_t hidden, inter, heads, kv_heads, head_dim;
+  int64_t hidden, inter, heads, kv_heads, head_dim, vocab;
   bool qk_norm;
 };
 
-// n bf16 values, uniform in [-a, a), on the device.
+// n bf16 values uniform in [-a, a) on the device: a random block of at most 2^20 repeated (an
+// embedding table's 600 million values drawn one by one on the host took half a minute).
 void* random_bf16(size_t n, float a, std::mt19937_64& rng) {
   std::uniform_real_distribution<float> u(-a, a);
-  std::vector<__nv_bfloat16> h(n);
+  std::vector<__nv_bfloat16> h(std::min<size_t>(n, size_t(1) << 20));
   for (auto& x : h) x = __float2bfloat16(u(rng));
   void* d = nullptr;
   CK(cudaMalloc(&d, n * 2));
-  CK(cudaMemcpy(d, h.data(), n * 2, cudaMemcpyHostToDevice));
+  for (size_t at = 0; at < n; at += h.size())
+    CK(cudaMemcpy(static_cast<char*>(d) + at * 2, h.data(), std::min(h.size(), n - at) * 2,
+                  cudaMemcpyHostToDevice));
   return d;
 }
 
@@ -112,6 +116,25 @@ void report(const char* op, const ModelShape& m, int64_t T, size_t bytes, const 
 void bench_shape(const ModelShape& m, int64_t T, cudaStream_t s, std::mt19937_64& rng) {
   namespace g = astrai::gpu;
   const int64_t Hd = m.hidden, F = m.inter, H = m.heads, KVH = m.kv_heads, D = m.head_dim;
+  // embedding of T random ids (the table mostly not in L2: the op after a copy of the ids alone).
+  {
+    void* table = random_bf16(size_t(m.vocab * Hd), 1.0f, rng);
+    std::vector<int32_t> h(static_cast<size_t>(T));
+    for (auto& id : h) id = int32_t(rng() % uint64_t(m.vocab));
+    void *ids0 = nullptr, *ids = nullptr, *out = nullptr;
+    CK(cudaMalloc(&ids0, size_t(T) * 4));
+    CK(cudaMalloc(&ids, size_t(T) * 4));
+    CK(cudaMalloc(&out, size_t(T * Hd) * 2));
+    CK(cudaMemcpy(ids0, h.data(), size_t(T) * 4, cudaMemcpyHostToDevice));
+    const Tensor tt(table, DType::bf16, {m.vocab, Hd}, kDev), it(ids, DType::i32, {T}, kDev),
+        ot(out, DType::bf16, {T, Hd}, kDev);
+    auto restore = [&] { CK(cudaMemcpyAsync(ids, ids0, size_t(T) * 4, cudaMemcpyDeviceToDevice, s)); };
+    const size_t bytes = 2 * size_t(T * Hd) * 2;
+    report("embedding", m, T, bytes,
+           time_op(
+               s, restore, [&] { g::embedding(s, tt, it, ot); }, bytes));
+    for (void* p : {table, ids0, ids, out}) CK(cudaFree(p));
+  }
   // add_rms_norm(residual, x) in place: residual += x, out = norm(residual) * w.
   {
     const size_t n = size_t(T * Hd);
@@ -248,8 +271,8 @@ int main() {
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   silu_exhaustive(s);
   std::mt19937_64 rng(std::random_device{}());
-  const ModelShape models[] = {{"llama-1b", 2048, 8192, 32, 8, 64, false},
-                               {"qwen3-8b", 4096, 12288, 32, 8, 128, true}};
+  const ModelShape models[] = {{"llama-1b", 2048, 8192, 32, 8, 64, 128256, false},
+                               {"qwen3-8b", 4096, 12288, 32, 8, 128, 151936, true}};
   for (const ModelShape& m : models)
     for (int64_t T : {1024, 8192}) bench_shape(m, T, s, rng);
   CK(cudaStreamDestroy(s));

@@ -1,9 +1,10 @@
 // Row-wise and element-wise ops: embedding lookup, SwiGLU, add, row gather, dtype conversion; and
 // prefetch_l2 (Backend::prefetch's hint).
-// SwiGLU and add run as rows_map (gpu/rows_map.cuh); the rest one thread per element in grid-stride
-// loops. Rows addressed through Rows so that column slices (gate/up halves of one buffer, q/k/v
-// slices of qkv) work without copies.
+// SwiGLU and add run as rows_map (gpu/rows_map.cuh), embedding a row of blocks per token (16-byte
+// copies where the rows allow); the rest one thread per element in grid-stride loops. Rows addressed through
+// Rows so that column slices (gate/up halves of one buffer, q/k/v slices of qkv) work without copies.
 #include <algorithm>
+#include <limits>
 #include <span>
 #include <string>
 
@@ -22,17 +23,34 @@ constexpr int kThreads = 256;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < (n); \
        e += int64_t(gridDim.x) * blockDim.x)
 
-// An id outside the table leaves a NaN row: the model validates ids on the host, and a NaN is
-// visible downstream where a clamped id would be silently wrong.
-template <typename T>
+// Row t of out = row ids[t] of the table: blockIdx.y walks tokens, the threads of blockIdx.x the row
+// in units of U (uint4: 16 bytes, where every row allows it; else T). An id outside the table leaves
+// a row of `nan` (NaN in every element): the model validates ids on the host, and a NaN is visible
+// downstream where a clamped id would be silently wrong.
+template <typename T, typename U>
 __global__ void embedding_kernel(const T* __restrict__ table, int64_t V, const int32_t* __restrict__ ids,
-                                 Rows out, int64_t n) {
-  ASTRAI_GRID_STRIDE(e, n) {
-    const int64_t t = e / out.width, i = e % out.width;
+                                 Rows out, U nan) {
+  const int64_t units = out.width * int64_t(sizeof(T)) / int64_t(sizeof(U));
+  for (int64_t t = blockIdx.y; t < out.n_rows; t += gridDim.y) {
     const int32_t id = ids[t];
-    out.row<T>(t)[i] =
-        id >= 0 && id < V ? table[int64_t(id) * out.width + i] : from_f32<T>(__int_as_float(0x7fc00000));
+    const bool ok = id >= 0 && id < V;
+    const U* src = reinterpret_cast<const U*>(table + (ok ? int64_t(id) : 0) * out.width);
+    U* dst = reinterpret_cast<U*>(row_ptr<T>(out, t));
+    for (int64_t u = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; u < units;
+         u += int64_t(gridDim.x) * blockDim.x)
+      dst[u] = ok ? src[u] : nan;
   }
+}
+
+template <typename T, typename U>
+void launch_embedding(cudaStream_t stream, const Tensor& table, const Tensor& ids, const Rows& out, U nan) {
+  const int64_t units = out.width * int64_t(sizeof(T)) / int64_t(sizeof(U));
+  const int threads = int(std::clamp<int64_t>((units + 31) / 32 * 32, 32, 256));
+  const dim3 grid(unsigned(std::min<int64_t>((units + threads - 1) / threads, 1024)),
+                  unsigned(std::min<int64_t>(out.n_rows, 65535)));
+  embedding_kernel<T, U>
+      <<<grid, threads, 0, stream>>>(table.ptr<T>(), table.shape[0], ids.ptr<int32_t>(), out, nan);
+  ASTRAI_CUDA_LAUNCH_CHECK(embedding_kernel);
 }
 
 // silu(g) * up with HF's bf16 rounding: silu(g) rounds to T before the product.
@@ -130,20 +148,25 @@ void embedding(cudaStream_t stream, const Tensor& table, const Tensor& ids, Tens
   check_index(ids, "embedding", "ids");
   check_tensor(out, "embedding", "out", table.dtype);
   ASTRAI_GPU_CHECK(table.ndim == 2 && table.is_contiguous(), "embedding: table must be a contiguous [V, H]");
-  const int64_t V = table.shape[0], H = table.shape[1], T = ids.numel();
+  const int64_t H = table.shape[1], T = ids.numel();
   const Rows ov = rows_of(out, "embedding");
   ASTRAI_GPU_CHECK(ov.n_rows == T && ov.width == H, "embedding: out " + out.shape_str() + " for " +
                                                         std::to_string(T) + " ids of width " +
                                                         std::to_string(H));
-  const int64_t n = T * H;
-  if (n == 0) return;
-  if (table.dtype == DType::bf16)
-    embedding_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(table.ptr<bf16>(), V, ids.ptr<int32_t>(),
-                                                                     ov, n);
-  else
-    embedding_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(table.ptr<float>(), V,
-                                                                     ids.ptr<int32_t>(), ov, n);
-  ASTRAI_CUDA_LAUNCH_CHECK(embedding_kernel);
+  if (T == 0 || H == 0) return;
+  const bool bf = table.dtype == DType::bf16;
+  if ((H * int64_t(dtype_size(table.dtype))) % 16 == 0 && reinterpret_cast<uintptr_t>(table.data) % 16 == 0 &&
+      rows_aligned16(ov)) {
+    const uint32_t nan = bf ? 0x7fc07fc0u : 0x7fc00000u;  // NaN in each bf16 half / in the f32
+    if (bf)
+      launch_embedding<bf16>(stream, table, ids, ov, make_uint4(nan, nan, nan, nan));
+    else
+      launch_embedding<float>(stream, table, ids, ov, make_uint4(nan, nan, nan, nan));
+  } else if (bf) {
+    launch_embedding<bf16>(stream, table, ids, ov, __float2bfloat16(std::numeric_limits<float>::quiet_NaN()));
+  } else {
+    launch_embedding<float>(stream, table, ids, ov, std::numeric_limits<float>::quiet_NaN());
+  }
 }
 
 void swiglu(cudaStream_t stream, const Tensor& gate, const Tensor& up, Tensor out) {

@@ -15,17 +15,21 @@ void embedding_copies_rows(Backend& be) {
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
   Rng rng(seed);
-  const int64_t V = rng.randint(1, 300), H = rng.randint(1, 77), T = rng.randint(1, 50);
-  auto th = rng.vec(size_t(V * H));
-  std::vector<int32_t> ids(static_cast<size_t>(T));
-  for (auto& i : ids) i = rng.randint(0, int(V) - 1);
-  auto table = to_device(be, th, {V, H});
-  auto idt = to_device(be, ids, {T});
-  auto out = poisoned(be, {T, H});
-  be.embedding(table.t, idt.t, out.t);
-  auto got = to_host(be, out.t);
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t i = 0; i < H; ++i) REQUIRE(got[t * H + i] == th[ids[t] * H + i]);
+  // A multiple of 8 wide (the GPU's 16-byte copies) and any width (its one-element path).
+  for (const int64_t H : {8 * rng.randint(1, 300), rng.randint(1, 77)}) {
+    INFO("H " << H);
+    const int64_t V = rng.randint(1, 300), T = rng.randint(1, 50);
+    auto th = rng.vec(size_t(V * H));
+    std::vector<int32_t> ids(static_cast<size_t>(T));
+    for (auto& i : ids) i = rng.randint(0, int(V) - 1);
+    auto table = to_device(be, th, {V, H});
+    auto idt = to_device(be, ids, {T});
+    auto out = poisoned(be, {T, H});
+    be.embedding(table.t, idt.t, out.t);
+    auto got = to_host(be, out.t);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < H; ++i) REQUIRE(got[t * H + i] == th[ids[t] * H + i]);
+  }
 }
 
 void swiglu_on_fused_halves(Backend& be) {
