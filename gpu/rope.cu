@@ -112,8 +112,9 @@ __device__ __forceinline__ T* head_ptr(const Rows& x, int64_t t, int h) {
 // blockIdx.y walks tokens; the threads of blockIdx.x walk the token's heads (q, then k, then v), a
 // group of 2^lanes_log2 lanes per head, each lane N elements at a time (N > 1: 16-byte vectors): no
 // division anywhere, and rows of 64 or 128 dims take one 16-byte load per lane and half.
-// kNorm: the q and k heads are RMS-normed first (q_norm and k_norm not null).
-template <typename T, int N, bool kNorm>
+// kNorm: the q and k heads are RMS-normed first (q_norm and k_norm not null); kOnePass: each lane
+// holds one chunk pair of a head (rope_head).
+template <typename T, int N, bool kNorm, bool kOnePass>
 __global__ void rope_kv_store_kernel(RopeKvParams p, const T* __restrict__ q_norm,
                                      const T* __restrict__ k_norm, T* __restrict__ k_cache,
                                      T* __restrict__ v_cache) {
@@ -142,8 +143,8 @@ __global__ void rope_kv_store_kernel(RopeKvParams p, const T* __restrict__ q_nor
       continue;
     }
     T* a = is_q ? head_ptr<T>(p.q, t, h) : head_ptr<T>(p.k, t, h);
-    rope_head<T, N, kNorm>(a, a, !is_q && slot_ok ? k_cache + cache_row : nullptr, w, p.step.eps,
-                           p.step.table_row(p.step.positions[t], D), D, lane, lanes, group_mask);
+    rope_head<T, N, kNorm, kOnePass>(a, a, !is_q && slot_ok ? k_cache + cache_row : nullptr, w, p.step.eps,
+                                     p.step.table_row(p.step.positions[t], D), D, lane, lanes, group_mask);
   }
 }
 
@@ -226,11 +227,14 @@ void launch_rope_kv_store(cudaStream_t stream, Tensor q, Tensor k, const Tensor&
   auto launch = [&]<typename E, int N>() {
     const E* qn = q_norm ? q_norm->ptr<E>() : nullptr;
     const E* kn = k_norm ? k_norm->ptr<E>() : nullptr;
-    if (qn)
-      rope_kv_store_kernel<E, N, true>
+    if (!qn)
+      rope_kv_store_kernel<E, N, false, false>
+          <<<grid, threads, 0, stream>>>(p, qn, kn, k_cache.ptr<E>(), v_cache.ptr<E>());
+    else if ((int64_t(2) * N << p.lanes_log2) == D)  // a chunk pair a lane: rope_head's one pass
+      rope_kv_store_kernel<E, N, true, true>
           <<<grid, threads, 0, stream>>>(p, qn, kn, k_cache.ptr<E>(), v_cache.ptr<E>());
     else
-      rope_kv_store_kernel<E, N, false>
+      rope_kv_store_kernel<E, N, true, false>
           <<<grid, threads, 0, stream>>>(p, qn, kn, k_cache.ptr<E>(), v_cache.ptr<E>());
   };
   if (q.dtype == DType::bf16) {

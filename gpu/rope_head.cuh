@@ -65,6 +65,34 @@ __device__ __forceinline__ void load_f32(const float* p, float* f) {
   }
 }
 
+// One pair of N-element chunks (dims i.. and half + i..) of a head row, loaded: the table's cos and
+// sin (c, s; cs_ok false: a position outside the table) and the norm's weights (w1, w2; when kNormed,
+// with inv its 1 / rms), normed and rotated, then stored at dst (and at cache when not null).
+template <typename T, int N>
+__device__ __forceinline__ void rope_pair(float (&x1)[N], float (&x2)[N], const float (&c)[N],
+                                          const float (&s)[N], const float (&w1)[N], const float (&w2)[N],
+                                          bool normed, float inv, bool cs_ok, T* dst, T* cache, int i,
+                                          int half) {
+#pragma unroll
+  for (int e = 0; e < N; ++e) {
+    if (normed) {  // the value the unfused rms_norm would have stored
+      x1[e] = round_to<T>(round_to<T>(x1[e] * inv) * w1[e]);
+      x2[e] = round_to<T>(round_to<T>(x2[e] * inv) * w2[e]);
+    }
+    if (cs_ok) {
+      rotate<T>(x1[e], x2[e], c[e], s[e]);
+    } else {
+      x1[e] = x2[e] = __int_as_float(0x7fc00000);
+    }
+  }
+  store_vec<T, N>(dst + i, x1);
+  store_vec<T, N>(dst + half + i, x2);
+  if (cache) {
+    store_vec<T, N>(cache + i, x1);
+    store_vec<T, N>(cache + half + i, x2);
+  }
+}
+
 // One head row a[0, D) normed (when w: a / sqrt(mean(a^2) + eps) * w, rounded where rms_norm rounds)
 // and rotated by the table row cs (cos in [0, D/2), sin in [D/2, D); nullptr: a position outside the
 // table, NaN written), into dst (which may be a) and, when cache is not null, into cache too. The
@@ -72,12 +100,39 @@ __device__ __forceinline__ void load_f32(const float* p, float* f) {
 // elements at a time (N > 1: 16-byte vectors); the norm's sum of squares is a butterfly over them.
 // Every read of a is done before any write. kNorm false: w is ignored (and the norm's registers are
 // not taken: rope_kv_store's kernel for models without q/k norms).
-template <typename T, int N, bool kNorm = true>
+// kOnePass with kNorm (a caller's promise that w is not null and 2 * lanes * N == D, each lane holding
+// one chunk pair: head_dim 64 and 128 at 16 bytes a lane): the row is read once, its table and weights loaded
+// with it before the butterfly; the sum of squares adds in the general loop's order, so both give the same
+// bits.
+template <typename T, int N, bool kNorm = true, bool kOnePass = false>
 __device__ __forceinline__ void rope_head(const T* a, T* dst, T* cache, const T* w, float eps,
                                           const float* cs, int D, int lane, int lanes, unsigned group_mask) {
   const int half = D / 2, step = lanes * N;
   if constexpr (!kNorm) w = nullptr;
-  float inv = 1.0f;
+  auto butterfly_inv = [&](float ss) {
+    for (int o = lanes / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(group_mask, ss, o);
+    return rsqrtf(ss / float(D) + eps);
+  };
+  if constexpr (kOnePass && kNorm) {
+    const int i = lane * N;
+    float x1[N], x2[N], c[N], s[N], w1[N], w2[N];
+    load_vec<T, N>(a + i, x1);
+    load_vec<T, N>(a + half + i, x2);
+    load_vec<T, N>(w + i, w1);
+    load_vec<T, N>(w + half + i, w2);
+    if (cs) {
+      load_f32<N>(cs + i, c);
+      load_f32<N>(cs + half + i, s);
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int e = 0; e < N; ++e) ss += x1[e] * x1[e];
+#pragma unroll
+    for (int e = 0; e < N; ++e) ss += x2[e] * x2[e];
+    rope_pair<T, N>(x1, x2, c, s, w1, w2, true, butterfly_inv(ss), cs != nullptr, dst, cache, i, half);
+    return;
+  }
+  float inv = 1.0f;  // the general loop (also a row without norm weights)
   if (w) {
     float ss = 0.0f, x[N];
     for (int i = lane * N; i < D; i += step) {
@@ -85,8 +140,7 @@ __device__ __forceinline__ void rope_head(const T* a, T* dst, T* cache, const T*
 #pragma unroll
       for (int e = 0; e < N; ++e) ss += x[e] * x[e];
     }
-    for (int o = lanes / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(group_mask, ss, o);
-    inv = rsqrtf(ss / float(D) + eps);
+    inv = butterfly_inv(ss);
   }
   for (int i = lane * N; i < half; i += step) {
     float x1[N], x2[N], c[N], s[N], w1[N], w2[N];
@@ -100,24 +154,7 @@ __device__ __forceinline__ void rope_head(const T* a, T* dst, T* cache, const T*
       load_vec<T, N>(w + i, w1);
       load_vec<T, N>(w + half + i, w2);
     }
-#pragma unroll
-    for (int e = 0; e < N; ++e) {
-      if (w) {  // the value the unfused rms_norm would have stored
-        x1[e] = round_to<T>(round_to<T>(x1[e] * inv) * w1[e]);
-        x2[e] = round_to<T>(round_to<T>(x2[e] * inv) * w2[e]);
-      }
-      if (cs) {
-        rotate<T>(x1[e], x2[e], c[e], s[e]);
-      } else {
-        x1[e] = x2[e] = __int_as_float(0x7fc00000);
-      }
-    }
-    store_vec<T, N>(dst + i, x1);
-    store_vec<T, N>(dst + half + i, x2);
-    if (cache) {
-      store_vec<T, N>(cache + i, x1);
-      store_vec<T, N>(cache + half + i, x2);
-    }
+    rope_pair<T, N>(x1, x2, c, s, w1, w2, w != nullptr, inv, cs != nullptr, dst, cache, i, half);
   }
 }
 
