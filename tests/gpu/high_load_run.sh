@@ -16,17 +16,20 @@
 #            SERVE_OPTIONS (';'-separated sets of space-separated KEY=VALUE, e.g. "max-batch-size=512")
 #   attn     ncu's detailed sections of the decode attention kernel in a graphed step at batch 256
 #   tables   `bench decode` of both models at batch 1..256, prompts 512 and 4k (qwen3-8b to batch 128)
-#   startup  `astrai serve --device cuda` to the first /health 200, llama-1b and qwen3-8b, twice
 #   prefill  `bench prefill` of both models at 1k / 8k / 32k for each of PREFILL_SWITCHES (';'-separated
 #            env assignments; default: as built, and ASTRAI_PREFILL_ATTENTION=mma), with the board's
 #            clocks and power sampled through each run (with_smi; the 32k prefill meets the power cap)
-#   tests    the backend [gpu] cases and the gpu suite's forward / graph / step-loop cases; the
-#            backend's attention cases again under each of TEST_SWITCHES (';'-separated)
 #   attnbench  builds bench/prefill_attention_bench.cu with nvcc and runs its float64 checks of
 #            every prefill attention variant, then its kernel timings (--prefill-only; not in the
 #            default STEPS)
 #   attnprof ncu's full set on one wgmma prefill attention launch, 32k tokens, head_dim 128 and then
 #            64 (the bench's --profile; builds the bench as attnbench does; not in the default STEPS)
+#   rows     builds bench/prefill_rows_bench.cu with nvcc and runs it: the prefill forward's embedding,
+#            add_rms_norm, swiglu and rope_kv_store beside a copy of their bytes (not in the default
+#            STEPS)
+#   startup  `astrai serve --device cuda` to the first /health 200, llama-1b and qwen3-8b, twice
+#   tests    the backend [gpu] cases and the gpu suite's forward / graph / step-loop cases; the
+#            backend's attention cases again under each of TEST_SWITCHES (';'-separated)
 #   sanitize compute-sanitizer memcheck, racecheck and synccheck over the backend's decode, ragged
 #            prefill, extend and mixed-step attention cases (not in the default STEPS; SANITIZE_TOOLS,
 #            space-separated, and SANITIZE_CASES, ';'-separated test-name parts, pick some)
@@ -144,6 +147,14 @@ if want attnprof; then
     log "attnprof d$d: exit $? $(ls -s "$out/attnprof_d$d.ncu-rep" 2>/dev/null)"
     ncu --import "$out/attnprof_d$d.ncu-rep" --page details > "$out/attnprof_d$d.details.txt" 2>&1
   done
+fi
+if want rows; then  # the prefill forward's row-wise kernels against a copy of their bytes (nvcc line: the file's top)
+  run_to 240 nvcc -O3 -std=c++20 --expt-relaxed-constexpr -I. -gencode=arch=compute_90a,code=sm_90a \
+    bench/prefill_rows_bench.cu gpu/norm.cu gpu/elementwise.cu gpu/rope.cu gpu/rows.cpp src/backend/rows.cpp \
+    src/core/tensor.cpp src/core/dtype.cpp src/model/rope.cpp -o "$tmp/prefill_rows_bench" > "$out/rows_nvcc.txt" 2>&1
+  log "rows build: exit $?"
+  run_to 120 "$tmp/prefill_rows_bench" > "$out/rows.txt" 2>&1
+  log "rows: exit $? $(grep -E '^(embedding|add_rms|swiglu|rope)' "$out/rows.txt" | awk '{printf "%s %s %s: %s us | ", $1, $2, $4, $8}')"
 fi
 if want startup; then
   for model in llama-1b qwen3-8b llama-1b qwen3-8b; do
