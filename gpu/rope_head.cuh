@@ -65,9 +65,9 @@ __device__ __forceinline__ void load_f32(const float* p, float* f) {
   }
 }
 
-// One pair of N-element chunks (dims i.. and half + i..) of a head row, loaded: the table's cos and
-// sin (c, s; cs_ok false: a position outside the table) and the norm's weights (w1, w2; when kNormed,
-// with inv its 1 / rms), normed and rotated, then stored at dst (and at cache when not null).
+// One pair of N-element chunks (dims i.. and half + i..) of a head row, loaded with the table's cos
+// and sin (c, s; cs_ok false: a position outside the table) and, when normed, the norm's weights (w1,
+// w2) and 1 / rms (inv): normed and rotated, then stored at dst (and at cache when not null).
 template <typename T, int N>
 __device__ __forceinline__ void rope_pair(float (&x1)[N], float (&x2)[N], const float (&c)[N],
                                           const float (&s)[N], const float (&w1)[N], const float (&w2)[N],
