@@ -39,6 +39,9 @@ TEST_CASE("bench prefill: chunked prompts over page boundaries, one JSON result 
   for (simdjson::dom::element e : results) {
     CHECK(int64_t(e["prompt_len"]) == expect[i++]);
     CHECK(double(e["ms"]) > 0);
+    // At least --reps timed prefills, at most 20.
+    CHECK(int64_t(e["reps"]) >= 2);
+    CHECK(int64_t(e["reps"]) <= 20);
     // tok/s and ms describe the same prefill.
     CHECK(double(e["tok_per_s"]) * double(e["ms"]) / 1e3 ==
           Approx(double(int64_t(e["prompt_len"]))).epsilon(1e-9));
