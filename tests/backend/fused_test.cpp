@@ -27,9 +27,12 @@ std::vector<float> rope_table(int64_t max_pos, int64_t D) {
 }
 
 // head_dim 0: a random even one (mostly rows the CUDA kernel reads element by element); 64 and 128
-// take its 16-byte path, with more tokens than one block row.
-void check_rope_kv_store(Backend& be, bool qk_norm, Rng& rng, int64_t head_dim = 0) {
-  const int64_t T = rng.randint(1, head_dim ? 40 : 12), KVH = rng.randint(1, 4), H = KVH * rng.randint(1, 4);
+// take its 16-byte path, with more tokens than one block row. model_heads: 32 q heads and 8 KV heads
+// (llama-1b's and qwen3-8b's), whose 48 heads a token the CUDA kernel splits over blocks.
+void check_rope_kv_store(Backend& be, bool qk_norm, Rng& rng, int64_t head_dim = 0,
+                         bool model_heads = false) {
+  const int64_t T = rng.randint(1, head_dim ? 40 : 12);
+  const int64_t KVH = model_heads ? 8 : rng.randint(1, 4), H = model_heads ? 32 : KVH * rng.randint(1, 4);
   const int64_t D = head_dim ? head_dim : 2 * rng.randint(1, 72), max_pos = 200, n_slots = 64;
   const int64_t ld = (H + 2 * KVH) * D;  // one token's row of the qkv buffer: q | k | v heads
   const float eps = 1e-6f;
@@ -113,10 +116,11 @@ void rope_kv_store_matches_the_unfused_ops(Backend& be) {
     check_rope_kv_store(be, false, rng);
     check_rope_kv_store(be, true, rng);
   }
-  for (const int64_t D : {64, 128}) {
-    check_rope_kv_store(be, false, rng, D);
-    check_rope_kv_store(be, true, rng, D);
-  }
+  for (const int64_t D : {64, 128})
+    for (const bool model_heads : {false, true}) {
+      check_rope_kv_store(be, false, rng, D, model_heads);
+      check_rope_kv_store(be, true, rng, D, model_heads);
+    }
 }
 
 // The float64 reference of the add and norm before a sub-layer's first projection, rows of K: sum =
