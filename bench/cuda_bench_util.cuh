@@ -1,6 +1,7 @@
 // The harness the standalone CUDA benchmarks share (bench/train_attention_bench.cu,
 // bench/prefill_attention_bench.cu, bench/gemv_bench.cu): a checked CUDA call, bf16 downloads, relative error
-// against a float64 reference, and the median time of a callable over CUDA events. Needs only CUDA.
+// against a float64 reference, and the median time of a callable (or of a CUDA graph of what it
+// enqueues) over CUDA events. Needs only CUDA.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -79,6 +80,22 @@ double median_ms(F f, int reps, cudaStream_t stream = nullptr) {
   CK(cudaEventDestroy(b));
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
+}
+
+// Median milliseconds of one replay of a CUDA graph of what record() enqueues on `stream` (captured
+// once), over reps replays (median_ms).
+template <typename Record>
+double graph_median_ms(cudaStream_t stream, Record record, int reps) {
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  record();
+  CK(cudaStreamEndCapture(stream, &g));
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  const double ms = median_ms([&] { CK(cudaGraphLaunch(ge, stream)); }, reps, stream);
+  CK(cudaGraphExecDestroy(ge));
+  CK(cudaGraphDestroy(g));
+  return ms;
 }
 
 }  // namespace astrai::bench

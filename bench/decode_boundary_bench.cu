@@ -134,16 +134,7 @@ __global__ void __launch_bounds__(kThreads)
 // Microseconds per stage of `stages` stages captured into one graph by `record` (median of reps).
 template <typename Record>
 double per_stage_us(cudaStream_t st, int stages, Record record, int reps = 20) {
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-  record();
-  CK(cudaStreamEndCapture(st, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  const double ms = astrai::bench::median_ms([&] { CK(cudaGraphLaunch(ge, st)); }, reps, st);
-  CK(cudaGraphExecDestroy(ge));
-  CK(cudaGraphDestroy(g));
-  return ms * 1000.0 / stages;
+  return astrai::bench::graph_median_ms(st, record, reps) * 1000.0 / stages;
 }
 
 template <int kPdl>

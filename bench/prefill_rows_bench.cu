@@ -70,16 +70,12 @@ void* device_copy_of(const void* src, size_t bytes) {
 
 // Milliseconds of a graph of kPairs copies of body, the median of kReplays replays.
 double graph_ms(cudaStream_t s, const std::function<void()>& body) {
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < kPairs; ++i) body();
-  CK(cudaStreamEndCapture(s, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  const double ms = astrai::bench::median_ms([&] { CK(cudaGraphLaunch(ge, s)); }, kReplays, s);
-  CK(cudaGraphExecDestroy(ge));
-  CK(cudaGraphDestroy(g));
-  return ms;
+  return astrai::bench::graph_median_ms(
+      s,
+      [&] {
+        for (int i = 0; i < kPairs; ++i) body();
+      },
+      kReplays);
 }
 
 // Microseconds of one op after its input copy (restore), and of a copy of `bytes` after the same.
