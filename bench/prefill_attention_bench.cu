@@ -507,13 +507,11 @@ void time_case(const Case& c, Rng& rng, int reps, bool variants_too, bool cuda_c
   const int old_reps = p.max_kv >= 16384 ? 1 : reps;
   const double old_ms = cuda_core ? median_ms([&] { dev.cuda_core(); }, old_reps) : 0.0;
   const double new_ms = median_ms([&] { dev.tensor_core(vs[0]); }, reps);
+  std::printf("time %-58s tensor-core %8.3f ms %6.1f TFLOP/s", describe(c).c_str(), new_ms,
+              flop / new_ms * 1e-9);
   if (cuda_core)
-    std::printf("time %-58s tensor-core %8.3f ms %6.1f TFLOP/s | cuda-core %8.3f ms %6.1f TFLOP/s | x%.1f\n",
-                describe(c).c_str(), new_ms, flop / new_ms * 1e-9, old_ms, flop / old_ms * 1e-9,
-                old_ms / new_ms);
-  else
-    std::printf("time %-58s tensor-core %8.3f ms %6.1f TFLOP/s\n", describe(c).c_str(), new_ms,
-                flop / new_ms * 1e-9);
+    std::printf(" | cuda-core %8.3f ms %6.1f TFLOP/s | x%.1f", old_ms, flop / old_ms * 1e-9, old_ms / new_ms);
+  std::printf("\n");
   if (!variants_too) return;
   for (size_t i = 1; i < vs.size(); ++i) {
     const double ms = median_ms([&] { dev.tensor_core(vs[i]); }, reps);
