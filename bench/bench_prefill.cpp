@@ -192,11 +192,13 @@ void register_bench_prefill(CLI::App& app) {
   sub->add_option("--prompt-len", o->prompt_lens, "Comma-separated prompt lengths")->capture_default_str();
   sub->add_option("--chunk", o->chunk, "Tokens per forward step (0: the whole prompt in one step)")
       ->capture_default_str();
-  sub->add_option(
-         "--reps", o->reps,
-         "Timed prefills per length, at least (more while they total under 0.25 s, up to 20; the best "
-         "is reported)")
-      ->capture_default_str();
+  char reps_help[160];
+  std::snprintf(
+      reps_help, sizeof reps_help,
+      "Timed prefills per length, at least (more while they total under %.2f s, up to %d; the best is "
+      "reported)",
+      kRepsSeconds, kMaxReps);
+  sub->add_option("--reps", o->reps, reps_help)->capture_default_str();
   sub->add_option("--seed", o->seed, "Seed of the prompts and of a preset's weights")->capture_default_str();
   sub->add_option("--tp", o->tp, "Tensor-parallel ranks: the model is split over GPUs 0..tp-1")
       ->check(CLI::PositiveNumber)
