@@ -468,8 +468,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
       const int rs = __shfl_sync(0xffffffffu, slot, r);
       if (skip_own && kb + r == own) continue;
       const int64_t off = (int64_t(max(rs, 0)) * p.kv_heads + kvh) * D + part * 8;
-      cp_async16(kt + r * kP + part * 8, k_cache + off, rs >= 0);
-      cp_async16(kt + kTile + r * kP + part * 8, v_cache + off, rs >= 0);
+      cp_async16_line(kt + r * kP + part * 8, k_cache + off, rs >= 0);
+      cp_async16_line(kt + kTile + r * kP + part * 8, v_cache + off, rs >= 0);
     }
   };
 #pragma unroll
