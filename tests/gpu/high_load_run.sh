@@ -16,6 +16,11 @@
 #            SERVE_OPTIONS (';'-separated sets of space-separated KEY=VALUE, e.g. "max-batch-size=512")
 #   attn     ncu's detailed sections of the decode attention kernel in a graphed step at batch 256
 #   tables   `bench decode` of both models at batch 1..256, prompts 512 and 4k (qwen3-8b to batch 128)
+#   long     decode at 32k contexts: `bench decode` of llama-1b at batch 1 / 8 / 32 / 64 and qwen3-8b at
+#            1 / 8 / 16 (what the cache holds), for each of LONG_SWITCHES (';'-separated env
+#            assignments), then bench/torch_decode.py's torch.compile peer at the same shapes, then
+#            ncu's detailed sections of one decode attention launch at llama-1b batch 64 (not in the
+#            default STEPS)
 #   prefill  `bench prefill` of both models at 1k / 8k / 32k for each of PREFILL_SWITCHES (';'-separated
 #            env assignments; default: as built, and ASTRAI_PREFILL_ATTENTION=mma), with the board's
 #            clocks and power sampled through each run (with_smi; the 32k prefill meets the power cap)
@@ -108,6 +113,28 @@ if want tables; then
     run_to 120 astrai bench decode --device cuda --model $M/$1 --batch $2 --prompt-len $3 --tokens 32 >> "$out/tables.txt" 2>&1
     log "table $1 prompt $3: exit $? $(grep -E '^ +[0-9]' "$out/tables.txt" | tail -$(echo $2 | tr ',' ' ' | wc -w) | awk '{printf "B%s %s | ", $1, $3}')"
   done
+fi
+if want long; then
+  IFS=';' read -ra sw <<< "${LONG_SWITCHES:-X=1}"
+  for s in "${sw[@]}"; do
+    for spec in "llama-1b 1,8,32,64" "qwen3-8b 1,8,16"; do
+      set -- $spec
+      echo "== $1 [$s]" >> "$out/long.txt"
+      run_to 120 env $s astrai bench decode --device cuda --model $M/$1 --batch $2 --prompt-len 32768 --tokens 32 >> "$out/long.txt" 2>&1
+      log "long $1 [$s]: exit $? $(grep -E '^ +[0-9]' "$out/long.txt" | tail -$(echo $2 | tr ',' ' ' | wc -w) | awk '{printf "B%s %s tok/s x%s | ", $1, $3, $6}')"
+    done
+  done
+  for spec in "llama-1b 1,8,32,64" "qwen3-8b 1,8,16"; do
+    set -- $spec
+    run_to 200 python3 bench/torch_decode.py --preset $1 --batch $2 --context 32768 --steps 32 --modes compile \
+      > "$out/long_torch_$1.txt" 2>&1
+    log "long torch.compile $1: exit $? $(grep -E '^\| compile' "$out/long_torch_$1.txt" | awk -F'|' '{printf "B%s %s tok/s |", $3, $4}')"
+  done
+  run_to 150 ncu --profile-from-start off --graph-profiling node --kernel-name regex:decode_attention --launch-count 1 \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+    --section MemoryWorkloadAnalysis astrai bench decode --device cuda --model $M/llama-1b --batch 64 --prompt-len 32768 \
+    --tokens 4 --profile-step 2 > "$out/ncu_attn_32k_b64.txt" 2>&1
+  log "ncu attention 32k B64: exit $? $(wc -l < "$out/ncu_attn_32k_b64.txt") lines"
 fi
 if want prefill; then
   IFS=';' read -ra sw <<< "${PREFILL_SWITCHES:-X=1;ASTRAI_PREFILL_ATTENTION=mma}"
