@@ -43,7 +43,8 @@ void run_batch(Backend& be, Rng& rng, BatchShape shape);
 void run_case(Backend& be, Rng& rng, const CaseShape& shape) {
   BatchShape b;
   b.group = shape.group;
-  b.kv_heads = rng.randint(1, 3);
+  // Decode: also 4 and 8 KV heads, which the CUDA decode kernel can take several of in a block.
+  b.kv_heads = shape.decode ? std::vector<int>{1, 2, 3, 4, 8}[size_t(rng.randint(0, 4))] : rng.randint(1, 3);
   b.head_dim = shape.d > 0 ? shape.d : rng.randint(1, shape.max_d);
   b.page_size = std::vector<int>{1, 3, 16}[size_t(rng.randint(0, 2))];
   b.kv_capacity = shape.kv_capacity;

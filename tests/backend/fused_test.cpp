@@ -288,7 +288,8 @@ void add_rms_norm_mlp_matches_the_unfused_ops(Backend& be) {
 // be the same bits; the two-op path is itself checked against float64 (attention_test.cpp and
 // rope_kv_store above).
 void check_rope_attention(Backend& be, Rng& rng, int64_t D, int64_t group, bool qk_norm, bool decode) {
-  const int64_t KVH = rng.randint(1, 3), H = KVH * group, S = rng.randint(1, 5);
+  const int64_t KVH = std::vector<int64_t>{1, 2, 3, 4, 8}[size_t(rng.randint(0, 4))], H = KVH * group,
+                S = rng.randint(1, 5);
   const int ps = std::vector<int>{16, 1, 3}[size_t(rng.randint(0, 2))];
   const int64_t max_pos = 1200, ld = (H + 2 * KVH) * D + 8 * rng.randint(0, 1);
   const float eps = 1e-6f, scale = 1.0f / std::sqrt(float(D));
