@@ -1,7 +1,7 @@
 // The official `@anthropic-ai/sdk` against astrai serve: messages (non-streaming and streaming
 // with the full event sequence), stop_sequences, max_tokens, tools, a forced tool (tool_choice
 // {type: "tool"}) constrained by its input_schema, count_tokens, errors.
-import { require, assert, base, run, sampled, postJson, chars, randomWord } from './lib.mjs';
+import { require, assert, base, run, sampled, sampledTry, postJson, chars, randomWord } from './lib.mjs';
 
 const sdk = require('@anthropic-ai/sdk');
 const Ajv = require('ajv');
@@ -52,17 +52,18 @@ await run([
     assert.equal(textOf(final), textOf(ref));
   }],
   ['stop_sequences end the message with stop_reason stop_sequence', async () => {
-    let messages, text;
+    let messages, text, params;
     for (let i = 0; i < 8; i++) {
       messages = userMsg();
-      text = textOf(await client.messages.create({ model, max_tokens: 24, messages, ...sampled }));
+      params = sampledTry(i);
+      text = textOf(await client.messages.create({ model, max_tokens: 24, messages, ...params }));
       if (chars(text).length >= 8) break;
     }
     assert.ok(chars(text).length >= 8, 'the model never produced 8 characters');
     const cps = chars(text);
     const start = 2 + Math.floor(Math.random() * (cps.length - 4));
     const stop = cps.slice(start, start + 2).join('');
-    const m = await client.messages.create({ model, max_tokens: 24, messages, ...sampled, stop_sequences: [stop] });
+    const m = await client.messages.create({ model, max_tokens: 24, messages, ...params, stop_sequences: [stop] });
     assert.equal(textOf(m), text.slice(0, text.indexOf(stop)));
     assert.equal(m.stop_reason, 'stop_sequence');
     assert.equal(m.stop_sequence, stop);

@@ -1,19 +1,20 @@
 // The official `openai` SDK against astrai serve: models, chat (non-streaming and streaming),
 // completions, stop strings, max_tokens, tools, logprobs, errors.
-import { require, assert, base, run, sampled, postJson, greedyChat, chars, randomWord } from './lib.mjs';
+import { require, assert, base, run, sampled, sampledTry, postJson, greedyChat, chars, randomWord } from './lib.mjs';
 
 const { OpenAI } = require('openai');
 const client = new OpenAI({ baseURL: base + '/v1', apiKey: process.env.ASTRAI_TEST_KEY || 'unused', maxRetries: 0 });
 let model;
 const userMsg = () => [{ role: 'user', content: 'Say something about ' + randomWord() }];
 
-// A greedy output long enough to cut with a stop string (tries a few prompts).
-async function longGreedy() {
+// A seeded output long enough to cut with a stop string, and the sampling that reproduces it (tries
+// a few prompts and seeds).
+async function longOutput() {
   for (let i = 0; i < 8; i++) {
-    const messages = userMsg();
-    const r = await greedyChat(messages, 24);
+    const messages = userMsg(), params = sampledTry(i);
+    const r = await greedyChat(messages, 24, params);
     const text = r.choices[0].message.content;
-    if (chars(text).length >= 8) return { messages, text };
+    if (chars(text).length >= 8) return { messages, text, params };
   }
   throw new Error('the model never produced 8 characters');
 }
@@ -71,15 +72,15 @@ await run([
     assert.ok(chunks >= 2);
   }],
   ['a stop string cuts the output before its first occurrence (streaming and not)', async () => {
-    const { messages, text } = await longGreedy();
+    const { messages, text, params } = await longOutput();
     const cps = chars(text);
     const start = 2 + Math.floor(Math.random() * (cps.length - 4));
     const stop = cps.slice(start, start + 2).join('');
     const want = text.slice(0, text.indexOf(stop));
-    const r = await client.chat.completions.create({ model, messages, max_tokens: 24, ...sampled, stop: [stop] });
+    const r = await client.chat.completions.create({ model, messages, max_tokens: 24, ...params, stop: [stop] });
     assert.equal(r.choices[0].message.content, want, `stop ${JSON.stringify(stop)}`);
     assert.equal(r.choices[0].finish_reason, 'stop');
-    const stream = await client.chat.completions.create({ model, messages, max_tokens: 24, ...sampled, stop, stream: true });
+    const stream = await client.chat.completions.create({ model, messages, max_tokens: 24, ...params, stop, stream: true });
     let streamed = '';
     for await (const chunk of stream) for (const c of chunk.choices) streamed += c.delta.content || '';
     assert.equal(streamed, want);
