@@ -21,6 +21,9 @@
 #            assignments), then bench/torch_decode.py's torch.compile peer at the same shapes, then
 #            ncu's detailed sections of one decode attention launch at llama-1b batch 64 (not in the
 #            default STEPS)
+#   peer     bench/torch_decode.py's torch.compile peer for each of PEER_SPECS (';'-separated "model
+#            batches context", default llama-1b at batch 1..256 and 512 tokens), beside the tables (not
+#            in the default STEPS; its set-up compiles each batch size, 15-50 s each)
 #   prefill  `bench prefill` of both models at 1k / 8k / 32k for each of PREFILL_SWITCHES (';'-separated
 #            env assignments; default: as built, and ASTRAI_PREFILL_ATTENTION=mma), with the board's
 #            clocks and power sampled through each run (with_smi; the 32k prefill meets the power cap)
@@ -135,6 +138,16 @@ if want long; then
     --section MemoryWorkloadAnalysis astrai bench decode --device cuda --model $M/llama-1b --batch 64 --prompt-len 32768 \
     --tokens 4 --profile-step 2 > "$out/ncu_attn_32k_b64.txt" 2>&1
   log "ncu attention 32k B64: exit $? $(wc -l < "$out/ncu_attn_32k_b64.txt") lines"
+fi
+if want peer; then
+  IFS=';' read -ra specs <<< "${PEER_SPECS:-llama-1b 1,8,32,64,128,256 512}"
+  for spec in "${specs[@]}"; do
+    set -- $spec
+    tag="$1_$3"
+    run_to 400 python3 bench/torch_decode.py --preset $1 --batch $2 --context $3 --steps 32 --modes compile \
+      > "$out/peer_$tag.txt" 2>&1
+    log "peer torch.compile $1 context $3: exit $? $(grep -E '^\| compile' "$out/peer_$tag.txt" | awk -F'|' '{printf "B%s %s tok/s |", $3, $4}')"
+  done
 fi
 if want prefill; then
   IFS=';' read -ra sw <<< "${PREFILL_SWITCHES:-X=1;ASTRAI_PREFILL_ATTENTION=mma}"
