@@ -101,13 +101,17 @@ if want serve8b; then
     done
   done
 fi
-if want attn; then
-  # The decode attention kernel of one graphed step at batch 256 under ncu's detailed sections.
+# ncu_attention MODEL BATCH PROMPT NAME: the decode attention kernel's first launch in one graphed
+# decode step under ncu's detailed sections, into $out/NAME.txt.
+ncu_attention() {
   run_to 150 ncu --profile-from-start off --graph-profiling node --kernel-name regex:decode_attention --launch-count 1 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
-    --section MemoryWorkloadAnalysis astrai bench decode --device cuda --model $M/qwen3-8b --batch 256 --prompt-len 192 \
-    --tokens 4 --profile-step 2 > "$out/ncu_attn_b256.txt" 2>&1
-  log "ncu attention B256: exit $? $(wc -l < "$out/ncu_attn_b256.txt") lines"
+    --section MemoryWorkloadAnalysis astrai bench decode --device cuda --model $M/$1 --batch $2 --prompt-len $3 \
+    --tokens 4 --profile-step 2 > "$out/$4.txt" 2>&1
+  log "ncu attention $1 B$2 prompt $3: exit $? $(wc -l < "$out/$4.txt") lines"
+}
+if want attn; then
+  ncu_attention qwen3-8b 256 192 ncu_attn_b256
 fi
 if want tables; then
   for spec in "llama-1b 1,8,32,64,128,256 512" "qwen3-8b 1,8,32,64,128,256 512" "llama-1b 1,8,32,64,128,256 4096" "qwen3-8b 1,8,32,64,128 4096"; do
@@ -133,11 +137,7 @@ if want long; then
       > "$out/long_torch_$1.txt" 2>&1
     log "long torch.compile $1: exit $? $(grep -E '^\| compile' "$out/long_torch_$1.txt" | awk -F'|' '{printf "B%s %s tok/s |", $3, $4}')"
   done
-  run_to 150 ncu --profile-from-start off --graph-profiling node --kernel-name regex:decode_attention --launch-count 1 \
-    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
-    --section MemoryWorkloadAnalysis astrai bench decode --device cuda --model $M/llama-1b --batch 64 --prompt-len 32768 \
-    --tokens 4 --profile-step 2 > "$out/ncu_attn_32k_b64.txt" 2>&1
-  log "ncu attention 32k B64: exit $? $(wc -l < "$out/ncu_attn_32k_b64.txt") lines"
+  ncu_attention llama-1b 64 32768 ncu_attn_32k_b64
 fi
 if want peer; then
   IFS=';' read -ra specs <<< "${PEER_SPECS:-llama-1b 1,8,32,64,128,256 512}"
