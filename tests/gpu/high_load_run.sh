@@ -113,6 +113,13 @@ ncu_attention() {
 if want attn; then
   ncu_attention qwen3-8b 256 192 ncu_attn_b256
 fi
+# torch_peer MODEL BATCHES CONTEXT NAME SECONDS: bench/torch_decode.py's torch.compile decoder at
+# those shapes, into $out/NAME.txt, stopped after SECONDS.
+torch_peer() {
+  run_to $5 python3 bench/torch_decode.py --preset $1 --batch $2 --context $3 --steps 32 --modes compile \
+    > "$out/$4.txt" 2>&1
+  log "torch.compile $1 context $3: exit $? $(grep -E '^\| compile' "$out/$4.txt" | awk -F'|' '{printf "B%s %s tok/s |", $3, $4}')"
+}
 if want tables; then
   for spec in "llama-1b 1,8,32,64,128,256 512" "qwen3-8b 1,8,32,64,128,256 512" "llama-1b 1,8,32,64,128,256 4096" "qwen3-8b 1,8,32,64,128 4096"; do
     set -- $spec
@@ -123,19 +130,18 @@ if want tables; then
 fi
 if want long; then
   IFS=';' read -ra sw <<< "${LONG_SWITCHES:-X=1}"
+  long_specs=("llama-1b 1,8,32,64" "qwen3-8b 1,8,16")  # the batches the cache holds at 32k
   for s in "${sw[@]}"; do
-    for spec in "llama-1b 1,8,32,64" "qwen3-8b 1,8,16"; do
+    for spec in "${long_specs[@]}"; do
       set -- $spec
       echo "== $1 [$s]" >> "$out/long.txt"
       run_to 120 env $s astrai bench decode --device cuda --model $M/$1 --batch $2 --prompt-len 32768 --tokens 32 >> "$out/long.txt" 2>&1
       log "long $1 [$s]: exit $? $(grep -E '^ +[0-9]' "$out/long.txt" | tail -$(echo $2 | tr ',' ' ' | wc -w) | awk '{printf "B%s %s tok/s x%s | ", $1, $3, $6}')"
     done
   done
-  for spec in "llama-1b 1,8,32,64" "qwen3-8b 1,8,16"; do
+  for spec in "${long_specs[@]}"; do
     set -- $spec
-    run_to 200 python3 bench/torch_decode.py --preset $1 --batch $2 --context 32768 --steps 32 --modes compile \
-      > "$out/long_torch_$1.txt" 2>&1
-    log "long torch.compile $1: exit $? $(grep -E '^\| compile' "$out/long_torch_$1.txt" | awk -F'|' '{printf "B%s %s tok/s |", $3, $4}')"
+    torch_peer $1 $2 32768 long_torch_$1 200
   done
   ncu_attention llama-1b 64 32768 ncu_attn_32k_b64
 fi
@@ -143,10 +149,7 @@ if want peer; then
   IFS=';' read -ra specs <<< "${PEER_SPECS:-llama-1b 1,8,32,64,128,256 512}"
   for spec in "${specs[@]}"; do
     set -- $spec
-    tag="$1_$3"
-    run_to 400 python3 bench/torch_decode.py --preset $1 --batch $2 --context $3 --steps 32 --modes compile \
-      > "$out/peer_$tag.txt" 2>&1
-    log "peer torch.compile $1 context $3: exit $? $(grep -E '^\| compile' "$out/peer_$tag.txt" | awk -F'|' '{printf "B%s %s tok/s |", $3, $4}')"
+    torch_peer $1 $2 $3 peer_$1_$3 400
   done
 fi
 if want prefill; then

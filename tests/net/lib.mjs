@@ -47,7 +47,7 @@ export const SEED = Math.floor(Math.random() * 1e9);
 export const sampled = { temperature: 1, seed: SEED };
 // Seeded sampling with a seed of its own for try i: a random-weight model's outputs vary little
 // with the prompt, so retries that keep one seed tend to repeat one (short) output.
-export const sampledTry = (i) => ({ temperature: 1, seed: SEED + 1 + i });
+export const sampledTry = (i) => ({ ...sampled, seed: SEED + 1 + i });
 export async function greedyChat(messages, max_tokens, extra = {}) {
   const r = await postJson('/v1/chat/completions', { messages, max_tokens, ...sampled, ...extra });
   assert.equal(r.status, 200, r.text);
