@@ -404,11 +404,17 @@ __device__ void merge_warps(const AttnParams& p, const float (*ml_s)[G][2], cons
 // and no slower at batch 1 (docs/performance.md).
 // W = 2 warps, kS = 3 tiles: against 4 x 2, 4 x 3, 2 x 2, 2 x 4 and 8 x 2 on the H200, the best or
 // within noise at qwen3-8b batch 64 / 256 (prompt 192) and 128 (4k); 8 x 2 was 4% faster for
-// llama-1b at batch 64 (4k) but 7% slower for qwen3-8b at 256.
-constexpr int kDecodeWarps = 2, kDecodeStages = 3, kDecodeTileKeys = 16;
+// llama-1b at batch 64 (4k) but 7% slower for qwen3-8b at 256. At head_dim 64 a ring of 4 (three
+// tiles in flight a warp) reads faster: llama-1b +2.5% at batch 1 and 64 (32k), +3% at 64 (4k), -1%
+// at 8 (32k), even at 512; at head_dim 128 it lost (qwen3-8b -7% at batch 1, -2% at 16, 32k).
+constexpr int kDecodeWarps = 2, kDecodeTileKeys = 16;
+template <int D>
+constexpr int decode_stages() {
+  return D <= 64 ? 4 : 3;
+}
 template <int D>
 constexpr size_t decode_smem() {
-  return size_t(kDecodeWarps) * kDecodeStages * 2 * kDecodeTileKeys * (D + 8) * sizeof(bf16);
+  return size_t(kDecodeWarps) * decode_stages<D>() * 2 * kDecodeTileKeys * (D + 8) * sizeof(bf16);
 }
 
 // kRope (rope_attention): after pdl_wait the block norms and rotates its group's q rows into shared
@@ -421,7 +427,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
                             DecodeRope rp) {
   namespace am = attention_mma;
   pdl_launch_dependents();  // the o projection's GEMV may start loading its weights
-  constexpr int W = kDecodeWarps, kS = kDecodeStages;
+  constexpr int W = kDecodeWarps, kS = decode_stages<D>();
   constexpr int kP = D + 8;                               // bf16 per tile row
   constexpr int kTile = kDecodeTileKeys * kP;             // bf16 per K (or V) tile
   constexpr int kPerLane = kDecodeTileKeys * D / 8 / 32;  // 16-byte pieces a lane copies
