@@ -39,6 +39,8 @@ class CudaBackend final : public Backend {
             std::to_string(prop.major) + std::to_string(prop.minor) + ", bf16, cuBLASLt)";
     ASTRAI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     ASTRAI_CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
+    for (cudaEvent_t& e : download_done_)
+      ASTRAI_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     ASTRAI_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
     ASTRAI_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
     ASTRAI_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
@@ -53,6 +55,7 @@ class CudaBackend final : public Backend {
     cudaStreamSynchronize(stream_);
     cudaStreamSynchronize(side_);
     cudaEventDestroy(upload_done_);
+    for (cudaEvent_t e : download_done_) cudaEventDestroy(e);
     cudaEventDestroy(fork_);
     cudaEventDestroy(join_);
     cudaStreamDestroy(side_);
@@ -197,6 +200,10 @@ class CudaBackend final : public Backend {
     const Scope scope = enter("gather_rows");
     gpu::gather_rows(stream_, x, rows, out);
   }
+  void take_tokens(Tensor ids, const Tensor& moves, const Tensor& draws) override {
+    const Scope scope = enter("take_tokens");
+    gpu::take_tokens(stream_, ids, moves, draws);
+  }
   void convert(const Tensor& src, Tensor dst) override {
     const Scope scope = enter("convert");
     gpu::convert(stream_, src, dst);
@@ -330,6 +337,22 @@ class CudaBackend final : public Backend {
     enter();
     ASTRAI_CUDA_CHECK(cudaEventSynchronize(upload_done_));  // at once if nothing was recorded
   }
+  uint64_t download_async(void* host_dst, const Tensor& src) override {
+    enter();
+    ASTRAI_GPU_CHECK(src.device == Device::cuda && src.is_contiguous(),
+                     "download_async: source must be a contiguous cuda tensor");
+    const uint64_t ticket = downloads_++;
+    if (src.nbytes())
+      ASTRAI_CUDA_CHECK(cudaMemcpyAsync(host_dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_));
+    ASTRAI_CUDA_CHECK(cudaEventRecord(download_done_[ticket % kDownloadsInFlight], stream_));
+    return ticket;
+  }
+  void wait_download(uint64_t ticket) override {
+    enter();
+    ASTRAI_GPU_CHECK(ticket < downloads_ && downloads_ - ticket <= uint64_t(kDownloadsInFlight),
+                     "wait_download: ticket " + std::to_string(ticket) + " is not outstanding");
+    ASTRAI_CUDA_CHECK(cudaEventSynchronize(download_done_[ticket % kDownloadsInFlight]));
+  }
   bool supports_graphs() const override { return true; }
   void profile_range(bool on) override {
     enter();
@@ -399,7 +422,9 @@ class CudaBackend final : public Backend {
   OpTimes times_;
   Scratch attention_scratch_;
   cudaEvent_t upload_done_ = nullptr;
-  Scratch* capture_scratch_ = nullptr;  // set while capture() runs its body
+  cudaEvent_t download_done_[kDownloadsInFlight] = {};  // download_async's, by ticket % kDownloadsInFlight
+  uint64_t downloads_ = 0;                              // tickets issued
+  Scratch* capture_scratch_ = nullptr;                  // set while capture() runs its body
   // prefetch's stream and the events that fork it from stream_ and join it back in a capture.
   cudaStream_t side_ = nullptr;
   cudaEvent_t fork_ = nullptr, join_ = nullptr;

@@ -76,6 +76,15 @@ __global__ void gather_rows_kernel(Rows x, const int32_t* __restrict__ rows, Row
   }
 }
 
+// One thread a move; a move outside ids or draws does nothing (the host validated them).
+__global__ void take_tokens_kernel(int32_t* __restrict__ ids, int64_t T, const int32_t* __restrict__ moves,
+                                   int64_t M, const int32_t* __restrict__ draws, int64_t D, int64_t W) {
+  ASTRAI_GRID_STRIDE(i, M) {
+    const int32_t row = moves[2 * i], draw = moves[2 * i + 1];
+    if (row >= 0 && row < T && draw >= 0 && draw < D) ids[row] = draws[int64_t(draw) * W];
+  }
+}
+
 template <typename S, typename D>
 __global__ void convert_kernel(const S* __restrict__ src, D* __restrict__ dst, int64_t n) {
   ASTRAI_GRID_STRIDE(e, n) {
@@ -193,6 +202,17 @@ void add(cudaStream_t stream, const Tensor& a, const Tensor& b, Tensor out) {
     rows_map<bf16>(stream, args, AddOp{});
   else
     rows_map<float>(stream, args, AddOp{});
+}
+
+void take_tokens(cudaStream_t stream, Tensor ids, const Tensor& moves, const Tensor& draws) {
+  if (std::string e = take_tokens_error(ids, moves, draws, Device::cuda); !e.empty())
+    throw Error(invalid_argument("take_tokens: " + e));
+  const int64_t M = moves.size(0);
+  if (M == 0) return;
+  take_tokens_kernel<<<grid_for(M, kThreads), kThreads, 0, stream>>>(
+      ids.ptr<int32_t>(), ids.numel(), moves.ptr<int32_t>(), M, draws.ptr<int32_t>(), draws.size(0),
+      draws.size(1));
+  ASTRAI_CUDA_CHECK(cudaGetLastError());
 }
 
 void gather_rows(cudaStream_t stream, const Tensor& x, const Tensor& rows, Tensor out) {

@@ -74,6 +74,7 @@ bool paged_attention_mma(cudaStream_t stream, const Tensor& q, const Tensor& k_c
 // any stream captures a graph.
 void probe_paged_attention();
 void gather_rows(cudaStream_t stream, const Tensor& x, const Tensor& rows, Tensor out);
+void take_tokens(cudaStream_t stream, Tensor ids, const Tensor& moves, const Tensor& draws);
 // Backend::prefetch (elementwise.cu): asks L2 for up to `budget` bytes of the tensors in `next`,
 // in order, on `stream` (sm_90 on; elsewhere a kernel that does nothing). Arguments checked by
 // check_prefetch (throws), which the backend calls before it forks the stream for it.

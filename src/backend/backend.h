@@ -72,6 +72,10 @@ struct SampleBatch {
 // What is wrong with the batch's shapes, dtypes or devices ("" when nothing); both backends check
 // with it before they touch a tensor (the rows' contents are checked where they are read).
 std::string sample_batch_error(const SampleBatch& batch, Device device);
+// The same for take_tokens' tensors (Backend::take_tokens): ids [T], moves [M, 2], draws [D, W >= 1],
+// all contiguous i32 on `device`. The indices themselves are checked by the caller (Model::forward
+// validates a batch's moves on the host) and again by the CPU op.
+std::string take_tokens_error(const Tensor& ids, const Tensor& moves, const Tensor& draws, Device device);
 
 // One AdamW update (step t >= 1), the definition every backend's adamw op implements. With
 // g = grad * grad_scale (the clip factor), bc1 = 1 - beta1^t, bc2 = 1 - beta2^t, as
@@ -188,6 +192,12 @@ class Backend {
 
   // Copies rows: out[i, :] = x[rows[i], :]     x [T, H], rows [R] i32, out [R, H]
   virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) = 0;
+
+  // Tokens the previous step drew, taken into this step's inputs without a trip to the host (the
+  // overlapped step loop): ids[moves[i, 0]] = draws[moves[i, 1], 0] for each row i of moves.
+  //   ids [T] i32; moves [M, 2] i32; draws [D, W] i32 (the sample op's output: the token in
+  //   column 0). The CPU and CUDA backends implement it; the default throws.
+  virtual void take_tokens(Tensor ids, const Tensor& moves, const Tensor& draws);
 
   // Converts between dtypes (f32 <-> bf16/f16), same shape.
   virtual void convert(const Tensor& src, Tensor dst) = 0;
@@ -334,6 +344,15 @@ class Backend {
   virtual void upload_async(Tensor dst, const void* host_src) { upload(dst, host_src); }
   // Returns once every earlier upload_async has read its source.
   virtual void wait_uploads() {}
+  // Starts copying src into host_dst (alloc_host_pinned memory on a GPU), ordered after every
+  // earlier op, and returns a ticket for wait_download; the bytes are there once it returns. Up to
+  // kDownloadsInFlight may be outstanding. The default (the CPU's) copies at once.
+  static constexpr int kDownloadsInFlight = 4;
+  virtual uint64_t download_async(void* host_dst, const Tensor& src) {
+    download(host_dst, src);
+    return 0;
+  }
+  virtual void wait_download(uint64_t ticket) { (void)ticket; }
   // Whether capture() records graphs here.
   virtual bool supports_graphs() const { return false; }
   // Starts (on) or stops recording by a device profiler started with recording off (ncu or nsys

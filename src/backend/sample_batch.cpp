@@ -1,5 +1,5 @@
-// The shape checks of a SampleBatch, shared by the CPU and CUDA implementations of the sample op,
-// and the Backend defaults for a backend without the op.
+// The shape checks of a SampleBatch and of take_tokens, shared by the CPU and CUDA implementations
+// of those ops, and the Backend defaults for a backend without them.
 #include <string>
 
 #include "src/backend/backend.h"
@@ -32,6 +32,20 @@ std::string sample_batch_error(const SampleBatch& b, Device device) {
   if (b.mask.data && (!is_i32_on(b.mask, device, (V + 31) / 32) || b.mask.size(0) != L))
     return "mask must be a contiguous i32 [L, ceil(V / 32)]";
   return {};
+}
+
+std::string take_tokens_error(const Tensor& ids, const Tensor& moves, const Tensor& draws, Device device) {
+  if (ids.dtype != DType::i32 || ids.device != device || ids.ndim != 1 || !ids.is_contiguous())
+    return "ids must be a contiguous i32 [T] on the backend's device";
+  if (!is_i32_on(moves, device, 2)) return "moves must be a contiguous i32 [M, 2] on the backend's device";
+  if (draws.dtype != DType::i32 || draws.device != device || draws.ndim != 2 || !draws.is_contiguous() ||
+      draws.size(1) < 1)
+    return "draws must be a contiguous i32 [D, W] on the backend's device";
+  return {};
+}
+
+void Backend::take_tokens(Tensor, const Tensor&, const Tensor&) {
+  throw Error(unsupported("take_tokens: not implemented on the " + name() + " backend"));
 }
 
 void Backend::sample(const SampleBatch&) {

@@ -125,6 +125,40 @@ void gather_rows_in_order(Backend& be) {
   }
 }
 
+// The overlapped step loop's two device-side pieces: take_tokens against a scalar loop, and the
+// async download (into page-locked memory, waited for by ticket) that reads its result back.
+void take_tokens_moves_drawn_tokens(Backend& be) {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Rng rng(seed);
+  for (int round = 0; round < 4; ++round) {
+    const int64_t T = rng.randint(1, 600), D = rng.randint(1, 300), W = rng.randint(1, 42);
+    std::vector<int32_t> ids(static_cast<size_t>(T)), draws(static_cast<size_t>(D * W)), moves;
+    for (auto& i : ids) i = rng.randint(0, 1 << 20);
+    for (auto& d : draws) d = rng.randint(0, 1 << 20);
+    for (int64_t r = 0; r < T; ++r)
+      if (rng.randint(0, 2) == 0) {  // about a third of the rows, increasing, any draw (repeats too)
+        moves.push_back(int32_t(r));
+        moves.push_back(rng.randint(0, int(D) - 1));
+      }
+    const int64_t M = int64_t(moves.size() / 2);
+    INFO("T " << T << ", D " << D << ", W " << W << ", M " << M);
+    std::vector<int32_t> want = ids;
+    for (int64_t m = 0; m < M; ++m)
+      want[size_t(moves[size_t(2 * m)])] = draws[size_t(moves[size_t(2 * m + 1)] * W)];
+    auto idt = to_device(be, ids, {T});
+    auto dt = to_device(be, draws, {D, W});
+    std::vector<int32_t> none = {0, 0};  // a valid address for M = 0
+    auto mt = M > 0 ? to_device(be, moves, {M, 2}) : to_device(be, none, {1, 2});
+    be.take_tokens(idt.t, M > 0 ? mt.t : Tensor(mt.t.data, DType::i32, {0, 2}, be.device()), dt.t);
+    Buffer host = be.alloc_host_pinned(size_t(T) * 4);
+    const uint64_t ticket = be.download_async(host.data(), idt.t);
+    be.wait_download(ticket);
+    const auto* got = static_cast<const int32_t*>(host.data());
+    for (int64_t t = 0; t < T; ++t) REQUIRE(got[t] == want[size_t(t)]);
+  }
+}
+
 void convert_rounds_and_widens(Backend& be) {
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
@@ -166,6 +200,20 @@ ASTRAI_BACKEND_TEST("swiglu of every finite bf16 gate is silu within a step of b
 ASTRAI_BACKEND_TEST("add sums element-wise", add_sums)
 ASTRAI_BACKEND_TEST("gather_rows picks rows in the given order, repeats allowed", gather_rows_in_order)
 ASTRAI_BACKEND_TEST("convert rounds f32 to bf16 / f16 to nearest and widens back", convert_rounds_and_widens)
+ASTRAI_BACKEND_TEST("take_tokens moves each drawn token into its row; download_async brings it back",
+                    take_tokens_moves_drawn_tokens)
+
+TEST_CASE("take_tokens rejects a move outside the ids or the draws", "[unit]") {
+  auto be = cpu_backend();
+  auto ids = to_device(*be, std::vector<int32_t>{1, 2, 3}, {3});
+  auto draws = to_device(*be, std::vector<int32_t>{7, 8}, {2, 1});
+  for (const std::vector<int32_t>& bad : {std::vector<int32_t>{3, 0}, {0, 2}, {-1, 0}}) {
+    auto mv = to_device(*be, bad, {1, 2});
+    CHECK_THROWS_WITH(be->take_tokens(ids.t, mv.t, draws.t), Catch::Contains("outside"));
+  }
+  auto mv = to_device(*be, std::vector<int32_t>{0, 1}, {1, 2});
+  CHECK_THROWS_WITH(be->take_tokens(ids.t, mv.t, ids.t), Catch::Contains("draws must be"));
+}
 
 TEST_CASE("embedding rejects an id outside the table", "[unit]") {
   auto be = cpu_backend();

@@ -79,6 +79,9 @@ class CpuBackend final : public Backend {
     use_thread_count();
     cpu::gather_rows(x, rows, out);
   }
+  void take_tokens(Tensor ids, const Tensor& moves, const Tensor& draws) override {
+    cpu::take_tokens(ids, moves, draws);
+  }
   void convert(const Tensor& src, Tensor dst) override {
     use_thread_count();
     cpu::convert(src, dst);

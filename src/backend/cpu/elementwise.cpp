@@ -140,6 +140,21 @@ void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) {
   }
 }
 
+void take_tokens(Tensor ids, const Tensor& moves, const Tensor& draws) {
+  if (std::string e = take_tokens_error(ids, moves, draws, Device::cpu); !e.empty())
+    throw Error(invalid_argument("take_tokens: " + e));
+  const int64_t T = ids.numel(), D = draws.size(0), W = draws.size(1);
+  const int32_t* mv = moves.ptr<int32_t>();
+  for (int64_t i = 0; i < moves.size(0); ++i) {
+    const int32_t row = mv[2 * i], draw = mv[2 * i + 1];
+    ASTRAI_OP_CHECK(row >= 0 && row < T && draw >= 0 && draw < D,
+                    "take_tokens: move " + std::to_string(i) + " (row " + std::to_string(row) + ", draw " +
+                        std::to_string(draw) + ") outside ids [" + std::to_string(T) + "] or draws [" +
+                        std::to_string(D) + "]");
+    ids.ptr<int32_t>()[row] = draws.ptr<int32_t>()[draw * W];
+  }
+}
+
 namespace {
 inline float load_as_f32(const void* p, DType t, int64_t i) {
   switch (t) {

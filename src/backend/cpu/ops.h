@@ -24,6 +24,7 @@ void kv_store(const Tensor& k, const Tensor& v, const Tensor& slots, Tensor k_ca
 void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                      const AttentionBatch& batch, float scale, Tensor out);
 void gather_rows(const Tensor& x, const Tensor& rows, Tensor out);
+void take_tokens(Tensor ids, const Tensor& moves, const Tensor& draws);
 void convert(const Tensor& src, Tensor dst);
 void sample(const SampleBatch& batch);
 
