@@ -15,6 +15,8 @@ void ForwardBatchBuilder::clear() {
   b.page_table.clear();
   b.max_pages = 0;
   b.logit_rows.clear();
+  b.moves.clear();
+  b.draws = Tensor();
   pages_.clear();
   pages_start_.assign(1, 0);
 }
@@ -50,6 +52,14 @@ void ForwardBatchBuilder::add_sequence(std::span<const int32_t> tokens, int star
   pages_.insert(pages_.end(), pages.begin(), pages.end());
   pages_start_.push_back(int32_t(pages_.size()));
   b.max_pages = std::max(b.max_pages, int(pages.size()));
+}
+
+void ForwardBatchBuilder::take_last_row_from(int draw, const Tensor& draws) {
+  ForwardBatch& b = batch_;
+  assert(b.num_tokens() > 0 && (b.moves.empty() || b.moves[b.moves.size() - 2] < b.num_tokens() - 1));
+  b.moves.push_back(b.num_tokens() - 1);
+  b.moves.push_back(draw);
+  b.draws = draws;
 }
 
 const ForwardBatch& ForwardBatchBuilder::finish() {

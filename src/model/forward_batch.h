@@ -15,6 +15,8 @@
 #include <span>
 #include <vector>
 
+#include "src/core/tensor.h"
+
 namespace astrai {
 
 // One step's packed batch, host side. Sequence s owns query rows [q_start[s], q_start[s+1]).
@@ -27,6 +29,14 @@ struct ForwardBatch {
   std::vector<int32_t> page_table;  // [S * max_pages], row s = physical pages of s (unused: 0)
   int max_pages = 0;
   std::vector<int32_t> logit_rows;  // rows of the batch whose logits are wanted (e.g. each last row)
+  // Rows whose token the previous step drew and the host has not read yet (the overlapped step
+  // loop): (row, draw) pairs, rows increasing. tokens[row] holds a placeholder; the model takes
+  // draw `draw`'s token from `draws` (the sample op's output on the backend's device, the token in
+  // column 0) before its first op (Backend::take_tokens). Empty in every other batch.
+  std::vector<int32_t> moves;  // [M * 2]
+  Tensor draws;                // [D, W] i32, set when moves is not empty
+
+  int num_moves() const { return int(moves.size() / 2); }
 
   int num_tokens() const { return int(tokens.size()); }
   int num_seqs() const { return q_start.empty() ? 0 : int(q_start.size()) - 1; }
@@ -55,6 +65,10 @@ class ForwardBatchBuilder {
   // copied, so it may change after the call.
   void add_sequence(std::span<const int32_t> tokens, int start, int len, std::span<const int32_t> pages,
                     LogitRows logits);
+
+  // The last row added takes its token from draw `draw` of `draws` (ForwardBatch::moves): its
+  // token in the sequence is a placeholder until the host reads that draw.
+  void take_last_row_from(int draw, const Tensor& draws);
 
   // Lays out the page table at the stride of the longest page list and returns the batch. Valid
   // until the next clear() or add_sequence().

@@ -249,6 +249,8 @@ class DecoderModel final : public Model {
     return kv;
   }
 
+  bool takes_drawn_tokens() const override { return true; }
+
   Result<Tensor> forward(const ForwardBatch& b, KvCache& kv) override {
     Status valid = validate(b, kv);
     if (shard_.comm) valid = shard_.comm->agree(valid);  // a step runs on every rank or on none
@@ -266,6 +268,7 @@ class DecoderModel final : public Model {
     if (sh.bucketed) sh.max_kv_len = int(ws_.capacity().page_stride * kv.page_size);
     stage_inputs(b, sh.S, kv);
     ws_.upload_inputs(be_, sh.S);
+    if (!b.moves.empty()) be_.take_tokens(ws_.ids(sh.T), ws_.moves(b.num_moves()), b.draws);
     auto g = sh.bucketed && graph_kv_ == cache_id(kv) ? graphs_.find(sh.S) : graphs_.end();
     if (g != graphs_.end())
       g->second->replay();
@@ -366,6 +369,7 @@ class DecoderModel final : public Model {
     std::copy(b.logit_rows.begin(), b.logit_rows.end(), in.rows);
     std::copy(b.q_start.begin(), b.q_start.begin() + S + 1, in.q_start);
     std::copy(b.kv_len.begin(), b.kv_len.end(), in.kv_len);
+    std::copy(b.moves.begin(), b.moves.end(), in.moves);
     for (int64_t s = 0; s < S; ++s)
       std::copy_n(b.page_table.begin() + s * b.max_pages, b.max_pages, in.page_table + s * P);
     for (int64_t r = S; r < seqs; ++r) {
@@ -464,8 +468,33 @@ class DecoderModel final : public Model {
         kv.head_dim != cfg_.head_dim || kv.dtype != be_.compute_dtype() || kv.page_size <= 0)
       return bad("the KV cache was not allocated for this model");
     const int64_t n_slots = int64_t(kv.num_pages) * kv.page_size;
+    // Moves: rows increasing (so a row's lookup below is a binary search), draws inside `draws`.
+    if (b.moves.size() % 2 != 0) return bad("moves must be (row, draw) pairs");
+    if (!b.moves.empty()) {
+      if (b.num_moves() > S) return bad("more moves than sequences");
+      if (!b.draws.data || b.draws.dtype != DType::i32 || b.draws.ndim != 2 || b.draws.device != be_.device())
+        return bad("moves without an i32 [D, W] draws tensor on the backend's device");
+      for (size_t i = 0; i < b.moves.size(); i += 2) {
+        if (b.moves[i] < 0 || b.moves[i] >= T || (i > 0 && b.moves[i] <= b.moves[i - 2]))
+          return bad("move rows must be increasing rows of the batch");
+        if (b.moves[i + 1] < 0 || b.moves[i + 1] >= b.draws.size(0))
+          return bad("move draw " + std::to_string(b.moves[i + 1]) + " outside the " +
+                     std::to_string(b.draws.size(0)) + " draws");
+      }
+    }
+    auto moved = [&](int64_t t) {
+      for (size_t lo = 0, hi = b.moves.size() / 2; lo < hi;) {
+        const size_t mid = (lo + hi) / 2;
+        if (b.moves[2 * mid] == t) return true;
+        if (b.moves[2 * mid] < t)
+          lo = mid + 1;
+        else
+          hi = mid;
+      }
+      return false;
+    };
     for (int64_t t = 0; t < T; ++t) {
-      if (b.tokens[size_t(t)] < 0 || b.tokens[size_t(t)] >= cfg_.vocab_size)
+      if ((b.tokens[size_t(t)] < 0 || b.tokens[size_t(t)] >= cfg_.vocab_size) && !moved(t))
         return bad("token id " + std::to_string(b.tokens[size_t(t)]) + " outside the vocabulary of " +
                    std::to_string(cfg_.vocab_size));
       if (b.slots[size_t(t)] < 0 || b.slots[size_t(t)] >= n_slots)

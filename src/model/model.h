@@ -75,6 +75,9 @@ class Model {
   // touches nothing. Per-step buffers live in a workspace that only grows (no allocation when a
   // batch is no larger than an earlier one).
   virtual Result<Tensor> forward(const ForwardBatch& batch, KvCache& kv) = 0;
+  // Whether forward() takes a batch with moves (ForwardBatch::moves: tokens the previous step drew,
+  // still on the device); a model that does not refuses such a batch (invalid_argument).
+  virtual bool takes_drawn_tokens() const { return false; }
 
   // Sizes the step buffers (workspace, inputs and their pinned mirror) for `limits` up front, so
   // that no step allocates. On a backend with graphs it also turns on decode buckets: a

@@ -74,6 +74,8 @@ class TpModel final : public Model {
   Result<Tensor> forward(const ForwardBatch& b, KvCache& kv) override {
     if (int(kv.shards.size()) != world())
       return invalid_argument("forward batch: the KV cache was not allocated for this tensor-parallel model");
+    // The draws live on one rank's device (takes_drawn_tokens() is false here).
+    if (!b.moves.empty()) return invalid_argument("forward batch: a tensor-parallel model takes no moves");
     Tensor logits;
     ASTRAI_RETURN_IF_ERROR(on_all_ranks([&](int r) -> Status {
       ASTRAI_ASSIGN_OR_RETURN(Tensor t, shards_[size_t(r)]->forward(b, kv.shards[size_t(r)]));

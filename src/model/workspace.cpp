@@ -69,6 +69,7 @@ StepInputsHost Workspace::host_inputs() const {
           p + off_rows(),
           p + off_q_start(),
           p + off_kv_len(),
+          p + off_moves(),
           p + off_page_table()};
 }
 
@@ -127,6 +128,9 @@ Tensor Workspace::q_start(int64_t S) const {
 }
 Tensor Workspace::kv_len(int64_t S) const {
   return input(off_kv_len(), S);
+}
+Tensor Workspace::moves(int64_t M) const {
+  return Tensor(static_cast<int32_t*>(inputs_.data()) + off_moves(), DType::i32, {M, 2}, dev_);
 }
 Tensor Workspace::page_table(int64_t S) const {
   return Tensor(static_cast<int32_t*>(inputs_.data()) + off_page_table(), DType::i32, {S, cap_.page_stride},

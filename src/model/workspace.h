@@ -5,7 +5,8 @@
 //
 // Step inputs (int32) live in one device buffer with a host staging mirror of the same layout
 // (page-locked on a GPU): the model packs a step into the mirror and copies it with one async copy.
-//   ids [T] | positions [T] | slots [T] | rows [R] | q_start [S+1] | kv_len [S] | page_table [S, P]
+//   ids [T] | positions [T] | slots [T] | rows [R] | q_start [S+1] | kv_len [S] | moves [S, 2] |
+//   page_table [S, P]
 // (capacities T, R, S, P). The page table has a fixed row stride P (pages per sequence at the
 // longest context), so its layout does not depend on the step; a step copies up to the end of
 // its S rows of the page table.
@@ -27,7 +28,7 @@ struct WorkspaceShape {
 
 // Host pointers into the staging mirror, at the current capacities.
 struct StepInputsHost {
-  int32_t *ids, *positions, *slots, *rows, *q_start, *kv_len, *page_table;
+  int32_t *ids, *positions, *slots, *rows, *q_start, *kv_len, *moves, *page_table;
 };
 
 class Workspace {
@@ -63,6 +64,7 @@ class Workspace {
   Tensor kv_len(int64_t S) const;      // [S]
   Tensor page_table(int64_t S) const;  // [S, P]
   Tensor rows(int64_t R) const;
+  Tensor moves(int64_t M) const;  // [M, 2] (ForwardBatch::moves; M <= S: one a sequence at most)
 
  private:
   // Element offsets of each input in the inputs buffer at the current capacities.
@@ -71,7 +73,8 @@ class Workspace {
   int64_t off_rows() const { return 3 * cap_.tokens; }
   int64_t off_q_start() const { return off_rows() + cap_.logit_rows; }
   int64_t off_kv_len() const { return off_q_start() + cap_.seqs + 1; }
-  int64_t off_page_table() const { return off_kv_len() + cap_.seqs; }
+  int64_t off_moves() const { return off_kv_len() + cap_.seqs; }
+  int64_t off_page_table() const { return off_moves() + 2 * cap_.seqs; }
   Tensor input(int64_t offset, int64_t n) const;
 
   WorkspaceShape cap_;
