@@ -39,8 +39,10 @@ class BatchBuilder {
   explicit BatchBuilder(int page_size) : forward_(page_size) {}
 
   // Packs the plan's chunks in plan order (chunk i is sequence i of the batch) and lists one
-  // SampleRow per chunk that wants logits, in the same order as the batch's logit rows.
-  const ForwardBatch& build(const StepPlan& plan);
+  // SampleRow per chunk that wants logits, in the same order as the batch's logit rows. A chunk
+  // that ends at a token still on the device (Sequence::drawn) takes it from `draws`, the output of
+  // the step in flight (StepRunner::last_draws).
+  const ForwardBatch& build(const StepPlan& plan, const Tensor& draws = {});
   std::span<const SampleRow> samples() const { return samples_; }
 
  private:

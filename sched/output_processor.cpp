@@ -30,6 +30,14 @@ void OutputProcessor::process(const StepPlan& plan, std::span<const SampleRow> r
     Task& t = *s.task;
     const auto mine = draws.subspan(next, size_t(rows[row++].num_choices));
     next += mine.size();
+    // The overlapped loop put the draw's placeholder in tokens: the token goes in its place below.
+    if (s.drawn >= 0) {
+      assert(s.tokens.back() == kDrawnToken);
+      s.tokens.pop_back();
+      s.drawn = -1;
+    }
+    s.sits_out = false;
+    if (s.finished) continue;  // ended while the step ran (a stop token, a cancel)
     assert(int(mine.size()) == (t.forked ? 1 : t.req.n));
     if (!t.forked) {
       t.forked = true;
@@ -172,7 +180,7 @@ void OutputProcessor::deliver() {
     auto tt = tasks_.find(*it);
     if (tt == tasks_.end()) {
       it = completed_.erase(it);
-    } else if (tt->second->state->overflow.empty()) {
+    } else if (tt->second->state->overflow.empty() && tt->second->in_flight == 0) {
       backlog_.erase(tt->second.get());
       tasks_.erase(tt);
       it = completed_.erase(it);

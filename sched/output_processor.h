@@ -29,7 +29,8 @@ class OutputProcessor {
   OutputProcessor(Scheduler& scheduler, Metrics& metrics, TaskMap& tasks, std::atomic<int>& waiting_count,
                   int max_model_len, std::unordered_set<int32_t> model_stop);
 
-  // The step's draws (StepRunner::sample) for the plan's chunks that wanted logits, in order.
+  // The step's draws (StepRunner::sample) for the plan's chunks that wanted logits, in order. A
+  // sequence that ended while the step ran (the overlapped loop) only loses its drawn placeholder.
   void process(const StepPlan& plan, std::span<const SampleRow> rows, std::span<const SampleResult> draws);
 
   // Ends one choice (no-op when it already ended); `ev` may carry its last token. When it was the
@@ -38,7 +39,8 @@ class OutputProcessor {
   void cancel(Task& t);  // every open choice of t ends as cancelled
 
   // Pushes this step's events out: one wake-up (and Request::notify) per request that got events,
-  // retrying requests whose ring was full; drops requests that are done and fully delivered.
+  // retrying requests whose ring was full; drops requests that are done, fully delivered and in no
+  // step still running (Task::in_flight).
   void deliver();
   bool has_backlog() const { return !backlog_.empty(); }
   // Shutdown: cancels everything, delivers what fits and closes every stream (its consumer then

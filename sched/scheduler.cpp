@@ -127,7 +127,7 @@ StepPlan Scheduler::plan() {
   for (size_t i = 0; i < running_.size(); ++i) {
     Sequence* s = running_[i];
     const int len = chunk_len(s);
-    if (len <= 0) continue;
+    if (len <= 0 || s->sits_out) continue;
     if (!ensure_pages(s, s->num_computed + len, plan)) break;  // s itself was the last one
     add_chunk(s, len);
   }
@@ -135,6 +135,7 @@ StepPlan Scheduler::plan() {
   // 2. Admission.
   while (!waiting_.empty() && int(running_.size()) < cfg_.max_batch_size && budget > 0) {
     Sequence* s = waiting_.front();
+    if (s->sits_out) break;  // preempted while its draw is in flight: next step (FCFS holds)
     std::vector<RadixCache::Node*> hit;
     if (cache_) {
       hit = cache_->match(s->tokens, (int(s->tokens.size()) - 1) / cfg_.page_size);
@@ -210,6 +211,8 @@ Status Scheduler::check() const {
 
 void Scheduler::commit(const StepPlan& plan) {
   for (const Chunk& c : plan.chunks) {
+    // Finished (or cancelled) since it was planned, in the overlapped loop: its pages are gone.
+    if (c.seq->finished) continue;
     assert(c.seq->num_computed == c.start);
     c.seq->num_computed += c.len;
     cache_computed_pages(c.seq);

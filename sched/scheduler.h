@@ -10,6 +10,8 @@
 //      request that fits the pool is always admitted eventually). On admission, the radix cache
 //      supplies the longest cached prefix in whole pages (at most tokens - 1: the last token is
 //      always computed to get logits).
+// A sequence that sits out (Sequence::sits_out: the overlapped loop has its draw in flight) gets
+// nothing, and while it waits at the front of the queue nobody is admitted.
 // Pages come from the pool's free list, then from evicting unlocked cached pages (LRU). When a
 // running sequence still cannot get a page, the most recently admitted running sequence is
 // preempted: its pages are released (its computed full pages go into the cache first) and it is
@@ -60,7 +62,8 @@ class Scheduler {
   void share_prefix(const Sequence* from, Sequence* to);
   void remove(Sequence* s);  // finished or cancelled: releases its pages
   StepPlan plan();
-  // After the forward: advances num_computed and offers newly completed pages to the cache.
+  // After the forward: advances num_computed and offers newly completed pages to the cache
+  // (skipping sequences that finished since the plan).
   void commit(const StepPlan& plan);
 
   size_t num_running() const { return running_.size(); }

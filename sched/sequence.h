@@ -6,6 +6,11 @@
 // when a chunk reaches the end of `tokens`, its last row's logits give the next token. Prefill,
 // chunked prefill, prefix-hit extend, decode, recompute after preemption and the tail of a forked
 // choice are all this one rule.
+//
+// In the overlapped step loop (step_loop.h) a token drawn by the step still on the device is
+// already in `tokens`, as kDrawnToken, so that the next step can plan the sequence's row before the
+// host has read it: `drawn` is its draw in that step's output, where the next step's forward takes
+// it from (ForwardBatch::moves). Output processing puts the real token in its place.
 #pragma once
 
 #include <chrono>
@@ -25,6 +30,8 @@ namespace astrai {
 
 struct Task;
 
+constexpr int32_t kDrawnToken = -1;  // a token drawn on the device, not read by the host yet
+
 struct Sequence {
   Task* task = nullptr;
   int choice = 0;
@@ -32,6 +39,11 @@ struct Sequence {
   int num_prompt = 0;
   int num_computed = 0;
   int generated = 0;
+  // tokens.back() is kDrawnToken, draw `drawn` of the step in flight (-1: none).
+  int drawn = -1;
+  // Its draw in the step in flight waits for the host, without a placeholder: the scheduler plans
+  // nothing for it until that draw is processed (not even a recompute after preemption).
+  bool sits_out = false;
   std::vector<int32_t> pages;            // one pool reference each
   std::vector<RadixCache::Node*> chain;  // cache nodes of pages[0, chain.size()), locked by us
   bool chain_closed = false;             // a page of ours was cached by someone else first
@@ -59,6 +71,7 @@ struct Task {
   bool admitted_once = false;
   bool got_first_token = false;
   bool touched = false;  // pushed events this step: notify once at the end of it
+  int in_flight = 0;     // chunks of its sequences in a launched step not processed yet (kept alive)
   std::chrono::steady_clock::time_point submitted, first_token;
 
   // True the first time only: the request stops counting against max_queue (admitted or ended).

@@ -11,6 +11,7 @@
 #include <random>
 #include <string_view>
 #include <thread>
+#include <utility>
 
 #include "src/backend/backend.h"
 #include "src/engine/request_state.h"
@@ -60,6 +61,34 @@ struct StepProfile {
 
 namespace {
 
+// A plan's hold on its tasks (Task::in_flight), given up when the pin goes unless released.
+class PlanPin {
+ public:
+  PlanPin() = default;
+  PlanPin(PlanPin&& o) noexcept : plan_(std::exchange(o.plan_, nullptr)) {}
+  PlanPin& operator=(PlanPin&& o) noexcept {
+    std::swap(plan_, o.plan_);
+    return *this;
+  }
+  ~PlanPin() {
+    if (plan_)
+      for (const Chunk& c : plan_->chunks) --c.seq->task->in_flight;
+  }
+  static PlanPin pin(const StepPlan& plan) {
+    for (const Chunk& c : plan.chunks) ++c.seq->task->in_flight;
+    return adopt(plan);
+  }
+  static PlanPin adopt(const StepPlan& plan) {  // a hold taken earlier
+    PlanPin p;
+    p.plan_ = &plan;
+    return p;
+  }
+  void release() { plan_ = nullptr; }
+
+ private:
+  const StepPlan* plan_ = nullptr;
+};
+
 std::unordered_set<int32_t> model_stop_ids(const ModelConfig& cfg, const EngineOptions& o) {
   std::unordered_set<int32_t> ids(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end());
   ids.insert(o.stop_ids.begin(), o.stop_ids.end());
@@ -83,7 +112,9 @@ StepLoop::StepLoop(std::unique_ptr<Backend> backend, std::unique_ptr<Model> mode
       output_(scheduler_, metrics_, tasks_, waiting_count_, max_model_len,
               model_stop_ids(runner_.model().config(), o)),
       deliver_after_launch_(
-          resolved_deliver_after_launch(o, runner_.model().backend().device() != Device::cpu)) {
+          resolved_deliver_after_launch(o, runner_.model().backend().device() != Device::cpu)),
+      overlap_(resolved_overlap(o, runner_.model().backend().device() != Device::cpu,
+                                runner_.model().takes_drawn_tokens())) {
   metrics_.set_gauges(0, 0, uint64_t(num_pages), 0, 0, o.page_size);
   if (const char* e = std::getenv("ASTRAI_STEP_PROFILE"); e && std::string_view(e) == "1")
     profile_ = std::make_unique<StepProfile>();
@@ -282,21 +313,41 @@ bool StepLoop::step() {
   const auto t0 = Clock::now();
   // Schedule.
   StepPlan plan = scheduler_.plan();
-  for (Sequence* s : plan.out_of_memory) output_.finish(*s, FinishReason::length);
+  out_of_memory_.insert(out_of_memory_.end(), plan.out_of_memory.begin(), plan.out_of_memory.end());
+  if (!in_flight_) finish_out_of_memory(out_of_memory_);  // else after its tokens are read
   note_admitted(plan, t0);
-  if (plan.chunks.empty()) return false;
-  // Build the batch.
-  const ForwardBatch& batch = batch_builder_.build(plan);
+  if (plan.chunks.empty()) {
+    const bool processed = complete_in_flight();
+    finish_out_of_memory(out_of_memory_);
+    return processed;
+  }
+  // Overlapped, this step's tasks stay (Task::in_flight) until it is processed, a later turn;
+  // until it is in flight, the pin goes with this scope.
+  PlanPin pin;
+  if (overlap_) pin = PlanPin::pin(plan);
+  // Build the batch (rows ending at a token still on the device take it from the step in flight).
+  const ForwardBatch& batch = batch_builder_.build(plan, runner_.last_draws());
   // The last step's events go out after this step's launch (below) when that is quick, a decode
   // step's graph replay; a step with prompt chunks runs eagerly, and its launch takes long on the
-  // host (22 ms for 2,300 rows of qwen3-8b on the H200): they go out first.
+  // host (22 ms for 2,300 rows of qwen3-8b on the H200): they go out first. Overlapped, the step in
+  // flight is processed first then, as without overlap (its streams would otherwise wait out the
+  // launch: ITL p99 66 -> 106 ms at qwen3-8b's 1,000 streams); the batch is built already, so a
+  // sequence that ends now only leaves a row computed for nothing.
   const bool decode = plan.num_tokens == int(plan.chunks.size());
   const auto tb = Clock::now();
-  if (delivery_due_ && !decode) deliver();
+  if (!decode && in_flight_) {
+    complete_in_flight();
+    finish_out_of_memory(out_of_memory_);
+    deliver();
+  } else if (delivery_due_ && !decode) {
+    deliver();
+  }
   const auto t1 = Clock::now();
   // Run.
   if (Status st = runner_.forward(batch); !st.ok()) {
     spdlog::error("step failed: {}", st.message());
+    complete_in_flight();
+    finish_out_of_memory(out_of_memory_);
     for (const Chunk& c : plan.chunks) output_.finish(*c.seq, FinishReason::error, {}, st.message());
     return false;
   }
@@ -304,30 +355,98 @@ bool StepLoop::step() {
   // The last step's events, while the device runs this one.
   if (delivery_due_) deliver();
   const auto t2d = Clock::now();
+  runner_.start_sample(batch_builder_.samples());
+  // Overlapped: the step before this one, while the device runs this one.
+  Clock::time_point t3 = t2d;  // the draws read (overlapped: the previous step's, if any)
+  complete_in_flight(&t3);
+  finish_out_of_memory(out_of_memory_);
   scheduler_.commit(plan);
-  runner_.sample(batch_builder_.samples(), draws_);
-  const auto t3 = Clock::now();
-  // Process the output.
-  output_.process(plan, batch_builder_.samples(), draws_);
+  const int seqs = int(plan.chunks.size());
+  if (overlap_) {
+    run_ahead(plan, batch_builder_.samples());
+    pin.release();  // complete_in_flight or drop_in_flight unpins it
+    in_flight_ =
+        InFlight{std::move(plan), {batch_builder_.samples().begin(), batch_builder_.samples().end()}};
+  } else {
+    runner_.finish_sample(draws_);
+    t3 = Clock::now();
+    output_.process(plan, batch_builder_.samples(), draws_);
+  }
   const auto t4 = Clock::now();
-  metrics_.record_step(int(plan.chunks.size()), std::chrono::duration<double>(t4 - t0).count());
+  metrics_.record_step(seqs, std::chrono::duration<double>(t4 - t0).count());
   if (profile_) {
     StepProfile& pr = *profile_;
     pr.last_kind = decode ? 0 : 1;
     StepProfile::Sums& s = pr.kinds[pr.last_kind];
     ++s.steps;
-    s.rows += plan.num_tokens;
+    s.rows += batch.num_tokens();
     s.plan += ms(t0, tb);
     s.forward += ms(t1, t2);
+    // Overlapped, sample and process are the previous step's wait and processing, and the device
+    // has this step queued meanwhile: no gap to count.
     s.sample += ms(t2d, t3);
     s.process += ms(t3, t4);
     // A step right after another (the loop did not sleep): the device idled from the last draws to
     // this forward's launch.
-    if (pr.last_draws != Clock::time_point{} && ms(pr.last_draws, t0) < 5.0) s.gap += ms(pr.last_draws, t1);
+    if (!overlap_ && pr.last_draws != Clock::time_point{} && ms(pr.last_draws, t0) < 5.0)
+      s.gap += ms(pr.last_draws, t1);
     pr.last_draws = t3;
     if (++pr.total % 4000 == 0) pr.log();
   }
   return true;
+}
+
+bool StepLoop::complete_in_flight(Clock::time_point* draws_read) {
+  if (!in_flight_) return false;
+  InFlight f = std::move(*in_flight_);
+  in_flight_.reset();
+  const PlanPin unpin = PlanPin::adopt(f.plan);  // the tasks may go once it is processed, come what may
+  runner_.finish_sample(draws_);
+  if (draws_read) *draws_read = Clock::now();
+  output_.process(f.plan, f.rows, draws_);
+  return true;
+}
+
+void StepLoop::drop_in_flight() {
+  runner_.drop_samples();
+  if (!in_flight_) return;
+  const PlanPin unpin = PlanPin::adopt(in_flight_->plan);
+  for (const Chunk& c : in_flight_->plan.chunks) {
+    Sequence& s = *c.seq;
+    if (s.drawn >= 0) {
+      s.tokens.pop_back();
+      s.drawn = -1;
+    }
+    s.sits_out = false;
+  }
+  in_flight_.reset();
+}
+
+bool StepLoop::can_run_ahead(const Sequence& s) const {
+  const Task& t = *s.task;
+  return !s.finished && !t.cancelled && (t.forked || t.req.n == 1) && !s.penalties && !s.matcher.active() &&
+         s.generated + 1 < t.req.max_tokens && int(s.tokens.size()) + 1 < max_model_len_;
+}
+
+void StepLoop::run_ahead(const StepPlan& plan, std::span<const SampleRow> rows) {
+  size_t row = 0;
+  int draw = 0;
+  for (const Chunk& c : plan.chunks) {
+    Sequence& s = *c.seq;
+    if (!c.wants_logits) continue;
+    if (can_run_ahead(s)) {
+      s.tokens.push_back(kDrawnToken);
+      s.drawn = draw;
+    } else {
+      s.sits_out = true;
+    }
+    draw += rows[row++].num_choices;
+  }
+}
+
+void StepLoop::finish_out_of_memory(std::vector<Sequence*>& seqs) {
+  for (Sequence* s : seqs) output_.finish(*s, FinishReason::length);
+  seqs.clear();
 }
 
 void StepLoop::update_gauges() {
@@ -355,18 +474,25 @@ void StepLoop::run() {
     if (stop_loop_.load()) break;
     apply_cancels();
     bool stepped = false;
-    if (!paused_ && !scheduler_.idle()) {
-      try {
+    try {
+      if (!paused_ && !scheduler_.idle()) {
         stepped = step();
-      } catch (const std::exception& e) {
-        // Nothing in a step should throw; if it does, fail what ran rather than kill the thread.
-        spdlog::error("step loop: {}", e.what());
-        for (Sequence* s : scheduler_.all()) output_.finish(*s, FinishReason::error, {}, e.what());
+      } else if (in_flight_) {  // nothing more to launch (paused, or everything ended): read it now
+        complete_in_flight();
+        finish_out_of_memory(out_of_memory_);
       }
+    } catch (const std::exception& e) {
+      // Nothing in a step should throw; if it does, fail what ran rather than kill the thread.
+      spdlog::error("step loop: {}", e.what());
+      drop_in_flight();
+      for (Sequence* s : scheduler_.all()) output_.finish(*s, FinishReason::error, {}, e.what());
+      for (Sequence* s : out_of_memory_) output_.finish(*s, FinishReason::error, {}, e.what());
+      out_of_memory_.clear();
     }
     // With deliver_after_launch_ a step's events wait for the next step's launch (step() delivers
     // them while the device runs it) when that step follows at once; otherwise they go now.
-    if (deliver_after_launch_ && stepped && !paused_ && !scheduler_.idle())
+    // Overlapped, they were processed after the next step's launch already: they go now.
+    if (deliver_after_launch_ && !overlap_ && stepped && !paused_ && !scheduler_.idle())
       delivery_due_ = true;
     else
       deliver();
@@ -378,6 +504,13 @@ void StepLoop::run() {
     }
   }
   drain_commands();
+  try {
+    complete_in_flight();  // its tokens reach the streams before they close
+  } catch (const std::exception& e) {
+    spdlog::error("step loop: {}", e.what());
+    drop_in_flight();
+  }
+  out_of_memory_.clear();  // close_all ends them (they are still in tasks_)
   output_.close_all();
   update_gauges();
 }
@@ -395,6 +528,13 @@ int resolved_max_batch_size(const EngineOptions& o, bool gpu) {
 bool resolved_deliver_after_launch(const EngineOptions& o, bool gpu) {
   if (const char* e = std::getenv("ASTRAI_DELIVER_AFTER_LAUNCH"); e && *e) return std::string_view(e) != "0";
   return o.deliver_after_launch < 0 ? gpu : o.deliver_after_launch != 0;
+}
+
+// ASTRAI_OVERLAP=0 / 1 overrides the option (A/B timing) where the model takes drawn tokens.
+bool resolved_overlap(const EngineOptions& o, bool gpu, bool model_takes_drawn_tokens) {
+  if (!model_takes_drawn_tokens) return false;
+  if (const char* e = std::getenv("ASTRAI_OVERLAP"); e && *e) return std::string_view(e) != "0";
+  return o.overlap < 0 ? gpu : o.overlap != 0;
 }
 
 Result<std::unique_ptr<StepLoop>> make_step_loop(std::unique_ptr<Backend> backend,

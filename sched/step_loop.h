@@ -9,12 +9,26 @@
 //   run             step_runner.cpp       the forward on the backend, the draws from its logits
 //   process output  output_processor.cpp  tokens, forks, finishes, events delivered to the rings
 // The first three run on the host only; a device backend replaces nothing but the runner's insides.
+//
+// Overlapped (EngineOptions::overlap, a GPU's default), a turn launches step N + 1 before it reads
+// step N's draws and processes them, so that the device never waits for the host between steps:
+//   plan N+1 -> build -> forward N+1 -> start its draws -> read N's draws, process N -> commit N+1
+// A sequence whose token step N drew has it in its tokens as a placeholder (Sequence::drawn), so
+// plan N + 1 gives it its next row, and that row's forward takes the token from step N's output on
+// the device (ForwardBatch::moves). Sequences whose next draw depends on the token's value on the
+// host wait out one step instead: a request's first token when it forks n > 1 choices, penalties,
+// structured output, and the last token before max_tokens or the context length. A stop token
+// found in processing N ends its sequence; its row in N + 1 was computed for nothing and is
+// dropped. Released pages are safe to hand out at once: every later use of them is a later launch
+// on the same stream. Tasks live until no step in flight names them (Task::in_flight).
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -73,7 +87,17 @@ class StepLoop {
   void run();
   void drain_commands();
   void apply_cancels();
-  bool step();  // true: it ran a forward and processed its output
+  bool step();  // true: it ran a forward (and processed its output, or the previous step's)
+  // The overlapped loop: reads the step in flight's draws and processes them (false: none);
+  // draws_read, when given, gets the time the draws were read.
+  bool complete_in_flight(std::chrono::steady_clock::time_point* draws_read = nullptr);
+  // After a failure: forgets the step in flight without reading it.
+  void drop_in_flight();
+  // Puts placeholders for the draws of the step just launched into the sequences that can run
+  // ahead; the others sit out the next plan.
+  void run_ahead(const StepPlan& plan, std::span<const SampleRow> rows);
+  bool can_run_ahead(const Sequence& s) const;
+  void finish_out_of_memory(std::vector<Sequence*>& seqs);
   void note_admitted(const StepPlan& plan, std::chrono::steady_clock::time_point now);
   void update_gauges();
   void deliver();     // the gauges, then the pending events to the rings and their consumers
@@ -107,6 +131,15 @@ class StepLoop {
   bool paused_ = false;
   const bool deliver_after_launch_;  // EngineOptions::deliver_after_launch, resolved
   bool delivery_due_ = false;        // a step's events wait for the next step's launch
+  const bool overlap_;               // EngineOptions::overlap, resolved
+  // The step launched and not processed yet (overlap_), and the sequences found out of memory
+  // while it runs (they end after its tokens are read).
+  struct InFlight {
+    StepPlan plan;
+    std::vector<SampleRow> rows;
+  };
+  std::optional<InFlight> in_flight_;
+  std::vector<Sequence*> out_of_memory_;
   // ASTRAI_STEP_PROFILE=1: where a step's wall time goes (host phases against the wait for the
   // device's draws), logged every few thousand steps; null otherwise.
   std::unique_ptr<StepProfile> profile_;
@@ -119,6 +152,8 @@ class StepLoop {
 int resolved_max_batch_size(const EngineOptions& o, bool gpu);
 // EngineOptions::deliver_after_launch resolved for a device (gpu: it runs asynchronously).
 bool resolved_deliver_after_launch(const EngineOptions& o, bool gpu);
+// EngineOptions::overlap resolved for a device and a model (one that takes drawn tokens).
+bool resolved_overlap(const EngineOptions& o, bool gpu, bool model_takes_drawn_tokens);
 
 // Validates the options, sizes and allocates the KV cache, starts the thread.
 Result<std::unique_ptr<StepLoop>> make_step_loop(std::unique_ptr<Backend> backend,

@@ -98,58 +98,91 @@ bool StepRunner::fill_masks(std::span<const SampleRow> rows) {
   return true;
 }
 
-void StepRunner::sample(std::span<const SampleRow> rows, std::vector<SampleResult>& draws) {
-  draws.clear();
-  if (rows.empty()) return;
-  packer_.clear();
+void StepRunner::start_sample(std::span<const SampleRow> rows) {
+  if (started_ == 2) throw Error(internal_error("start_sample: two sample ops are already started"));
+  Slot& sl = slots_[next_];
+  SamplePacker& packer = sl.packer;
+  packer.clear();
   for (size_t r = 0; r < rows.size(); ++r) {
     const SampleRow& row = rows[r];
-    packer_.add(int(r), *row.params, row.penalties, row.seed, row.choice, row.num_choices, row.index);
+    packer.add(int(r), *row.params, row.penalties, row.seed, row.choice, row.num_choices, row.index);
   }
   Backend& be = model_->backend();
-  const int64_t R = int64_t(packer_.rows().size()), E = int64_t(packer_.edits().size());
-  const int words = packer_.out_words();
-  host_in_.resize(size_t(R * kSampleRowWords + E * kSampleEditWords));
-  std::memcpy(host_in_.data(), packer_.rows().data(), size_t(R) * sizeof(SampleRowParams));
+  const int64_t R = int64_t(packer.rows().size()), E = int64_t(packer.edits().size());
+  const int words = packer.out_words();
+  const bool on_host = be.device() == Device::cpu;
+  const size_t out_bytes = size_t(R * words) * 4;
+  if (sl.host_out.size() < out_bytes)
+    sl.host_out = be.alloc_host_pinned(std::max(out_bytes, sl.host_out.size() * 2));
+  void* out = sl.host_out.data();
+  sl.out = Tensor(out, DType::i32, {R, words}, be.device());
+  // Counted only once everything is enqueued: an op that throws leaves no slot started.
+  auto mark_started = [&] {
+    sl.started = true;
+    next_ = 1 - next_;
+    ++started_;
+  };
+  if (R == 0) return mark_started();
+
+  sl.host_in.resize(size_t(R * kSampleRowWords + E * kSampleEditWords));
+  std::memcpy(sl.host_in.data(), packer.rows().data(), size_t(R) * sizeof(SampleRowParams));
   // No edits (no penalties, bias or masks): edits().data() may be null, which memcpy may not be given.
   if (E > 0)
-    std::memcpy(host_in_.data() + R * kSampleRowWords, packer_.edits().data(),
+    std::memcpy(sl.host_in.data() + R * kSampleRowWords, packer.edits().data(),
                 size_t(E) * sizeof(SampleEdit));
-  host_out_.resize(size_t(R * words));
-
-  int32_t* in = host_in_.data();
-  int32_t* out = host_out_.data();
-  const bool on_host = be.device() == Device::cpu;
+  int32_t* in = sl.host_in.data();
   if (!on_host) {
-    ensure(be, dev_in_, host_in_.size() * 4);
-    ensure(be, dev_out_, host_out_.size() * 4);
+    ensure(be, sl.dev_in, sl.host_in.size() * 4);
+    ensure(be, sl.dev_out, out_bytes);
     ensure(be, workspace_, be.sample_workspace_bytes(int(R), vocab_));
-    be.upload(dev_in_.as(DType::i32, {int64_t(host_in_.size())}), host_in_.data());
-    in = static_cast<int32_t*>(dev_in_.data());
-    out = static_cast<int32_t*>(dev_out_.data());
+    be.upload(sl.dev_in.as(DType::i32, {int64_t(sl.host_in.size())}), sl.host_in.data());
+    in = static_cast<int32_t*>(sl.dev_in.data());
+    sl.out = Tensor(sl.dev_out.data(), DType::i32, {R, words}, be.device());
   }
   SampleBatch b;
   b.logits = logits_;
   b.rows = Tensor(in, DType::i32, {R, kSampleRowWords}, be.device());
   if (E > 0) b.edits = Tensor(in + R * kSampleRowWords, DType::i32, {E, kSampleEditWords}, be.device());
-  b.out = Tensor(out, DType::i32, {R, words}, be.device());
+  b.out = sl.out;
   if (!on_host) b.workspace = workspace_.as(DType::i32, {int64_t(workspace_.size() / 4)});
   if (fill_masks(rows)) {
-    const int64_t words = (int64_t(vocab_) + 31) / 32;
+    const int64_t mask_words = (int64_t(vocab_) + 31) / 32;
     void* mask = host_mask_.data();
     if (!on_host) {
       ensure(be, dev_mask_, host_mask_.size() * 4);
       be.upload(dev_mask_.as(DType::i32, {int64_t(host_mask_.size())}), host_mask_.data());
       mask = dev_mask_.data();
     }
-    b.mask = Tensor(mask, DType::i32, {int64_t(rows.size()), words}, be.device());
+    b.mask = Tensor(mask, DType::i32, {int64_t(rows.size()), mask_words}, be.device());
   }
-  b.max_top_logprobs = packer_.max_top_logprobs();
+  b.max_top_logprobs = packer.max_top_logprobs();
   be.sample(b);
-  if (!on_host) be.download(host_out_.data(), b.out);
+  if (!on_host) sl.ticket = be.download_async(out, sl.out);
+  mark_started();
+}
+
+void StepRunner::drop_samples() {
+  if (started_ == 0) return;
+  model_->backend().synchronize();  // no copy into a slot's host memory is left running
+  for (Slot& sl : slots_) sl.started = false;
+  started_ = 0;
+}
+
+void StepRunner::finish_sample(std::vector<SampleResult>& draws) {
+  draws.clear();
+  if (started_ == 0) throw Error(internal_error("finish_sample: no sample op was started"));
+  Slot& sl = slots_[(next_ + 2 - started_) % 2];
+  --started_;
+  sl.started = false;
+  const int64_t R = int64_t(sl.packer.rows().size());
+  if (R == 0) return;
+  Backend& be = model_->backend();
+  if (be.device() != Device::cpu) be.wait_download(sl.ticket);
+  const std::span<const int32_t> out(static_cast<const int32_t*>(sl.host_out.data()),
+                                     size_t(R) * size_t(sl.packer.out_words()));
   draws.reserve(size_t(R));
   for (int64_t r = 0; r < R; ++r) {
-    draws.push_back(packer_.result(host_out_, size_t(r), vocab_));
+    draws.push_back(sl.packer.result(out, size_t(r), vocab_));
     // A token outside the vocabulary is a backend bug; the step loop fails the step's requests.
     if (draws.back().token < 0 || draws.back().token >= vocab_)
       throw Error(internal_error("sample op returned token " + std::to_string(draws.back().token) +

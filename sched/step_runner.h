@@ -30,7 +30,23 @@ class StepRunner {
   // The draws of every row from the last forward's logits (row r is logit row r), rows in order
   // and each row's choices in order: draws holds sum(num_choices) results afterwards. A row with a
   // matcher draws only from the tokens its grammar allows (SampleBatch::mask).
-  void sample(std::span<const SampleRow> rows, std::vector<SampleResult>& draws);
+  void sample(std::span<const SampleRow> rows, std::vector<SampleResult>& draws) {
+    start_sample(rows);
+    finish_sample(draws);
+  }
+  // The same in two halves, so that the overlapped step loop can launch the next step in between:
+  // start_sample enqueues the op on the last forward's logits and the copy of its output to the
+  // host and returns; finish_sample waits for the oldest started one and reads its draws (the rows
+  // given to start_sample need not outlive it). At most two may be started and not finished.
+  void start_sample(std::span<const SampleRow> rows);
+  void finish_sample(std::vector<SampleResult>& draws);
+  // Forgets the started ops without reading them (after a failed step), once the device is done.
+  void drop_samples();
+  int samples_started() const { return started_; }
+  // The last started op's output on the backend's device, i32 [draws, W] with each draw's token in
+  // column 0: where the next forward takes tokens the host has not read yet (ForwardBatch::moves).
+  // Valid until the second start_sample after it.
+  Tensor last_draws() const { return slots_[1 - next_].out; }
 
   // Gives the memory of these KV pages (ids the pool holds free) back to the system: every whole
   // OS page they cover in a host cache (discard_host_pages); a GPU's preallocated pool stays. Their
@@ -46,12 +62,22 @@ class StepRunner {
   KvCache kv_;
   const int vocab_;
   Tensor logits_;  // the last forward's [R, vocab], on the backend's device
-  SamplePacker packer_;
-  // The op's inputs (rows, then edits) and outputs. On a device they live in device buffers, grown
-  // to the largest step seen (so no allocation once warm), filled by one upload and read back by one
-  // download; on the CPU the op reads and writes the host vectors directly.
-  std::vector<int32_t> host_in_, host_out_;
-  Buffer dev_in_, dev_out_, workspace_;
+  // One sample op's inputs (rows, then edits) and output, two of them taken in turn (one op may
+  // still run while the next starts). On a device they live in device buffers, grown to the
+  // largest step seen (so no allocation once warm), filled by one upload and read back by one
+  // download into page-locked host memory; on the CPU the op reads and writes host memory directly.
+  struct Slot {
+    SamplePacker packer;
+    std::vector<int32_t> host_in;
+    Buffer host_out, dev_in, dev_out;
+    Tensor out;  // the op's output: [draws, words] in dev_out (the host_out on the CPU)
+    uint64_t ticket = 0;
+    bool started = false;
+  };
+  Slot slots_[2];
+  int next_ = 0;  // the slot start_sample takes next; the oldest started one is next_ when two are
+  int started_ = 0;
+  Buffer workspace_;
   // Structured output: one allowed-token bit set per logits row ([rows, ceil(vocab / 32)] words),
   // filled only in steps with a constrained row (the others' rows allow every token).
   std::vector<uint32_t> host_mask_;

@@ -24,6 +24,7 @@ struct GenerateArgs {
   int max_prefill_tokens = 2048, page_size = 16, max_batch = 0, max_queue = 1024;
   bool no_prefix_cache = false;
   bool no_cuda_graphs = false;
+  bool no_overlap = false;
   int tp = 1;
 };
 
@@ -54,6 +55,7 @@ void run(const GenerateArgs& a) {
   eo.max_queue = a.max_queue;
   eo.prefix_cache = !a.no_prefix_cache;
   eo.cuda_graphs = !a.no_cuda_graphs;
+  if (a.no_overlap) eo.overlap = 0;
   if (!a.kv_memory.empty()) eo.kv_memory_bytes = parse_byte_size(a.kv_memory).value();
   OfflineOptions oo;
   oo.max_tokens = a.max_tokens;
@@ -115,6 +117,8 @@ void register_generate(CLI::App& app) {
       ->capture_default_str();
   sub->add_flag("--no-prefix-cache", a->no_prefix_cache, "Disable the radix prefix cache");
   sub->add_flag("--no-cuda-graphs", a->no_cuda_graphs, "Run decode steps eagerly (no CUDA graphs)");
+  sub->add_flag("--no-overlap", a->no_overlap,
+                "Read each step's tokens before launching the next (no overlapped steps)");
   sub->add_option("--tp", a->tp, "Tensor-parallel ranks: the model is split over GPUs 0..tp-1")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

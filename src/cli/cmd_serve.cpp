@@ -23,6 +23,7 @@ struct ServeArgs {
   CommonOptions common;
   std::map<std::string, std::string> values;  // flag values, by serve.yaml key
   bool no_cuda_graphs = false;
+  bool no_overlap = false;
 };
 
 Status load_model(net::ServerState& st) {
@@ -56,6 +57,7 @@ void run(CLI::App& sub, ServeArgs& a) {
   if (sub.count("--threads")) cfg.threads = a.common.threads;
   if (sub.count("--log-level")) cfg.log_level = a.common.log_level;
   if (a.no_cuda_graphs) cfg.engine.cuda_graphs = false;
+  if (a.no_overlap) cfg.engine.overlap = 0;
   // The file may have set these: apply them the same way the flags would have been.
   CommonOptions effective{cfg.device, cfg.dtype, cfg.threads, cfg.log_level};
   apply_common_options(effective);
@@ -84,6 +86,8 @@ void register_serve(CLI::App& app) {
       ->check(CLI::ExistingFile);
   add_common_options(*sub, args->common);
   sub->add_flag("--no-cuda-graphs", args->no_cuda_graphs, "Run decode steps eagerly (no CUDA graphs)");
+  sub->add_flag("--no-overlap", args->no_overlap,
+                "Read each step's tokens before launching the next (no overlapped steps)");
   for (const auto& k : net::serve_config_keys()) {
     if (!k.is_flag) continue;
     sub->add_option(net::flag_name(k.name), args->values[k.name], k.help);

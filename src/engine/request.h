@@ -170,8 +170,15 @@ struct EngineOptions {
   // where the device runs asynchronously (a GPU: the delivery then overlaps the device's work) and
   // at once on the CPU; 0, always at once; 1, always after the next launch (tests). Either way they
   // go at once when no step follows right away, and before a next step with prompt chunks (its
-  // eager launch is long on the host).
+  // eager launch is long on the host). Overlapped steps (below) process a step after the next one's
+  // launch already, so their events go at once.
   int deliver_after_launch = -1;
+  // Overlapped steps (SGLang's overlap scheduler): the loop plans and launches step N + 1 before it
+  // reads step N's draws, whose tokens step N + 1 takes on the device, so the host's planning and
+  // output processing hide behind the device's work. -1: on where the device runs asynchronously
+  // (a GPU) and the model takes drawn tokens (not tensor-parallel); 0: off; 1: on wherever the
+  // model can (tests run the CPU this way). The same tokens either way.
+  int overlap = -1;
 };
 
 struct LatencySummary {

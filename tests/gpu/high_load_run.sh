@@ -10,7 +10,8 @@
 #   e2e      tests/gpu/e2e_vs_transformers.py on a copy of llama-1b (LM head x6)
 #   profile  ncu of one graphed decode step of qwen3-8b at batch 64 and 256 (PROFILE_BATCHES; `bench decode
 #            --profile-step 2`, each graph node timed alone, clocks as found)
-#   serve    `bench serve` llama-1b, 32 streams, 128 / 256 tokens: TTFT and ITL per token
+#   serve    `bench serve` llama-1b, 32 streams, 128 / 256 tokens: TTFT and ITL per token, for each
+#            of the switches in SERVE_SWITCHES
 #   serve8b  `bench serve` qwen3-8b, 1,000 requests at once, 128 / 128 tokens, with the step profile,
 #            for each of the switches in SERVE_SWITCHES and each of the server option sets in
 #            SERVE_OPTIONS (';'-separated sets of space-separated KEY=VALUE, e.g. "max-batch-size=512")
@@ -82,10 +83,14 @@ if want profile; then
   done
 fi
 if want serve; then
-  run_to 120 astrai bench serve --model $M/llama-1b --concurrency 32 --requests 320 --prompt-tokens 128 --max-tokens 256 \
-    --level-seconds 40 --server-log "$out/serve_llama-1b.log" > "$out/serve_llama-1b.txt" 2>&1
-  rc=$?; pkill -f "astrai serve" 2>/dev/null; sleep 1
-  log "serve llama-1b: exit $rc $(grep -E '^ +[0-9]+ +[0-9]' "$out/serve_llama-1b.txt" | tr -s ' ')"
+  IFS=';' read -ra sw <<< "${SERVE_SWITCHES:-X=1}"
+  for s in "${sw[@]}"; do
+    tag=$(echo "$s" | tr -c 'A-Za-z0-9=\n' '_')
+    run_to 120 env $s astrai bench serve --model $M/llama-1b --concurrency 32 --requests 320 --prompt-tokens 128 --max-tokens 256 \
+      --level-seconds 40 --server-log "$out/serve_llama-1b_$tag.log" > "$out/serve_llama-1b_$tag.txt" 2>&1
+    rc=$?; pkill -f "astrai serve" 2>/dev/null; sleep 1
+    log "serve llama-1b [$s]: exit $rc $(grep -E '^ +[0-9]+ +[0-9]' "$out/serve_llama-1b_$tag.txt" | tr -s ' ')"
+  done
 fi
 if want serve8b; then
   IFS=';' read -ra sw <<< "${SERVE_SWITCHES:-X=1}"
@@ -225,7 +230,7 @@ if want tests; then
     run_to 150 env $s astrai_backend_tests "paged_attention* [gpu]" > "$out/backend_attention_$tag.log" 2>&1
     log "backend attention [$s]: exit $? $(grep -E 'test cases' "$out/backend_attention_$tag.log" | tail -1)"
   done
-  run_to 150 astrai_gpu_tests "forward*,decode steps replayed*,the step loop's greedy*,cuda *" > "$out/gpu_tests.log" 2>&1
+  run_to 150 astrai_gpu_tests "forward*,decode steps replayed*,the step loop's*,cuda *" > "$out/gpu_tests.log" 2>&1
   log "gpu tests: exit $? $(grep -E 'test cases' "$out/gpu_tests.log" | tail -1)"
 fi
 if want sanitize; then

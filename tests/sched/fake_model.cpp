@@ -72,6 +72,18 @@ Result<Tensor> FakeModel::forward(const ForwardBatch& b, KvCache& kv) {
   const int64_t slots = int64_t(kv.num_pages) * ps;
   auto* ktok = static_cast<int32_t*>(kv.k[0].data());
   auto* vpos = static_cast<int32_t*>(kv.v[0].data());
+  // Tokens the previous step drew (the overlapped loop): taken from its output, as a device does.
+  tokens_.assign(b.tokens.begin(), b.tokens.end());
+  for (int m = 0; m < b.num_moves(); ++m) {
+    const int32_t row = b.moves[size_t(2 * m)], draw = b.moves[size_t(2 * m + 1)];
+    if (row < 0 || row >= T || !b.draws.data || draw < 0 || draw >= b.draws.size(0))
+      return internal_error("fake forward: move outside the batch or the draws");
+    tokens_[size_t(row)] = b.draws.ptr<int32_t>()[int64_t(draw) * b.draws.size(1)];
+  }
+  moves_taken += b.num_moves();
+  for (int32_t t : tokens_)
+    if (t < 0 || t >= int32_t(cfg_.vocab_size))
+      return internal_error("fake forward: token outside the vocabulary");
   for (int s = 0; s < S; ++s) {
     for (int i = b.q_start[s]; i < b.q_start[s + 1]; ++i) {
       const int pos = b.kv_len[s] - (b.q_start[s + 1] - b.q_start[s]) + (i - b.q_start[s]);
@@ -80,7 +92,7 @@ Result<Tensor> FakeModel::forward(const ForwardBatch& b, KvCache& kv) {
       if (slot < 0 || slot >= slots) return internal_error("fake forward: slot out of range");
       if (b.page_table[size_t(s) * size_t(b.max_pages) + size_t(pos / ps)] * ps + pos % ps != slot)
         return internal_error("fake forward: slot does not match the page table");
-      ktok[slot] = b.tokens[i];
+      ktok[slot] = tokens_[size_t(i)];
       vpos[slot] = pos + 1;
     }
   }

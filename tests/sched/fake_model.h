@@ -66,6 +66,7 @@ class FakeModel final : public Model {
   size_t kv_bytes_per_page(int page_size) const override { return size_t(page_size) * 8; }
   KvCache allocate_kv(int num_pages, int page_size) const override;
   Result<Tensor> forward(const ForwardBatch& batch, KvCache& kv) override;
+  bool takes_drawn_tokens() const override { return true; }
   size_t weight_bytes() const override { return 0; }
   void for_each_weight(const std::function<void(const Tensor&)>&) const override {}
 
@@ -76,6 +77,7 @@ class FakeModel final : public Model {
   std::atomic<int> forward_calls{0};
   std::atomic<int> max_tokens_per_step{0};
   std::atomic<int> max_seqs_per_step{0};
+  std::atomic<int> moves_taken{0};  // rows whose token came from the previous step's draws
   // Tests that must act while a request is still running slow each forward down by this much.
   std::atomic<int> delay_us{0};
 
@@ -83,6 +85,7 @@ class FakeModel final : public Model {
   ModelConfig cfg_;
   mutable NullBackend backend_;
   std::vector<float> logits_;
+  std::vector<int32_t> tokens_;  // the batch's tokens with the moves applied
 };
 
 // Greedy continuation of `prompt` under FakeModel's logits (the reference decode).

@@ -32,11 +32,14 @@ std::vector<int32_t> random_prompt(std::mt19937_64& rng, int vocab, int n) {
 }  // namespace
 
 TEST_CASE("flushing the prefix cache of an idle engine returns every page to the pool", "[integration]") {
+  const int overlap = GENERATE(0, 1);  // the step loop overlapped or not
+  INFO("overlap " << overlap);
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);
   const int vocab = 50;
   EngineOptions o;
+  o.overlap = overlap;
   o.page_size = 4;
   o.max_pages = 200;
   auto fl = make_fake_loop(o, {vocab, 4096, {}});
@@ -75,11 +78,14 @@ TEST_CASE("flushing the prefix cache of an idle engine returns every page to the
 }
 
 TEST_CASE("flushing the prefix cache keeps the pages a running request uses", "[integration][threads]") {
+  const int overlap = GENERATE(0, 1);  // the step loop overlapped or not
+  INFO("overlap " << overlap);
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);
   const int vocab = 50;
   EngineOptions o;
+  o.overlap = overlap;
   o.page_size = 4;
   o.max_pages = 200;
   auto fl = make_fake_loop(o, {vocab, 4096, {}});

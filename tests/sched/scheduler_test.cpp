@@ -255,3 +255,26 @@ TEST_CASE("scheduler plans the decode rows of running sequences before every pre
   }
   CHECK(mixed_steps > 100);  // the property was tested: steps with decode rows and prefill chunks
 }
+
+// The overlapped step loop: a sequence whose draw is in flight without a placeholder (a first token
+// that forks, penalties, structured output) must not be planned again before that draw is read, or
+// it would draw the same token twice; not as a running sequence with tokens left to compute, and
+// not as a preempted one at the front of the queue (nobody overtakes it meanwhile).
+TEST_CASE("scheduler plans nothing for a sequence that sits out, and admits nobody past one", "[unit]") {
+  Setup t(/*pages=*/10, 0, 0, /*with_cache=*/true);
+  Sequence* a = t.enqueue(5);
+  Sequence* b = t.enqueue(5);
+  a->sits_out = true;  // as if preempted while its draw was in flight
+  const StepPlan none = t.sched.plan();
+  CHECK(none.chunks.empty());
+  CHECK(a->waiting);
+  CHECK(b->waiting);
+  a->sits_out = false;
+  check_chunks(t.step(), {{a, 0, 5, true}, {b, 0, 5, true}});
+  // Running, with a token to compute, but its draw is not read yet: only b gets a row.
+  a->sits_out = true;
+  check_chunks(t.step(), {{b, 5, 1, true}});
+  a->sits_out = false;
+  check_chunks(t.step(), {{a, 5, 1, true}, {b, 6, 1, true}});
+  REQUIRE(t.sched.check().ok());
+}

@@ -48,6 +48,8 @@ Request greedy(const Spec& s) {
 
 TEST_CASE("greedy output equals the reference decode alone, batched, cache on/off, any chunk budget",
           "[integration][threads]") {
+  const int overlap = GENERATE(0, 1);  // the step loop overlapped or not
+  INFO("overlap " << overlap);
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);
@@ -63,6 +65,7 @@ TEST_CASE("greedy output equals the reference decode alone, batched, cache on/of
       INFO("prefix cache " << cache << ", max_prefill_tokens " << budget << ", deliver_after_launch "
                            << deliver_after);
       EngineOptions o;
+      o.overlap = overlap;
       o.page_size = 4;
       o.max_pages = 2000;
       o.prefix_cache = cache;
@@ -90,12 +93,16 @@ TEST_CASE("greedy output equals the reference decode alone, batched, cache on/of
       CHECK(st.finished == specs.size() + 1);
       CHECK(st.kv_pages_used == st.prefix_cached_pages);  // idle: only the cache holds pages
       if (cache) CHECK(st.prefix_hit_rate > 0);
+      // Overlapped, decode rows took their tokens on the "device"; otherwise none did.
+      CHECK((fl.model->moves_taken.load() > 0) == (overlap == 1));
     }
   }
 }
 
 TEST_CASE("a pool too small for the batch forces preemption and outputs stay exact",
           "[integration][threads]") {
+  const int overlap = GENERATE(0, 1);  // the step loop overlapped or not
+  INFO("overlap " << overlap);
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);
@@ -103,6 +110,7 @@ TEST_CASE("a pool too small for the batch forces preemption and outputs stay exa
   for (auto [cache, deliver_after] : {std::pair{true, 0}, {false, 0}, {true, 1}, {false, 1}}) {
     INFO("prefix cache " << cache << ", deliver_after_launch " << deliver_after);
     EngineOptions o;
+    o.overlap = overlap;
     o.page_size = 4;
     o.max_pages = 30;
     o.prefix_cache = cache;
@@ -146,11 +154,14 @@ TEST_CASE("a pool too small for the batch forces preemption and outputs stay exa
 }
 
 TEST_CASE("seeded sampling is batch-invariant and matches the reference sampler", "[integration][threads]") {
+  const int overlap = GENERATE(0, 1);  // the step loop overlapped or not
+  INFO("overlap " << overlap);
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);
   const int vocab = 50;
   EngineOptions o;
+  o.overlap = overlap;
   o.page_size = 4;
   o.max_pages = 3000;
   o.max_prefill_tokens = 7;
@@ -191,12 +202,15 @@ TEST_CASE("seeded sampling is batch-invariant and matches the reference sampler"
 }
 
 TEST_CASE("n choices share the prompt's pages and each decodes exactly", "[integration][threads]") {
+  const int overlap = GENERATE(0, 1);  // the step loop overlapped or not
+  INFO("overlap " << overlap);
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);
   const int vocab = 50;
   for (bool cache : {true, false}) {
     EngineOptions o;
+    o.overlap = overlap;
     o.page_size = 4;
     o.max_pages = 40;
     o.prefix_cache = cache;
@@ -217,11 +231,14 @@ TEST_CASE("n choices share the prompt's pages and each decodes exactly", "[integ
 
 TEST_CASE("stop ids end a choice with stop; ignore_eos skips the model's eos only",
           "[integration][threads]") {
+  const int overlap = GENERATE(0, 1);  // the step loop overlapped or not
+  INFO("overlap " << overlap);
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);
   const int vocab = 50;
   EngineOptions o;
+  o.overlap = overlap;
   o.page_size = 4;
   o.max_pages = 200;
   std::vector<int32_t> prompt;
@@ -248,7 +265,10 @@ TEST_CASE("stop ids end a choice with stop; ignore_eos skips the model's eos onl
 }
 
 TEST_CASE("the context length ends generation with length", "[integration][threads]") {
+  const int overlap = GENERATE(0, 1);  // the step loop overlapped or not
+  INFO("overlap " << overlap);
   EngineOptions o;
+  o.overlap = overlap;
   o.page_size = 4;
   o.max_pages = 100;
   o.max_model_len = 20;
@@ -343,7 +363,10 @@ TEST_CASE("a full waiting queue rejects submits with resource_exhausted", "[inte
 }
 
 TEST_CASE("cancel mid-stream frees the request's pages", "[integration][threads]") {
+  const int overlap = GENERATE(0, 1);  // the step loop overlapped or not
+  INFO("overlap " << overlap);
   EngineOptions o;
+  o.overlap = overlap;
   o.page_size = 4;
   o.max_pages = 1024;
   o.prefix_cache = false;
@@ -366,7 +389,10 @@ TEST_CASE("cancel mid-stream frees the request's pages", "[integration][threads]
 }
 
 TEST_CASE("shutdown with requests in flight finishes them as cancelled and joins", "[integration][threads]") {
+  const int overlap = GENERATE(0, 1);  // the step loop overlapped or not
+  INFO("overlap " << overlap);
   EngineOptions o;
+  o.overlap = overlap;
   o.page_size = 4;
   o.max_pages = 1024;
   o.max_batch_size = 4;
@@ -394,7 +420,10 @@ TEST_CASE("shutdown with requests in flight finishes them as cancelled and joins
 
 TEST_CASE("a slow consumer loses no events and notify fires at most once per step",
           "[integration][threads]") {
+  const int overlap = GENERATE(0, 1);  // the step loop overlapped or not
+  INFO("overlap " << overlap);
   EngineOptions o;
+  o.overlap = overlap;
   o.page_size = 4;
   o.max_pages = 64;
   o.stream_capacity = 2;
@@ -429,7 +458,10 @@ TEST_CASE("a slow consumer loses no events and notify fires at most once per ste
 }
 
 TEST_CASE("stats report tokens, latencies and pages", "[integration][threads]") {
+  const int overlap = GENERATE(0, 1);  // the step loop overlapped or not
+  INFO("overlap " << overlap);
   EngineOptions o;
+  o.overlap = overlap;
   o.page_size = 4;
   o.max_pages = 64;
   auto fl = make_fake_loop(o, {50, 4096, {}});

@@ -1,6 +1,7 @@
 // The engine over the real decoder (tiny preset and a Qwen3-style tiny config) on the CPU.
 #include <catch2/catch.hpp>
 #include <random>
+#include <tuple>
 
 #include "step_loop_fixture.h"
 #include "tools/model_dirs.h"
@@ -42,7 +43,7 @@ struct Cfg {
 // Every request's greedy output, alone and batched with 31 others under each configuration, equals
 // the argmax of repeated full forwards (no KV-cache reuse): batch composition, chunking and prefix
 // reuse change nothing.
-void check_greedy_matrix(const std::string& which, const std::vector<Cfg>& cfgs, uint64_t seed) {
+void check_greedy_matrix(const std::string& which, const std::vector<Cfg>& cfgs, uint64_t seed, int overlap) {
   INFO("model " << which << ", seed " << seed);
   std::mt19937_64 rng(seed);
   const auto dir = model_dir(which);
@@ -58,6 +59,7 @@ void check_greedy_matrix(const std::string& which, const std::vector<Cfg>& cfgs,
     o.max_pages = 512;
     o.prefix_cache = cfg.cache;
     o.max_prefill_tokens = cfg.budget;
+    o.overlap = overlap;
     auto loop = make_loop(dir, o);
     // Alone.
     CHECK(collect(loop->submit(greedy_request(prompts[0], max_tokens)).value()).tokens[0] == expect[0]);
@@ -77,27 +79,34 @@ void check_greedy_matrix(const std::string& which, const std::vector<Cfg>& cfgs,
 
 TEST_CASE("greedy output is the argmax of repeated full forwards, alone or batched, cache on or off",
           "[integration]") {
+  const int overlap = GENERATE(0, 1);  // the step loop overlapped or not
+  INFO("overlap " << overlap);
   const uint64_t seed = fresh_seed();
-  check_greedy_matrix("tiny", {{true, 7}, {false, 0}}, seed);
-  check_greedy_matrix("qwen3-tiny", {{true, 64}, {false, 7}}, seed);
+  check_greedy_matrix("tiny", {{true, 7}, {false, 0}}, seed, overlap);
+  check_greedy_matrix("qwen3-tiny", {{true, 64}, {false, 7}}, seed, overlap);
 }
 
 TEST_CASE("greedy output is identical for chunk budgets 1, 7, 64 and unlimited, cache on and off", "[slow]") {
+  const int overlap = GENERATE(0, 1);  // the step loop overlapped or not
+  INFO("overlap " << overlap);
   const uint64_t seed = fresh_seed();
   std::vector<Cfg> all;
   for (bool cache : {true, false})
     for (int budget : {1, 7, 64, 0}) all.push_back({cache, budget});
-  check_greedy_matrix("tiny", all, seed);
-  check_greedy_matrix("qwen3-tiny", all, seed);
+  check_greedy_matrix("tiny", all, seed, overlap);
+  check_greedy_matrix("qwen3-tiny", all, seed, overlap);
 }
 
 TEST_CASE("seeded sampling on the real model is the same alone and batched", "[integration]") {
+  const int overlap = GENERATE(0, 1);  // the step loop overlapped or not
+  INFO("overlap " << overlap);
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);
   const auto dir = model_dir("qwen3-tiny");
   auto prompts = random_prompts(rng, 16, 256);
   EngineOptions o;
+  o.overlap = overlap;
   o.page_size = 16;
   o.max_pages = 512;
   o.max_prefill_tokens = 32;
@@ -157,8 +166,9 @@ TEST_CASE(
     return r;
   };
   const uint64_t my_seed = rng();
-  auto loop_with = [&](bool cache, int budget, int threads) {
+  auto loop_with = [&](bool cache, int budget, int threads, int overlap = 0) {
     EngineOptions o;
+    o.overlap = overlap;
     o.page_size = 16;
     o.max_pages = 512;
     o.prefix_cache = cache;
@@ -182,10 +192,10 @@ TEST_CASE(
     same_as_ref(collect(loop->submit(req(mine, my_seed)).value()));
     CHECK(loop->stats().prefix_hit_rate > 0);
   }
-  SECTION("beside other requests, prefill chunked by 7 and by 16, one and two threads") {
-    for (auto [budget, threads] : {std::pair{7, 1}, std::pair{16, 2}}) {
-      INFO("max_prefill_tokens " << budget << ", threads " << threads);
-      auto loop = loop_with(true, budget, threads);
+  SECTION("beside other requests, prefill chunked by 7 and by 16, one and two threads, overlapped or not") {
+    for (auto [budget, threads, overlap] : {std::tuple{7, 1, 0}, std::tuple{16, 2, 0}, std::tuple{7, 1, 1}}) {
+      INFO("max_prefill_tokens " << budget << ", threads " << threads << ", overlap " << overlap);
+      auto loop = loop_with(true, budget, threads, overlap);
       loop->pause();
       std::vector<Stream> others;
       for (size_t i = 0; i < prompts.size(); ++i) {

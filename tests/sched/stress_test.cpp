@@ -28,7 +28,7 @@ struct Live {
   int events = 0;
 };
 
-void run_stress(int total, int threads, bool prefix_cache, uint64_t seed) {
+void run_stress(int total, int threads, bool prefix_cache, uint64_t seed, int overlap) {
   const int vocab = 40;
   EngineOptions o;
   o.page_size = 4;
@@ -37,6 +37,7 @@ void run_stress(int total, int threads, bool prefix_cache, uint64_t seed) {
   o.max_queue = 4096;
   o.max_prefill_tokens = 24;
   o.prefix_cache = prefix_cache;
+  o.overlap = overlap;
   o.stream_capacity = 8;
   auto fl = make_fake_loop(o, {vocab, 4096, {}});
   std::vector<std::vector<int32_t>> prefixes(4);
@@ -166,15 +167,19 @@ void run_stress(int total, int threads, bool prefix_cache, uint64_t seed) {
 }  // namespace
 
 TEST_CASE("stress: 10,000 requests, 30% cancelled, preemption, no page leaks", "[slow]") {
+  const int overlap = GENERATE(0, 1);  // the step loop overlapped or not
+  INFO("overlap " << overlap);
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
-  run_stress(10000, 4, true, seed);
-  run_stress(2000, 2, false, seed + 1);
+  run_stress(10000, 4, true, seed, overlap);
+  run_stress(2000, 2, false, seed + 1, overlap);
 }
 
 TEST_CASE("many threads submitting and cancelling at once keep the engine consistent",
           "[integration][threads]") {
+  const int overlap = GENERATE(0, 1);  // the step loop overlapped or not
+  INFO("overlap " << overlap);
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
-  run_stress(600, 4, true, seed);
+  run_stress(600, 4, true, seed, overlap);
 }

@@ -65,9 +65,12 @@ Request constrained(ConstraintKind kind, const std::string& source, uint64_t see
 }  // namespace
 
 TEST_CASE("constrained choices spell sentences of the grammar and end with stop", "[sched][structured]") {
+  const int overlap = GENERATE(0, 1);  // the step loop overlapped or not
+  INFO("overlap " << overlap);
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
   EngineOptions o;
+  o.overlap = overlap;
   o.page_size = 4;
   o.max_pages = 4000;
   auto fl = make_fake_loop(o, {kVocab, 4096, {kEos}});
@@ -97,9 +100,12 @@ TEST_CASE("constrained choices spell sentences of the grammar and end with stop"
 
 TEST_CASE("ignore_eos under a constraint runs until the value is complete or max_tokens",
           "[sched][structured]") {
+  const int overlap = GENERATE(0, 1);  // the step loop overlapped or not
+  INFO("overlap " << overlap);
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
   EngineOptions o;
+  o.overlap = overlap;
   o.page_size = 4;
   o.max_pages = 1000;
   auto fl = make_fake_loop(o, {kVocab, 4096, {kEos}});
