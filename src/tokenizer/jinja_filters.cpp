@@ -95,11 +95,18 @@ Value f_default(const Value& v, CallArgs& a) {
   return v;
 }
 
-Value sorted_by(std::vector<Value> items, bool reverse, const std::function<Value(const Value&)>& key) {
+// Python's sorted(items, key=key, reverse=reverse). key_in_list: jinja2's sort filter wraps each key
+// in a list ([key], make_multi_attrgetter), and list comparison tests == before <, so equal keys
+// never meet '<' (two equal dicts sort; dictsort's bare keys would raise).
+Value sorted_by(std::vector<Value> items, bool reverse, const std::function<Value(const Value&)>& key,
+                bool key_in_list = false) {
   std::vector<std::pair<Value, Value>> keyed;
   for (auto& x : items) keyed.emplace_back(key(x), std::move(x));
-  std::stable_sort(keyed.begin(), keyed.end(), [reverse](const auto& p, const auto& q) {
-    return reverse ? less_than(q.first, p.first) : less_than(p.first, q.first);
+  auto less = [key_in_list](const Value& a, const Value& b) {
+    return key_in_list && equals(a, b) ? false : less_than(a, b);
+  };
+  std::stable_sort(keyed.begin(), keyed.end(), [reverse, &less](const auto& p, const auto& q) {
+    return reverse ? less(q.first, p.first) : less(p.first, q.first);
   });
   std::vector<Value> out;
   for (auto& p : keyed) out.push_back(std::move(p.second));
@@ -469,10 +476,13 @@ Value f_sort(const Value& v, CallArgs& a) {
   bool reverse = truthy(a.get(0, "reverse", Value::boolean(false)));
   bool cs = truthy(a.get(1, "case_sensitive", Value::boolean(false)));
   Value attribute = a.get(2, "attribute", Value::none());
-  return sorted_by(iterate(v), reverse, [&](const Value& x) {
-    Value k = attribute.is_none() ? x : attr_path(x, attribute);
-    return cs ? k : ignore_case(k);
-  });
+  return sorted_by(
+      iterate(v), reverse,
+      [&](const Value& x) {
+        Value k = attribute.is_none() ? x : attr_path(x, attribute);
+        return cs ? k : ignore_case(k);
+      },
+      /*key_in_list=*/true);
 }
 
 Value add_values(const Value& x, const Value& y) {

@@ -127,6 +127,9 @@ TEST_CASE("filters match jinja2", "[unit]") {
         "1]|sort(reverse=true) }} "
         "{{ xs|sort(attribute='n')|map(attribute='n')|list }}",
         R"({"xs": [{"n": 2}, {"n": 1}, {"n": 3}]})"),
+      // Equal dicts sort (jinja2 compares [key] lists: == before <); unequal ones raise in both.
+      T("{{ [xs[0], xs[0]]|sort }}", R"({"xs": [{"n": 2}, {"n": 1}]})"),
+      T("{{ xs|sort }}", R"({"xs": [{"n": 2}, {"n": 1}]})"),
       T("{{ 2.5|round }} {{ 3.5|round }} {{ 3.14159|round(2) }} {{ 2.675|round(2) }} {{ 7|round }} {{ "
         "2.1|round(0, 'ceil') }} "
         "{{ 2.9|round(1, 'floor') }} {{ -3|abs }} {{ -2.5|abs }}"),
