@@ -118,7 +118,6 @@ void StepRunner::start_sample(std::span<const SampleRow> rows) {
   sl.out = Tensor(out, DType::i32, {R, words}, be.device());
   // Counted only once everything is enqueued: an op that throws leaves no slot started.
   auto mark_started = [&] {
-    sl.started = true;
     next_ = 1 - next_;
     ++started_;
   };
@@ -164,7 +163,6 @@ void StepRunner::start_sample(std::span<const SampleRow> rows) {
 void StepRunner::drop_samples() {
   if (started_ == 0) return;
   model_->backend().synchronize();  // no copy into a slot's host memory is left running
-  for (Slot& sl : slots_) sl.started = false;
   started_ = 0;
 }
 
@@ -173,7 +171,6 @@ void StepRunner::finish_sample(std::vector<SampleResult>& draws) {
   if (started_ == 0) throw Error(internal_error("finish_sample: no sample op was started"));
   Slot& sl = slots_[(next_ + 2 - started_) % 2];
   --started_;
-  sl.started = false;
   const int64_t R = int64_t(sl.packer.rows().size());
   if (R == 0) return;
   Backend& be = model_->backend();

@@ -70,9 +70,8 @@ class StepRunner {
     SamplePacker packer;
     std::vector<int32_t> host_in;
     Buffer host_out, dev_in, dev_out;
-    Tensor out;  // the op's output: [draws, words] in dev_out (the host_out on the CPU)
-    uint64_t ticket = 0;
-    bool started = false;
+    Tensor out;           // the op's output: [draws, words] in dev_out (the host_out on the CPU)
+    uint64_t ticket = 0;  // download_async's, on a device
   };
   Slot slots_[2];
   int next_ = 0;  // the slot start_sample takes next; the oldest started one is next_ when two are
