@@ -116,6 +116,7 @@ StepLoop::StepLoop(std::unique_ptr<Backend> backend, std::unique_ptr<Model> mode
       overlap_(resolved_overlap(o, runner_.model().backend().device() != Device::cpu,
                                 runner_.model().takes_drawn_tokens())) {
   metrics_.set_gauges(0, 0, uint64_t(num_pages), 0, 0, o.page_size);
+  spdlog::debug("step loop: overlapped steps {}", overlap_ ? "on" : "off");
   if (const char* e = std::getenv("ASTRAI_STEP_PROFILE"); e && std::string_view(e) == "1")
     profile_ = std::make_unique<StepProfile>();
   thread_ = std::thread([this] { run(); });
