@@ -31,12 +31,7 @@ void OutputProcessor::process(const StepPlan& plan, std::span<const SampleRow> r
     const auto mine = draws.subspan(next, size_t(rows[row++].num_choices));
     next += mine.size();
     // The overlapped loop put the draw's placeholder in tokens: the token goes in its place below.
-    if (s.drawn >= 0) {
-      assert(s.tokens.back() == kDrawnToken);
-      s.tokens.pop_back();
-      s.drawn = -1;
-    }
-    s.sits_out = false;
+    forget_draw(s);
     if (s.finished) continue;  // ended while the step ran (a stop token, a cancel)
     assert(int(mine.size()) == (t.forked ? 1 : t.req.n));
     if (!t.forked) {

@@ -13,6 +13,7 @@
 // it from (ForwardBatch::moves). Output processing puts the real token in its place.
 #pragma once
 
+#include <cassert>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -53,6 +54,17 @@ struct Sequence {
   structured::Matcher matcher;              // active when the request has a constraint
   std::chrono::steady_clock::time_point last_token_time;
 };
+
+// The step in flight is done with s (its draws read, or dropped): the placeholder of its draw, if
+// it had one, leaves the tokens, and s may be planned again.
+inline void forget_draw(Sequence& s) {
+  if (s.drawn >= 0) {
+    assert(s.tokens.back() == kDrawnToken);
+    s.tokens.pop_back();
+    s.drawn = -1;
+  }
+  s.sits_out = false;
+}
 
 struct Task {
   RequestId id = 0;

@@ -315,12 +315,10 @@ bool StepLoop::step() {
   // Schedule.
   StepPlan plan = scheduler_.plan();
   out_of_memory_.insert(out_of_memory_.end(), plan.out_of_memory.begin(), plan.out_of_memory.end());
-  if (!in_flight_) finish_out_of_memory(out_of_memory_);  // else after its tokens are read
+  if (!in_flight_) finish_out_of_memory();  // else after its tokens are read
   note_admitted(plan, t0);
   if (plan.chunks.empty()) {
-    const bool processed = complete_in_flight();
-    finish_out_of_memory(out_of_memory_);
-    return processed;
+    return complete_in_flight();
   }
   // Overlapped, this step's tasks stay (Task::in_flight) until it is processed, a later turn;
   // until it is in flight, the pin goes with this scope.
@@ -338,7 +336,6 @@ bool StepLoop::step() {
   const auto tb = Clock::now();
   if (!decode && in_flight_) {
     complete_in_flight();
-    finish_out_of_memory(out_of_memory_);
     deliver();
   } else if (delivery_due_ && !decode) {
     deliver();
@@ -348,7 +345,6 @@ bool StepLoop::step() {
   if (Status st = runner_.forward(batch); !st.ok()) {
     spdlog::error("step failed: {}", st.message());
     complete_in_flight();
-    finish_out_of_memory(out_of_memory_);
     for (const Chunk& c : plan.chunks) output_.finish(*c.seq, FinishReason::error, {}, st.message());
     return false;
   }
@@ -360,7 +356,6 @@ bool StepLoop::step() {
   // Overlapped: the step before this one, while the device runs this one.
   Clock::time_point t3 = t2d;  // the draws read (overlapped: the previous step's, if any)
   complete_in_flight(&t3);
-  finish_out_of_memory(out_of_memory_);
   scheduler_.commit(plan);
   const int seqs = int(plan.chunks.size());
   if (overlap_) {
@@ -398,13 +393,17 @@ bool StepLoop::step() {
 }
 
 bool StepLoop::complete_in_flight(Clock::time_point* draws_read) {
-  if (!in_flight_) return false;
+  if (!in_flight_) {
+    finish_out_of_memory();
+    return false;
+  }
   InFlight f = std::move(*in_flight_);
   in_flight_.reset();
   const PlanPin unpin = PlanPin::adopt(f.plan);  // the tasks may go once it is processed, come what may
   runner_.finish_sample(draws_);
   if (draws_read) *draws_read = Clock::now();
   output_.process(f.plan, f.rows, draws_);
+  finish_out_of_memory();
   return true;
 }
 
@@ -412,14 +411,7 @@ void StepLoop::drop_in_flight() {
   runner_.drop_samples();
   if (!in_flight_) return;
   const PlanPin unpin = PlanPin::adopt(in_flight_->plan);
-  for (const Chunk& c : in_flight_->plan.chunks) {
-    Sequence& s = *c.seq;
-    if (s.drawn >= 0) {
-      s.tokens.pop_back();
-      s.drawn = -1;
-    }
-    s.sits_out = false;
-  }
+  for (const Chunk& c : in_flight_->plan.chunks) forget_draw(*c.seq);
   in_flight_.reset();
 }
 
@@ -445,9 +437,9 @@ void StepLoop::run_ahead(const StepPlan& plan, std::span<const SampleRow> rows) 
   }
 }
 
-void StepLoop::finish_out_of_memory(std::vector<Sequence*>& seqs) {
-  for (Sequence* s : seqs) output_.finish(*s, FinishReason::length);
-  seqs.clear();
+void StepLoop::finish_out_of_memory() {
+  for (Sequence* s : out_of_memory_) output_.finish(*s, FinishReason::length);
+  out_of_memory_.clear();
 }
 
 void StepLoop::update_gauges() {
@@ -480,7 +472,6 @@ void StepLoop::run() {
         stepped = step();
       } else if (in_flight_) {  // nothing more to launch (paused, or everything ended): read it now
         complete_in_flight();
-        finish_out_of_memory(out_of_memory_);
       }
     } catch (const std::exception& e) {
       // Nothing in a step should throw; if it does, fail what ran rather than kill the thread.
@@ -505,13 +496,13 @@ void StepLoop::run() {
     }
   }
   drain_commands();
+  out_of_memory_.clear();  // close_all ends them (they are still in tasks_)
   try {
     complete_in_flight();  // its tokens reach the streams before they close
   } catch (const std::exception& e) {
     spdlog::error("step loop: {}", e.what());
     drop_in_flight();
   }
-  out_of_memory_.clear();  // close_all ends them (they are still in tasks_)
   output_.close_all();
   update_gauges();
 }

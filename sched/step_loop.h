@@ -88,8 +88,9 @@ class StepLoop {
   void drain_commands();
   void apply_cancels();
   bool step();  // true: it ran a forward (and processed its output, or the previous step's)
-  // The overlapped loop: reads the step in flight's draws and processes them (false: none);
-  // draws_read, when given, gets the time the draws were read.
+  // The overlapped loop: reads the step in flight's draws and processes them (false: none), then
+  // ends the sequences found out of memory meanwhile; draws_read, when given, gets the time the
+  // draws were read.
   bool complete_in_flight(std::chrono::steady_clock::time_point* draws_read = nullptr);
   // After a failure: forgets the step in flight without reading it.
   void drop_in_flight();
@@ -97,7 +98,7 @@ class StepLoop {
   // ahead; the others sit out the next plan.
   void run_ahead(const StepPlan& plan, std::span<const SampleRow> rows);
   bool can_run_ahead(const Sequence& s) const;
-  void finish_out_of_memory(std::vector<Sequence*>& seqs);
+  void finish_out_of_memory();  // out_of_memory_, with `length`
   void note_admitted(const StepPlan& plan, std::chrono::steady_clock::time_point now);
   void update_gauges();
   void deliver();     // the gauges, then the pending events to the rings and their consumers
