@@ -468,7 +468,7 @@ class DecoderModel final : public Model {
         kv.head_dim != cfg_.head_dim || kv.dtype != be_.compute_dtype() || kv.page_size <= 0)
       return bad("the KV cache was not allocated for this model");
     const int64_t n_slots = int64_t(kv.num_pages) * kv.page_size;
-    // Moves: rows increasing (so a row's lookup below is a binary search), draws inside `draws`.
+    // Moves: rows increasing (the token loop below walks them beside the rows), draws inside `draws`.
     if (b.moves.size() % 2 != 0) return bad("moves must be (row, draw) pairs");
     if (!b.moves.empty()) {
       if (b.num_moves() > S) return bad("more moves than sequences");
@@ -482,19 +482,11 @@ class DecoderModel final : public Model {
                      std::to_string(b.draws.size(0)) + " draws");
       }
     }
-    auto moved = [&](int64_t t) {
-      for (size_t lo = 0, hi = b.moves.size() / 2; lo < hi;) {
-        const size_t mid = (lo + hi) / 2;
-        if (b.moves[2 * mid] == t) return true;
-        if (b.moves[2 * mid] < t)
-          lo = mid + 1;
-        else
-          hi = mid;
-      }
-      return false;
-    };
+    size_t next_move = 0;  // index into moves of the first move at row >= t
     for (int64_t t = 0; t < T; ++t) {
-      if ((b.tokens[size_t(t)] < 0 || b.tokens[size_t(t)] >= cfg_.vocab_size) && !moved(t))
+      while (next_move < b.moves.size() && b.moves[next_move] < t) next_move += 2;
+      const bool moved = next_move < b.moves.size() && b.moves[next_move] == t;
+      if ((b.tokens[size_t(t)] < 0 || b.tokens[size_t(t)] >= cfg_.vocab_size) && !moved)
         return bad("token id " + std::to_string(b.tokens[size_t(t)]) + " outside the vocabulary of " +
                    std::to_string(cfg_.vocab_size));
       if (b.slots[size_t(t)] < 0 || b.slots[size_t(t)] >= n_slots)
