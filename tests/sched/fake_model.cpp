@@ -72,15 +72,14 @@ Result<Tensor> FakeModel::forward(const ForwardBatch& b, KvCache& kv) {
   const int64_t slots = int64_t(kv.num_pages) * ps;
   auto* ktok = static_cast<int32_t*>(kv.k[0].data());
   auto* vpos = static_cast<int32_t*>(kv.v[0].data());
-  // Tokens the previous step drew (the overlapped loop): taken from its output, as a device does.
+  // Tokens the previous step drew (the overlapped loop): taken from its output by the CPU op, as
+  // a device does (a move outside the batch or the draws throws).
   tokens_.assign(b.tokens.begin(), b.tokens.end());
-  for (int m = 0; m < b.num_moves(); ++m) {
-    const int32_t row = b.moves[size_t(2 * m)], draw = b.moves[size_t(2 * m + 1)];
-    if (row < 0 || row >= T || !b.draws.data || draw < 0 || draw >= b.draws.size(0))
-      return internal_error("fake forward: move outside the batch or the draws");
-    tokens_[size_t(row)] = b.draws.ptr<int32_t>()[int64_t(draw) * b.draws.size(1)];
+  if (!b.moves.empty()) {
+    cpu::take_tokens(Tensor(tokens_.data(), DType::i32, {T}),
+                     Tensor(const_cast<int32_t*>(b.moves.data()), DType::i32, {b.num_moves(), 2}), b.draws);
+    moves_taken += b.num_moves();
   }
-  moves_taken += b.num_moves();
   for (int32_t t : tokens_)
     if (t < 0 || t >= int32_t(cfg_.vocab_size))
       return internal_error("fake forward: token outside the vocabulary");
