@@ -16,7 +16,8 @@
 #            for each of the switches in SERVE_SWITCHES and each of the server option sets in
 #            SERVE_OPTIONS (';'-separated sets of space-separated KEY=VALUE, e.g. "max-batch-size=512")
 #   attn     ncu's detailed sections of the decode attention kernel in a graphed step at batch 256
-#   tables   `bench decode` of both models at batch 1..256, prompts 512 and 4k (qwen3-8b to batch 128)
+#   tables   `bench decode` of both models at batch 1..256, prompts 512 and 4k (qwen3-8b to batch 128 at
+#            4k); TABLE_SPECS (';'-separated "model batches prompt") replaces those shapes
 #   long     decode at 32k contexts: `bench decode` of llama-1b at batch 1 / 8 / 32 / 64 and qwen3-8b at
 #            1 / 8 / 16 (what the cache holds), for each of LONG_SWITCHES (';'-separated env
 #            assignments), then bench/torch_decode.py's torch.compile peer at the same shapes, then
@@ -126,7 +127,8 @@ torch_peer() {
   log "torch.compile $1 context $3: exit $? $(grep -E '^\| compile' "$out/$4.txt" | awk -F'|' '{printf "B%s %s tok/s |", $3, $4}')"
 }
 if want tables; then
-  for spec in "llama-1b 1,8,32,64,128,256 512" "qwen3-8b 1,8,32,64,128,256 512" "llama-1b 1,8,32,64,128,256 4096" "qwen3-8b 1,8,32,64,128 4096"; do
+  IFS=';' read -ra specs <<< "${TABLE_SPECS:-llama-1b 1,8,32,64,128,256 512;qwen3-8b 1,8,32,64,128,256 512;llama-1b 1,8,32,64,128,256 4096;qwen3-8b 1,8,32,64,128 4096}"
+  for spec in "${specs[@]}"; do
     set -- $spec
     echo "== $*" >> "$out/tables.txt"
     run_to 120 astrai bench decode --device cuda --model $M/$1 --batch $2 --prompt-len $3 --tokens 32 >> "$out/tables.txt" 2>&1
