@@ -355,6 +355,10 @@ class Backend {
   virtual void wait_download(uint64_t ticket) { (void)ticket; }
   // Whether capture() records graphs here.
   virtual bool supports_graphs() const { return false; }
+  // Where a decode step's launch shapes change with the longest kv_len of its batch (ascending
+  // lengths): a decode graph is captured per batch bucket and per class of kv_len that these cut,
+  // and a step replays its class's graph. None by default (one graph a bucket).
+  virtual std::vector<int> decode_kv_bounds() const { return {}; }
   // Starts (on) or stops recording by a device profiler started with recording off (ncu or nsys
   // --profile-from-start off), so one step can be profiled alone. A no-op where there is none.
   virtual void profile_range(bool on) { (void)on; }

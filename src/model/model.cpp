@@ -265,11 +265,16 @@ class DecoderModel final : public Model {
       graphs_.clear();
       if (graph_kv) ASTRAI_RETURN_IF_ERROR(capture_decode_graphs(*graph_kv).status());
     }
-    if (sh.bucketed) sh.max_kv_len = int(ws_.capacity().page_stride * kv.page_size);
+    int kv_class = 0;
+    if (sh.bucketed) {
+      const std::vector<int> caps = kv_class_caps(kv);
+      while (kv_class + 1 < int(caps.size()) && sh.max_kv_len > caps[size_t(kv_class)]) ++kv_class;
+      sh.max_kv_len = caps[size_t(kv_class)];
+    }
     stage_inputs(b, sh.S, kv);
     ws_.upload_inputs(be_, sh.S);
     if (!b.moves.empty()) be_.take_tokens(ws_.ids(sh.T), ws_.moves(b.num_moves()), b.draws);
-    auto g = sh.bucketed && graph_kv_ == cache_id(kv) ? graphs_.find(sh.S) : graphs_.end();
+    auto g = sh.bucketed && graph_kv_ == cache_id(kv) ? graphs_.find({sh.S, kv_class}) : graphs_.end();
     if (g != graphs_.end())
       g->second->replay();
     else
@@ -299,25 +304,31 @@ class DecoderModel final : public Model {
     const auto t0 = Clock::now();
     ForwardBatch none;  // every row of a warm-up step is a padding row
     none.q_start.assign(1, 0);
+    size_t classes = 0;
     for (int64_t bucket : buckets_) {
-      StepShape sh;
-      sh.T = sh.S = sh.R = bucket;
-      sh.max_q_len = 1;
-      sh.bucketed = true;
       be_.wait_uploads();
       ws_.reserve(be_, cfg_, WorkspaceShape{bucket, bucket, 1, bucket});
-      sh.max_kv_len = int(ws_.capacity().page_stride * kv.page_size);
-      stage_inputs(none, bucket, kv);
-      ws_.upload_inputs(be_, bucket);
-      run_layers(sh, kv);  // warm-up: GEMM plans and kernel attributes are set outside the capture
-      std::unique_ptr<Backend::StepGraph> g = be_.capture([&] { run_layers(sh, kv); });
-      if (!g) return 0;
-      graphs_.emplace(bucket, std::move(g));
+      const std::vector<int> caps = kv_class_caps(kv);
+      classes = caps.size();
+      for (size_t c = 0; c < caps.size(); ++c) {
+        StepShape sh;
+        sh.T = sh.S = sh.R = bucket;
+        sh.max_q_len = 1;
+        sh.bucketed = true;
+        sh.max_kv_len = caps[c];
+        stage_inputs(none, bucket, kv);
+        ws_.upload_inputs(be_, bucket);
+        run_layers(sh, kv);  // warm-up: GEMM plans and kernel attributes are set outside the capture
+        std::unique_ptr<Backend::StepGraph> g = be_.capture([&] { run_layers(sh, kv); });
+        if (!g) return 0;
+        graphs_.emplace(std::pair{bucket, int(c)}, std::move(g));
+      }
     }
     be_.synchronize();
     graphs_generation_ = ws_.generation();
     graph_kv_ = cache_id(kv);
-    spdlog::info("captured {} decode graphs (batch 1..{}) in {:.3f} s", graphs_.size(), buckets_.back(),
+    spdlog::info("captured {} decode graphs (batch 1..{}, {} context class{}) in {:.3f} s", graphs_.size(),
+                 buckets_.back(), classes, classes == 1 ? "" : "es",
                  std::chrono::duration<double>(Clock::now() - t0).count());
     return int(graphs_.size());
   }
@@ -332,6 +343,19 @@ class DecoderModel final : public Model {
     int num_decode_seqs = 0;      // leading one-query sequences (AttentionBatch::num_decode_seqs)
     bool bucketed = false;
   };
+
+  // The longest kv_len of each class of decode graphs, ascending: below each of the backend's
+  // decode_kv_bounds under the cache's capacity, then the capacity (the page table's width). A
+  // bucketed step sizes its grids by its class's cap, so a graph serves every step of its class.
+  std::vector<int> kv_class_caps(const KvCache& kv) const {
+    const int capacity = int(ws_.capacity().page_stride * kv.page_size);
+    std::vector<int> caps;
+    for (int bound : be_.decode_kv_bounds())
+      if (bound > 1 && bound <= capacity && (caps.empty() || bound - 1 > caps.back()))
+        caps.push_back(bound - 1);
+    caps.push_back(capacity);
+    return caps;
+  }
 
   StepShape shape_of(const ForwardBatch& b, const KvCache& kv) const {
     StepShape sh;
@@ -539,9 +563,9 @@ class DecoderModel final : public Model {
   int64_t max_pos_ = 0;
   Workspace ws_;
   std::vector<int64_t> buckets_;  // decode buckets (reserve_steps on a backend with graphs)
-  std::map<int64_t, std::unique_ptr<Backend::StepGraph>> graphs_;  // by bucket
-  uint64_t graphs_generation_ = 0;                                 // ws_.generation() at capture
-  const void* graph_kv_ = nullptr;                                 // cache_id of the captured cache
+  std::map<std::pair<int64_t, int>, std::unique_ptr<Backend::StepGraph>> graphs_;  // by bucket, kv class
+  uint64_t graphs_generation_ = 0;  // ws_.generation() at capture
+  const void* graph_kv_ = nullptr;  // cache_id of the captured cache
 };
 
 }  // namespace

@@ -90,8 +90,9 @@ class Model {
     (void)limits;
     return {};
   }
-  // Captures one graph per decode bucket (after reserve_steps) over this cache, each after an
-  // eager warm-up of its shape; decode steps on `kv` then replay their bucket's graph. Returns how
+  // Captures one graph per decode bucket (after reserve_steps) and class of context length
+  // (Backend::decode_kv_bounds) over this cache, each after an eager warm-up of its shape; decode
+  // steps on `kv` then replay their bucket's graph of their longest kv_len's class. Returns how
   // many were captured (0 where the backend has no graphs). Logs the time taken.
   virtual Result<int> capture_decode_graphs(KvCache& kv) {
     (void)kv;

@@ -336,14 +336,29 @@ void attention_mixed(Backend& be) {
     }
 }
 
-// Long prompts (8k and 32k) on the CUDA backend only: the CPU backend's f32 loops would take minutes.
-void attention_long_prefill(Backend& be) {
+// Long prompts (8k and 32k), and decode batches of hundreds of long contexts, on the CUDA backend
+// only: the CPU backend's f32 loops would take minutes.
+void attention_long_cuda(Backend& be) {
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
   Rng rng(seed);
   run_batch(be, rng, BatchShape{2, 4, 128, 16, {{8192, 8192}}, 48});
   run_batch(be, rng, BatchShape{1, 4, 64, 16, {{32768, 32768}}, 24});
   run_batch(be, rng, BatchShape{1, 1, 128, 16, {{8192 + 512, 512}, {300, 300}}, 48});
+  // Decode steps past one wave of the decode kernel's blocks whose longest context reaches
+  // gpu::kDecodeLongKeys: 1,000 (head_dim 64) and 600 (128) blocks, a last wave under half full for
+  // the 6-8 and 3-4 blocks a multiprocessor holds, so they take 2-4 splits; their own lengths, and
+  // a graph's grid sized from a capacity.
+  for (auto [d, n] : {std::pair{64, 250}, std::pair{128, 150}})
+    for (int capacity : {0, 8192}) {
+      std::vector<Seq> seqs(static_cast<size_t>(n));
+      for (auto& q : seqs) q = {rng.randint(1, 2300), 1};
+      seqs[0].kv_len = 2100;
+      BatchShape b{4, 4, d, 16, seqs, 64};
+      b.decode = true;
+      b.kv_capacity = capacity;
+      run_batch(be, rng, std::move(b));
+    }
 }
 
 void attention_rejects_shapes(Backend& be) {
@@ -375,13 +390,14 @@ ASTRAI_BACKEND_TEST("paged_attention matches float64 attention in mixed decode a
                     attention_mixed)
 ASTRAI_BACKEND_TEST("paged_attention rejects mismatched head counts and head dims", attention_rejects_shapes)
 
-TEST_CASE("paged_attention matches float64 attention for 8k and 32k prompts (cuda)", "[gpu]") {
+TEST_CASE("paged_attention matches float64 attention for 8k and 32k prompts and long decode batches (cuda)",
+          "[gpu]") {
   auto be = gpu_backend();
   if (!be) {
     WARN("no CUDA GPU visible: skipped");
     return;
   }
-  attention_long_prefill(*be);
+  attention_long_cuda(*be);
 }
 
 TEST_CASE("paged_attention rejects a page table entry outside the cache", "[unit]") {

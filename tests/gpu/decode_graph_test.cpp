@@ -4,6 +4,7 @@
 // mixed steps in between; and the engine's greedy generations with graphs on and off. A counting
 // backend wrapped around the CUDA one proves the graphed steps launched no op from the host (so
 // the comparison is not eager against eager). Skips itself (with a warning) without a GPU.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <random>
@@ -86,6 +87,7 @@ class CountingBackend final : public Backend {
   void upload_async(Tensor dst, const void* src) override { in_.upload_async(dst, src); }
   void wait_uploads() override { in_.wait_uploads(); }
   bool supports_graphs() const override { return in_.supports_graphs(); }
+  std::vector<int> decode_kv_bounds() const override { return in_.decode_kv_bounds(); }
   std::unique_ptr<StepGraph> capture(const std::function<void()>& body) override { return in_.capture(body); }
 
  private:
@@ -133,7 +135,7 @@ struct Pair {
   KvCache kv_graphed, kv_eager, kv_plain;
 };
 
-Pair make_pair(const std::filesystem::path& dir, int num_pages) {
+Pair make_pair(const std::filesystem::path& dir, int num_pages, int max_len = kMaxLen) {
   Pair p;
   p.gpu = make_backend(BackendOptions{Device::cuda, 0, 0}).value();
   p.counted = std::make_unique<CountingBackend>(*p.gpu);
@@ -143,15 +145,18 @@ Pair make_pair(const std::filesystem::path& dir, int num_pages) {
   StepLimits l;
   l.max_seqs = kMaxSeqs;
   l.max_tokens = 256;
-  l.max_model_len = kMaxLen;
+  l.max_model_len = max_len;
   l.page_size = kPageSize;
   REQUIRE(p.graphed->reserve_steps(l).ok());
   REQUIRE(p.eager->reserve_steps(l).ok());
   p.kv_graphed = p.graphed->allocate_kv(num_pages, kPageSize);
   p.kv_eager = p.eager->allocate_kv(num_pages, kPageSize);
   p.kv_plain = p.plain->allocate_kv(num_pages, kPageSize);
-  // Buckets up to 12: 1, 2, 4, 8, 12.
-  CHECK(p.graphed->capture_decode_graphs(p.kv_graphed).value() == 5);
+  // Buckets up to 12: 1, 2, 4, 8, 12; each per class of context length that the backend's bounds
+  // cut below max_len.
+  int classes = 1;
+  for (int bound : p.gpu->decode_kv_bounds()) classes += bound <= max_len ? 1 : 0;
+  CHECK(p.graphed->capture_decode_graphs(p.kv_graphed).value() == 5 * classes);
   return p;
 }
 
@@ -261,6 +266,58 @@ TEST_CASE("decode steps replayed from CUDA graphs equal eager steps bit for bit"
       ++s.done;
     }
   }
+}
+
+// Decode graphs per class of context length (Backend::decode_kv_bounds): steps whose longest
+// context is below the CUDA backend's bound and from it on replay different graphs, each equal to
+// the eager step bit for bit, as contexts grow across the bound.
+TEST_CASE("decode steps past the backend's context bound replay their own graphs, equal to eager", "[gpu]") {
+  if (!gpu::register_cuda_backend()) {
+    WARN("no CUDA GPU visible: skipped");
+    return;
+  }
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  TempDir dir("gpugraph_long");
+  ModelConfig cfg = small_llama();
+  cfg.max_position_embeddings = 4096;
+  write_random_model(dir.path(), cfg, seed, DType::bf16);
+  const int64_t V = cfg.vocab_size;
+  const int max_len = 2600;
+  const int num_pages = 4 * ((max_len + kPageSize - 1) / kPageSize) + 4;
+  Pair p = make_pair(dir.path(), num_pages, max_len);
+  REQUIRE(p.gpu->decode_kv_bounds().size() == 1);
+  const int bound = p.gpu->decode_kv_bounds()[0];
+  REQUIRE(bound < max_len - 64);
+
+  // One sequence crosses the bound during its decode steps; two stay short.
+  std::vector<Seq> seqs(3);
+  seqs[0].ids = random_ids(rng, bound - 4, V);
+  seqs[1].ids = random_ids(rng, std::uniform_int_distribution<int64_t>(3, 300)(rng), V);
+  seqs[2].ids = random_ids(rng, std::uniform_int_distribution<int64_t>(3, 300)(rng), V);
+  const std::vector<SeqPages> pages = random_pages({max_len, max_len, max_len}, kPageSize, num_pages, rng);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    seqs[i].pages = pages[i];
+    const int64_t n = int64_t(seqs[i].ids.size());
+    for (int64_t at = 0; at < n; at += 256) {  // chunks within the reserved step of 256 tokens
+      std::vector<Chunk> chunks{{&seqs[i].ids, &seqs[i].pages, at, std::min(n, at + 256)}};
+      step_all(p, make_batch(chunks), false, V);
+    }
+    seqs[i].done = n - 1;
+  }
+  // The short ones alone (the short class), then all three across the bound (the long class from
+  // the step whose longest kv_len reaches it).
+  for (const std::vector<size_t>& group : {std::vector<size_t>{1, 2}, std::vector<size_t>{0, 1, 2}})
+    for (int step = 0; step < 8; ++step) {
+      INFO("batch " << group.size() << ", step " << step << ", longest context " << seqs[group[0]].done + 1);
+      const std::vector<int32_t> next = step_all(p, decode_batch(seqs, group), true, V);
+      for (size_t r = 0; r < group.size(); ++r) {
+        seqs[group[r]].ids.push_back(next[r]);
+        ++seqs[group[r]].done;
+      }
+    }
+  CHECK(seqs[0].done + 1 > bound);
 }
 
 // Overlapped or not, the steps hold the same rows here (no stop ids, every prompt admitted in the
