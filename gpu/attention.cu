@@ -35,6 +35,7 @@
 #include <type_traits>
 
 #include "gpu/check.h"
+#include "gpu/decode_splits.h"
 #include "gpu/device_util.cuh"
 #include "gpu/mma_fragments.cuh"
 #include "gpu/ops.h"
@@ -49,8 +50,7 @@ constexpr int kWarps = 4;
 constexpr int kTileRows = 16, kTileKeys = 32, kRowsPerWarp = kTileRows / kWarps;
 constexpr int64_t kMaxHeadDim = 512;
 constexpr int64_t kMinKeysPerSplit = 32;  // one key tile
-constexpr int kMaxSplits = 64;
-constexpr int kMmaMinQueries = 16;  // max_q_len from which paged_attention_mma takes the step
+constexpr int kMmaMinQueries = 16;        // max_q_len from which paged_attention_mma takes the step
 
 template <typename T>
 __global__ void kv_store_kernel(Rows k, Rows v, const int32_t* __restrict__ slots, int64_t kvh, int64_t d,
@@ -316,9 +316,7 @@ __global__ void __launch_bounds__(kCombineThreads) combine_splits_kernel(AttnPar
 
 // Decode (one query per sequence, bf16, head_dim 64 or 128, GQA group 1, 2, 4 or 8) runs on tensor
 // cores: decode_attention_kernel below. A split gets max(kDecodeMinKeys, its share rounded up to
-// the keys a block takes per round) keys, so short contexts use few splits whatever the grid's
-// capacity.
-constexpr int64_t kDecodeMinKeys = 64;
+// the keys a block takes per round) keys (gpu/decode_splits.h).
 // The decode kernel's softmax state stays relative to its running maximum m until a score passes m
 // by more than this (log2 units): most keys then cost no rescale of the accumulators (their terms
 // reach at most 2^kRescaleSlack, far inside f32).
@@ -868,41 +866,13 @@ DecodeLaunch decode_kernel_for(const Tensor& q, const Tensor& k_cache, const Att
   return {};
 }
 
-// Splits for a decode launch of `blocks` (sequence, KV head) pairs past one wave of `slots`
-// resident blocks, whose longest sequence has max_kv_len keys. A last wave at most half full
-// leaves most multiprocessors idle for a block's whole length; from kDecodeLongKeys keys on, 2 to
-// kFillMaxSplits splits, the count whose blocks fill their last wave best (the fewest on a tie),
-// end sooner. A count of blocks and slots only past the bound, so a decode graph captured at the
-// cache's capacity splits as an eager step of the same bucket does. Measured on the H200 at 4k
-// keys: llama-1b batch 128 (1,024 blocks, 792 slots) -10% a step with 3 splits, qwen3-8b batch 96
-// (768, 528) -7% with 2; at 1.9 and 2.6 waves splits were even or lost up to 3%, and at 512 keys
-// they lost 3-15% everywhere (docs/performance.md).
-constexpr int64_t kFillMaxSplits = 4;
-int64_t fill_splits(int64_t blocks, int64_t slots, int64_t max_kv_len) {
-  const int64_t last = blocks % slots;
-  if (max_kv_len < kDecodeLongKeys || last == 0 || 2 * last > slots) return 1;
-  int64_t best = 1;
-  double best_fill = 0;
-  for (int64_t s = 2; s <= kFillMaxSplits; ++s) {
-    const int64_t waves = (blocks * s + slots - 1) / slots;
-    const double fill = double(blocks * s) / double(waves * slots);
-    if (fill > best_fill) best = s, best_fill = fill;
-  }
-  return best;
-}
-
-// The decode kernel over S sequences, then the combine of its splits: as many splits as keep the
-// blocks within one wave of the multiprocessors' resident blocks (rounded down: a second, partial
-// wave would run at a fraction of the occupancy), each split at least kDecodeMinKeys keys; past
-// one wave, fill_splits.
+// The decode kernel over S sequences (decode_splits of the multiprocessors' resident blocks), then
+// the combine of its splits.
 void launch_decode(cudaStream_t stream, const DecodeLaunch& decode, AttnParams& p,
                    const AttentionBatch& batch, int64_t T, Scratch& scratch, const Tensor& k_cache,
                    const Tensor& v_cache, const DecodeRope& rope) {
   const int64_t S = batch.num_seqs, KVH = p.kv_heads;
-  const int64_t blocks = S * KVH, slots = int64_t(decode.per_sm) * sm_count();
-  const int64_t want = blocks <= slots ? slots / blocks : fill_splits(blocks, slots, batch.max_kv_len);
-  const int64_t most = (batch.max_kv_len + kDecodeMinKeys - 1) / kDecodeMinKeys;
-  p.splits = int(std::clamp<int64_t>(std::min(want, most), 1, std::min<int64_t>(kMaxSplits, 65535 / S)));
+  p.splits = decode_splits(S, KVH, int64_t(decode.per_sm) * sm_count(), batch.max_kv_len);
   p.heads_per_tile = int(p.group);
   p.rows_per_tile = 1;
   set_partials(p, scratch, T);

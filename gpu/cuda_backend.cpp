@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gpu/check.h"
+#include "gpu/decode_splits.h"
 #include "gpu/device_info.h"
 #include "gpu/gemm.h"
 #include "gpu/graph.h"

@@ -55,10 +55,6 @@ void launch_rope_kv_store(cudaStream_t stream, Tensor q, Tensor k, const Tensor&
                           const Tensor& slots, Tensor k_cache, Tensor v_cache, bool use_vec);
 void kv_store(cudaStream_t stream, const Tensor& k, const Tensor& v, const Tensor& slots, Tensor k_cache,
               Tensor v_cache);
-// A decode step whose longest sequence has this many keys or more may split its attention past
-// one wave of blocks (attention.cu's fill_splits), so decode graphs are captured for steps below
-// and from this length apart (CudaBackend::decode_kv_bounds).
-constexpr int kDecodeLongKeys = 2048;
 // scratch: the split-KV partial results (grown as needed).
 void paged_attention(cudaStream_t stream, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                      const AttentionBatch& batch, float scale, Tensor out, Scratch& scratch);

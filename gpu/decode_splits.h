@@ -1,0 +1,55 @@
+// How many KV splits the CUDA decode attention kernel takes (attention.cu): host arithmetic only,
+// apart from the kernels so that tests check it without a GPU.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace astrai::gpu {
+
+// Most KV splits of one (query tile or sequence, head) in any attention launch.
+constexpr int kMaxSplits = 64;
+// A decode split gets at least this many keys (the kernel rounds a split up to it), so short
+// contexts use few splits whatever the grid's capacity.
+constexpr int64_t kDecodeMinKeys = 64;
+// A decode step whose longest sequence has this many keys or more may split its attention past
+// one wave of blocks (fill_splits), so decode graphs are captured for steps below and from this
+// length apart (CudaBackend::decode_kv_bounds).
+constexpr int kDecodeLongKeys = 2048;
+constexpr int64_t kFillMaxSplits = 4;
+
+// Splits for a decode launch of `blocks` (sequence, KV head) pairs past one wave of `slots`
+// resident blocks, whose longest sequence has max_kv_len keys. A last wave at most half full
+// leaves most multiprocessors idle for a block's whole length; from kDecodeLongKeys keys on, 2 to
+// kFillMaxSplits splits, the count whose blocks fill their last wave best (the fewest on a tie),
+// end sooner. A count of blocks and slots only past the bound, so a decode graph captured at the
+// cache's capacity splits as an eager step of the same bucket does. Measured on the H200 at 4k
+// keys: llama-1b batch 128 (1,024 blocks, 792 slots) -10% a step with 3 splits, qwen3-8b batch 96
+// (768, 528) -7% with 2; at 1.9 and 2.6 waves splits were even or lost up to 3%, and at 512 keys
+// they lost 3-15% everywhere (docs/performance.md).
+inline int64_t fill_splits(int64_t blocks, int64_t slots, int64_t max_kv_len) {
+  const int64_t last = blocks % slots;
+  if (max_kv_len < kDecodeLongKeys || last == 0 || 2 * last > slots) return 1;
+  int64_t best = 1;
+  double best_fill = 0;
+  for (int64_t s = 2; s <= kFillMaxSplits; ++s) {
+    const int64_t waves = (blocks * s + slots - 1) / slots;
+    const double fill = double(blocks * s) / double(waves * slots);
+    if (fill > best_fill) best = s, best_fill = fill;
+  }
+  return best;
+}
+
+// The splits of a decode launch over `seqs` sequences of `kv_heads` KV heads (a block each per
+// split) on `slots` resident blocks: within one wave, as many as keep the blocks in it (rounded
+// down: a second, partial wave would run at a fraction of the occupancy), each at least
+// kDecodeMinKeys of the longest sequence's keys; past one wave, fill_splits. The grid's z
+// dimension (seqs * splits) stays under 65,536.
+inline int decode_splits(int64_t seqs, int64_t kv_heads, int64_t slots, int64_t max_kv_len) {
+  const int64_t blocks = seqs * kv_heads;
+  const int64_t want = blocks <= slots ? slots / blocks : fill_splits(blocks, slots, max_kv_len);
+  const int64_t most = (max_kv_len + kDecodeMinKeys - 1) / kDecodeMinKeys;
+  return int(std::clamp<int64_t>(std::min(want, most), 1, std::min<int64_t>(kMaxSplits, 65535 / seqs)));
+}
+
+}  // namespace astrai::gpu

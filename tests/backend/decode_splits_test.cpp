@@ -1,0 +1,77 @@
+// The CUDA decode attention's split count (gpu/decode_splits.h), host arithmetic checked without a
+// GPU: within one wave of resident blocks the splits fill it; past one wave, long contexts whose
+// last wave is at most half full take the 2-4 splits that fill it best, everything else one.
+#include "gpu/decode_splits.h"
+
+#include <catch2/catch.hpp>
+#include <random>
+
+#include "tools/test_util.h"
+
+namespace astrai::test {
+namespace {
+
+using gpu::decode_splits;
+using gpu::kDecodeLongKeys;
+
+// The share of the last wave's slots that `blocks` blocks leave busy.
+double last_wave_fill(int64_t blocks, int64_t slots) {
+  const int64_t waves = (blocks + slots - 1) / slots;
+  return double(blocks) / double(waves * slots);
+}
+
+TEST_CASE("decode splits fill the last wave of blocks at long contexts and keep one split otherwise",
+          "[unit]") {
+  // The two buckets measured on the H200 (docs/performance.md): llama-1b batch 128 (8 KV heads,
+  // 792 slots) and qwen3-8b batch 96 (8 KV heads, 528 slots) at 4k keys.
+  CHECK(decode_splits(128, 8, 792, 4096) == 3);
+  CHECK(decode_splits(96, 8, 528, 4096) == 2);
+  // Short contexts, and last waves over half full, keep one split.
+  CHECK(decode_splits(128, 8, 792, kDecodeLongKeys - 1) == 1);
+  CHECK(decode_splits(192, 8, 792, 4096) == 1);
+  CHECK(decode_splits(198, 8, 792, 32768) == 1);  // exactly two waves
+  // Within one wave: as many as the wave holds, at least 64 keys each, at most 64.
+  CHECK(decode_splits(1, 8, 792, 32768) == 64);
+  CHECK(decode_splits(1, 8, 792, 512) == 8);
+  CHECK(decode_splits(8, 8, 792, 32768) == 12);
+  CHECK(decode_splits(99, 8, 792, 32768) == 1);
+
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 20000; ++trial) {
+    const int64_t slots = std::uniform_int_distribution<int64_t>(1, 2000)(rng);
+    const int64_t kv_heads = std::uniform_int_distribution<int64_t>(1, 16)(rng);
+    const int64_t seqs = std::uniform_int_distribution<int64_t>(1, 1024)(rng);
+    const int64_t max_kv = std::uniform_int_distribution<int64_t>(1, 40000)(rng);
+    INFO("seqs " << seqs << ", kv heads " << kv_heads << ", slots " << slots << ", max kv " << max_kv);
+    const int64_t blocks = seqs * kv_heads;
+    const int s = decode_splits(seqs, kv_heads, slots, max_kv);
+    REQUIRE(s >= 1);
+    REQUIRE(s <= gpu::kMaxSplits);
+    REQUIRE(seqs * s <= 65535);
+    const int64_t most = (max_kv + gpu::kDecodeMinKeys - 1) / gpu::kDecodeMinKeys;  // 64 keys a split
+    if (blocks <= slots) {
+      // One wave: never past it, as many splits as it holds unless a cap stops them.
+      CHECK(blocks * s <= slots);
+      CHECK(s <= most);
+      CHECK((blocks * (s + 1) > slots || s == most || s == gpu::kMaxSplits || s == 65535 / seqs));
+      continue;
+    }
+    const int64_t last = blocks % slots;
+    if (max_kv < kDecodeLongKeys || last == 0 || 2 * last > slots) {
+      CHECK(s == 1);
+      continue;
+    }
+    // Past one wave with a mostly empty last wave: no count of 2-4 fills the last wave better, and
+    // the chosen one fills it at least as well as one split does.
+    CHECK(s >= 2);
+    CHECK(s <= gpu::kFillMaxSplits);
+    for (int64_t other = 2; other <= gpu::kFillMaxSplits; ++other)
+      CHECK(last_wave_fill(blocks * s, slots) >= last_wave_fill(blocks * other, slots));
+    CHECK(last_wave_fill(blocks * s, slots) >= last_wave_fill(blocks, slots));
+  }
+}
+
+}  // namespace
+}  // namespace astrai::test
