@@ -267,7 +267,7 @@ class DecoderModel final : public Model {
     }
     int kv_class = 0;
     if (sh.bucketed) {
-      const std::vector<int> caps = kv_class_caps(kv);
+      const std::vector<int>& caps = kv_class_caps(kv);
       while (kv_class + 1 < int(caps.size()) && sh.max_kv_len > caps[size_t(kv_class)]) ++kv_class;
       sh.max_kv_len = caps[size_t(kv_class)];
     }
@@ -308,7 +308,9 @@ class DecoderModel final : public Model {
     for (int64_t bucket : buckets_) {
       be_.wait_uploads();
       ws_.reserve(be_, cfg_, WorkspaceShape{bucket, bucket, 1, bucket});
-      const std::vector<int> caps = kv_class_caps(kv);
+      stage_inputs(none, bucket, kv);
+      ws_.upload_inputs(be_, bucket);
+      const std::vector<int>& caps = kv_class_caps(kv);
       classes = caps.size();
       for (size_t c = 0; c < caps.size(); ++c) {
         StepShape sh;
@@ -316,8 +318,6 @@ class DecoderModel final : public Model {
         sh.max_q_len = 1;
         sh.bucketed = true;
         sh.max_kv_len = caps[c];
-        stage_inputs(none, bucket, kv);
-        ws_.upload_inputs(be_, bucket);
         run_layers(sh, kv);  // warm-up: GEMM plans and kernel attributes are set outside the capture
         std::unique_ptr<Backend::StepGraph> g = be_.capture([&] { run_layers(sh, kv); });
         if (!g) return 0;
@@ -347,14 +347,17 @@ class DecoderModel final : public Model {
   // The longest kv_len of each class of decode graphs, ascending: below each of the backend's
   // decode_kv_bounds under the cache's capacity, then the capacity (the page table's width). A
   // bucketed step sizes its grids by its class's cap, so a graph serves every step of its class.
-  std::vector<int> kv_class_caps(const KvCache& kv) const {
+  // Worked out again only when the capacity changes (the backend's bounds are fixed).
+  const std::vector<int>& kv_class_caps(const KvCache& kv) {
     const int capacity = int(ws_.capacity().page_stride * kv.page_size);
-    std::vector<int> caps;
+    if (capacity == kv_caps_capacity_) return kv_caps_;
+    kv_caps_.clear();
     for (int bound : be_.decode_kv_bounds())
-      if (bound > 1 && bound <= capacity && (caps.empty() || bound - 1 > caps.back()))
-        caps.push_back(bound - 1);
-    caps.push_back(capacity);
-    return caps;
+      if (bound > 1 && bound <= capacity && (kv_caps_.empty() || bound - 1 > kv_caps_.back()))
+        kv_caps_.push_back(bound - 1);
+    kv_caps_.push_back(capacity);
+    kv_caps_capacity_ = capacity;
+    return kv_caps_;
   }
 
   StepShape shape_of(const ForwardBatch& b, const KvCache& kv) const {
@@ -566,6 +569,8 @@ class DecoderModel final : public Model {
   std::map<std::pair<int64_t, int>, std::unique_ptr<Backend::StepGraph>> graphs_;  // by bucket, kv class
   uint64_t graphs_generation_ = 0;  // ws_.generation() at capture
   const void* graph_kv_ = nullptr;  // cache_id of the captured cache
+  std::vector<int> kv_caps_;        // kv_class_caps at kv_caps_capacity_
+  int kv_caps_capacity_ = -1;
 };
 
 }  // namespace
