@@ -38,6 +38,10 @@
 #            add_rms_norm, swiglu and rope_kv_store beside a copy of their bytes (not in the default
 #            STEPS)
 #   startup  `astrai serve --device cuda` to the first /health 200, llama-1b and qwen3-8b, twice
+#   attnsrc  ncu's full set with the source view (SASS lines: stalls, excess sectors and shared
+#            wavefronts) of one decode attention launch in a graphed step of ATTNSRC_SPEC ("model batch
+#            prompt", default llama-1b 64 4096); useful from a build with -DASTRAI_CUDA_LINEINFO=ON (not in
+#            the default STEPS)
 #   tests    the backend [gpu] cases and the gpu suite's forward / graph / step-loop cases; the
 #            backend's attention cases again under each of TEST_SWITCHES (';'-separated)
 #   sanitize compute-sanitizer memcheck, racecheck and synccheck over the backend's decode, ragged
@@ -118,6 +122,16 @@ ncu_attention() {
 }
 if want attn; then
   ncu_attention qwen3-8b 256 192 ncu_attn_b256
+fi
+if want attnsrc; then  # the decode attention kernel's source view (a build with -DASTRAI_CUDA_LINEINFO=ON)
+  set -- ${ATTNSRC_SPEC:-llama-1b 64 4096}
+  run_to 200 ncu --profile-from-start off --graph-profiling node --kernel-name regex:decode_attention --launch-count 1 \
+    --set full --import-source yes -o "$out/attnsrc" astrai bench decode --device cuda --model $M/$1 --batch $2 \
+    --prompt-len $3 --tokens 4 --profile-step 2 > "$out/attnsrc_run.txt" 2>&1
+  log "ncu source $*: exit $?"
+  ncu --import "$out/attnsrc.ncu-rep" --page source --csv > "$out/attnsrc_source.csv" 2>&1
+  ncu --import "$out/attnsrc.ncu-rep" --page details > "$out/attnsrc_details.txt" 2>&1
+  log "ncu source pages: $(wc -l < "$out/attnsrc_source.csv") source lines"
 fi
 # torch_peer MODEL BATCHES CONTEXT NAME SECONDS: bench/torch_decode.py's torch.compile decoder at
 # those shapes, into $out/NAME.txt, stopped after SECONDS.
@@ -232,7 +246,7 @@ if want tests; then
     run_to 150 env $s astrai_backend_tests "paged_attention* [gpu]" > "$out/backend_attention_$tag.log" 2>&1
     log "backend attention [$s]: exit $? $(grep -E 'test cases' "$out/backend_attention_$tag.log" | tail -1)"
   done
-  run_to 150 astrai_gpu_tests "forward*,decode steps replayed*,the step loop's*,cuda *" > "$out/gpu_tests.log" 2>&1
+  run_to 150 astrai_gpu_tests "forward*,decode steps*,the step loop's*,cuda *" > "$out/gpu_tests.log" 2>&1
   log "gpu tests: exit $? $(grep -E 'test cases' "$out/gpu_tests.log" | tail -1)"
 fi
 if want sanitize; then
