@@ -389,7 +389,8 @@ __device__ void merge_warps(const AttnParams& p, const float (*ml_s)[G][2], cons
 //   online softmax per row in log2 units, p rounded to bf16 as FlashAttention does,
 //   o[16 x D] += p v (p's accumulators are, element for element, the A fragment; V through ldmatrix.trans).
 // Each warp streams its tiles through its own ring of kS tiles in shared memory (cp.async, kS - 1
-// tiles in flight; page-table lookups one per lane, shared by shuffles), so the warps never wait
+// tiles in flight; page-table lookups one per lane, shared by shuffles; rows of D bf16 with their
+// 16-byte chunks swizzled, mma_fragments.cuh's load_b_swz), so the warps never wait
 // for each other inside the key loop; they then merge through shared memory in a fixed order. With
 // splits the block writes its unnormalised state as the general kernel does (m in natural-log
 // units) and combine_splits_kernel merges. A tile's keys past the split or on an invalid page are
@@ -405,34 +406,40 @@ __device__ void merge_warps(const AttnParams& p, const float (*ml_s)[G][2], cons
 // llama-1b at batch 64 (4k) but 7% slower for qwen3-8b at 256. At head_dim 64 a ring of 4 (three
 // tiles in flight a warp) reads faster: llama-1b +2.5% at batch 1 and 64 (32k), +3% at 64 (4k), -1%
 // at 8 (32k), even at 512; at head_dim 128 it lost (qwen3-8b -7% at batch 1, -2% at 16, 32k).
+// Swizzled rows instead of rows padded to D + 8 (whose cp.async writes met four-way bank
+// conflicts): llama-1b -3 to -7% a step at 4k and 32k, qwen3-8b -2.5 to -4.4% at 4k (H200). At
+// head_dim 64 a block then takes 32 KB with four stages (six blocks a multiprocessor, as padded) or
+// 24 KB with three (nine): the deeper ring reads faster while the step's blocks fit one wave of it
+// (llama-1b batch 8 to 64), the shallower one once they spill past it (-6% at batch 128, -3% at 256,
+// 4k), so launch_decode picks by the blocks (decode_ring).
 constexpr int kDecodeWarps = 2, kDecodeTileKeys = 16;
+// The ring's stages: the deeper, the shallower (D = 64 only; at 128 both are three).
 template <int D>
-constexpr int decode_stages() {
-  return D <= 64 ? 4 : 3;
+constexpr int decode_stages(bool deep) {
+  return D <= 64 && deep ? 4 : 3;
 }
-template <int D>
+template <int D, int kS>
 constexpr size_t decode_smem() {
-  return size_t(kDecodeWarps) * decode_stages<D>() * 2 * kDecodeTileKeys * (D + 8) * sizeof(bf16);
+  return size_t(kDecodeWarps) * kS * 2 * kDecodeTileKeys * D * sizeof(bf16);
 }
 
 // kRope (rope_attention): after pdl_wait the block norms and rotates its group's q rows into shared
 // memory with rope_kv_store's arithmetic (rope_head.cuh), and the block whose split holds the step's
 // own key does the same for that key's K into the step's cache slot (V as it is), then reads both
 // back as its tiles need them. Only that block reads the slot, so no other kernel is needed.
-template <int D, int G, bool kRope>
+template <int D, int G, bool kRope, int kS>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
     decode_attention_kernel(AttnParams p, const bf16* __restrict__ k_cache, const bf16* __restrict__ v_cache,
                             DecodeRope rp) {
   namespace am = attention_mma;
   pdl_launch_dependents();  // the o projection's GEMV may start loading its weights
-  constexpr int W = kDecodeWarps, kS = decode_stages<D>();
-  constexpr int kP = D + 8;                               // bf16 per tile row
-  constexpr int kTile = kDecodeTileKeys * kP;             // bf16 per K (or V) tile
+  constexpr int W = kDecodeWarps;
+  constexpr int kTile = kDecodeTileKeys * D;              // bf16 per K (or V) tile
   constexpr int kPerLane = kDecodeTileKeys * D / 8 / 32;  // 16-byte pieces a lane copies
   constexpr int kKeysPerIter = W * kDecodeTileKeys;
   static_assert(G <= 8 && kS * kDecodeTileKeys <= 64, "rows g < 8 only; the stages' valid bits fit 64");
   extern __shared__ __align__(16) unsigned char decode_smem_raw[];
-  bf16* tiles = reinterpret_cast<bf16*>(decode_smem_raw);  // [W][kS][K, V][kDecodeTileKeys][kP]
+  bf16* tiles = reinterpret_cast<bf16*>(decode_smem_raw);  // [W][kS][K, V][kDecodeTileKeys][D], swizzled
   const int kvh = blockIdx.x;
   const int s = blockIdx.y / p.splits, split = blockIdx.y % p.splits;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -472,8 +479,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
       const int rs = __shfl_sync(0xffffffffu, slot, r);
       if (skip_own && kb + r == own) continue;
       const int64_t off = (int64_t(max(rs, 0)) * p.kv_heads + kvh) * D + part * 8;
-      cp_async16_line(kt + r * kP + part * 8, k_cache + off, rs >= 0);
-      cp_async16_line(kt + kTile + r * kP + part * 8, v_cache + off, rs >= 0);
+      const int at = r * D + am::swizzled(r, part);
+      cp_async16_line(kt + at, k_cache + off, rs >= 0);
+      cp_async16_line(kt + kTile + at, v_cache + off, rs >= 0);
     }
   };
 #pragma unroll
@@ -539,9 +547,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
           // caches' own are read-only to the compiler).
           const bf16* kc = kRope ? rp.k_cache : k_cache;
           const bf16* vc = kRope ? rp.v_cache : v_cache;
-          *reinterpret_cast<uint4*>(kt + r * kP + part * 8) =
-              slot >= 0 ? *reinterpret_cast<const uint4*>(kc + off) : zero;
-          *reinterpret_cast<uint4*>(kt + kTile + r * kP + part * 8) =
+          const int at = r * D + am::swizzled(r, part);
+          *reinterpret_cast<uint4*>(kt + at) = slot >= 0 ? *reinterpret_cast<const uint4*>(kc + off) : zero;
+          *reinterpret_cast<uint4*>(kt + kTile + at) =
               slot >= 0 ? *reinterpret_cast<const uint4*>(vc + off) : zero;
         }
       }
@@ -580,7 +588,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         uint32_t b[4];
-        am::load_b<kP>(kt, 0, kk * 16, b);
+        am::load_b_swz<D>(kt, 0, kk * 16, b);
         const uint32_t a[4] = {qa[kk][0], 0u, qa[kk][1], 0u};
         am::mma(sc[0], a, b[0], b[1]);
         am::mma(sc[1], a, b[2], b[3]);
@@ -621,7 +629,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 #pragma unroll
       for (int np = 0; np < D / 16; ++np) {
         uint32_t b[4];
-        am::load_b_trans<kP>(vt, 0, np * 16, b);
+        am::load_b_trans_swz<D>(vt, 0, np * 16, b);
         am::mma(o[2 * np], pa, b[0], b[1]);
         am::mma(o[2 * np + 1], pa, b[2], b[3]);
       }
@@ -741,10 +749,10 @@ struct DecodeLaunch {
   int per_sm = 1;
 };
 
-template <int D, int G, bool kRope>
+template <int D, int G, bool kRope, int kS>
 DecodeLaunch decode_launch() {
-  constexpr auto kernel = decode_attention_kernel<D, G, kRope>;
-  constexpr size_t smem = decode_smem<D>();
+  constexpr auto kernel = decode_attention_kernel<D, G, kRope, kS>;
+  constexpr size_t smem = decode_smem<D, kS>();
   allow_smem<kernel>(smem);
   static const int per_sm = [] {
     int n = 0;
@@ -754,16 +762,29 @@ DecodeLaunch decode_launch() {
   return {kernel, kDecodeWarps, smem, per_sm};
 }
 
-// The decode kernel for this head_dim and group (kernel nullptr: none, the general kernel runs).
-template <int D, bool kRope>
+// The decode kernel for this head_dim, group and ring (kernel nullptr: none, the general kernel runs).
+template <int D, bool kRope, int kS>
 DecodeLaunch decode_launch_for(int64_t group) {
-  if (decode_attention_env() == "general") return {};
   switch (group) {
-    case 1: return decode_launch<D, 1, kRope>();
-    case 2: return decode_launch<D, 2, kRope>();
-    case 4: return decode_launch<D, 4, kRope>();
-    case 8: return decode_launch<D, 8, kRope>();
+    case 1: return decode_launch<D, 1, kRope, kS>();
+    case 2: return decode_launch<D, 2, kRope, kS>();
+    case 4: return decode_launch<D, 4, kRope, kS>();
+    case 8: return decode_launch<D, 8, kRope, kS>();
     default: return {};
+  }
+}
+// decode_launch_for with its ring picked for `blocks` (sequence, KV head) blocks: the deeper ring
+// while they fit one wave of its resident blocks, else the shallower one (decode_stages).
+template <int D, bool kRope>
+DecodeLaunch decode_ring(int64_t group, int64_t blocks) {
+  if (decode_attention_env() == "general") return {};
+  constexpr int kDeep = decode_stages<D>(true), kShallow = decode_stages<D>(false);
+  const DecodeLaunch deep = decode_launch_for<D, kRope, kDeep>(group);
+  if constexpr (kDeep == kShallow) {
+    return deep;
+  } else {
+    if (deep.kernel == nullptr || blocks <= int64_t(deep.per_sm) * sm_count()) return deep;
+    return decode_launch_for<D, kRope, kShallow>(group);
   }
 }
 // The leading one-query sequences of a mixed step that run apart from the tensor-core launch (0:
@@ -861,8 +882,9 @@ DecodeLaunch decode_kernel_for(const Tensor& q, const Tensor& k_cache, const Att
   const bool decode_step = q.dtype == DType::bf16 && batch.max_q_len == 1 && rows_aligned16(p.q) &&
                            rows_aligned16(rows_of(k_cache, "paged_attention"));
   if (!decode_step) return {};
-  if (p.head_dim == 64) return decode_launch_for<64, kRope>(p.group);
-  if (p.head_dim == 128) return decode_launch_for<128, kRope>(p.group);
+  const int64_t blocks = int64_t(batch.num_seqs) * p.kv_heads;
+  if (p.head_dim == 64) return decode_ring<64, kRope>(p.group, blocks);
+  if (p.head_dim == 128) return decode_ring<128, kRope>(p.group, blocks);
   return {};
 }
 

@@ -26,7 +26,8 @@ constexpr int64_t kFillMaxSplits = 4;
 // cache's capacity splits as an eager step of the same bucket does. Measured on the H200 at 4k
 // keys: llama-1b batch 128 (1,024 blocks, 792 slots) -10% a step with 3 splits, qwen3-8b batch 96
 // (768, 528) -7% with 2; at 1.9 and 2.6 waves splits were even or lost up to 3%, and at 512 keys
-// they lost 3-15% everywhere (docs/performance.md).
+// they lost 3-15% everywhere (docs/performance.md). (llama-1b's batch 128 now runs the head_dim 64
+// kernel's three-stage ring, whose 1,188 slots hold its blocks in one wave.)
 inline int64_t fill_splits(int64_t blocks, int64_t slots, int64_t max_kv_len) {
   const int64_t last = blocks % slots;
   if (max_kv_len < kDecodeLongKeys || last == 0 || 2 * last > slots) return 1;
