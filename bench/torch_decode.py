@@ -15,6 +15,11 @@
 #   python3 bench/torch_decode.py --preset llama-1b --batch 1,8,32 --context 512 [--modes graph,compile,hf]
 #   python3 bench/torch_decode.py --config MODEL_DIR/config.json ...
 #
+# --profile-step: after the timed steps, one more step (graph or compile) between
+# cudaProfilerStart and Stop, so that `ncu --profile-from-start off --graph-profiling node` records
+# that step's kernels alone, as `astrai bench decode --profile-step` does for ours
+# (tests/gpu/high_load_run.sh's `compare` step).
+#
 # Weights are random bf16 (decode speed does not depend on their values); the shapes are the
 # contract's presets or any Llama / Qwen2 / Qwen3 config.json. The static decoder reads the whole
 # cache of `context + steps` positions each step under a mask (as gpt-fast does); the floor counts
@@ -163,7 +168,7 @@ def time_steps(run_step, steps):
     return (time.perf_counter() - t0) / steps
 
 
-def bench_static(c, B, ctx, steps, mode, dev):
+def bench_static(c, B, ctx, steps, mode, dev, profile=False):
     m = StaticDecoder(c, B, ctx + steps + 8, dev).eval()
     tokens = torch.randint(0, c["vocab_size"], (B,), device=dev)
     pos = torch.full((B,), ctx, device=dev, dtype=torch.long)
@@ -198,6 +203,12 @@ def bench_static(c, B, ctx, steps, mode, dev):
             g.replay()
             tokens.copy_(nxt)
     sec = time_steps(run, steps)
+    if profile:
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
+        run(steps)
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
     kv_bytes = 2 * c["num_hidden_layers"] * B * ctx * c["num_key_value_heads"] * c["head_dim"] * 2
     return sec, setup, m.weight_bytes, kv_bytes
 
@@ -242,6 +253,8 @@ def main():
     ap.add_argument("--steps", type=int, default=64)
     ap.add_argument("--modes", default="graph,compile,hf")
     ap.add_argument("--json", help="append one JSON object per row to this file")
+    ap.add_argument("--profile-step", action="store_true",
+                    help="one more step of the graph / compile modes inside the profiler range (ncu)")
     args = ap.parse_args()
     if not args.preset and not args.config:
         ap.error("give --preset or --config")
@@ -262,7 +275,8 @@ def main():
                     setup = float("nan")
                     weight_bytes = None
                 else:
-                    sec, setup, weight_bytes, kv_bytes = bench_static_nograd(c, B, args.context, args.steps, mode, dev)
+                    sec, setup, weight_bytes, kv_bytes = bench_static_nograd(
+                        c, B, args.context, args.steps, mode, dev, args.profile_step)
             except Exception as e:  # a peer that fails is reported, not fatal
                 print(f"| {mode} | {B} | failed: {type(e).__name__}: {str(e)[:200]} |", flush=True)
                 torch.cuda.empty_cache()

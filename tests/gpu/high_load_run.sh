@@ -10,6 +10,10 @@
 #   e2e      tests/gpu/e2e_vs_transformers.py on a copy of llama-1b (LM head x6)
 #   profile  ncu of one graphed decode step of qwen3-8b at batch 64 and 256 (PROFILE_BATCHES; `bench decode
 #            --profile-step 2`, each graph node timed alone, clocks as found)
+#   compare  for each of COMPARE_SPECS (';'-separated "model batch prompt", default llama-1b 32 512): ncu
+#            of one graphed decode step of ours and of bench/torch_decode.py's torch.compile peer, each
+#            kernel timed alone, condensed by tests/gpu/ncu_step_summary.py into GPU time by kind of
+#            kernel (not in the default STEPS)
 #   serve    `bench serve` llama-1b, 32 streams, 128 / 256 tokens: TTFT and ITL per token, for each
 #            of the switches in SERVE_SWITCHES
 #   serve8b  `bench serve` qwen3-8b, 1,000 requests at once, 128 / 128 tokens, with the step profile,
@@ -85,6 +89,24 @@ if want profile; then
       astrai bench decode --device cuda --model $M/qwen3-8b --batch $b --prompt-len 192 --tokens 4 --profile-step 2 \
       > "$out/ncu_qwen3-8b_b$b.csv" 2> "$out/ncu_qwen3-8b_b$b.err"
     log "ncu qwen3-8b B$b: exit $? $(wc -l < "$out/ncu_qwen3-8b_b$b.csv") lines"
+  done
+fi
+if want compare; then
+  # One graphed decode step of ours and of the torch.compile peer under ncu, each kernel timed alone
+  # at the board's own clocks, summed by kind (tests/gpu/ncu_step_summary.py).
+  IFS=';' read -ra specs <<< "${COMPARE_SPECS:-llama-1b 32 512}"
+  for spec in "${specs[@]}"; do
+    set -- $spec; tag=$1_b$2_p$3
+    run_to 150 ncu --profile-from-start off --clock-control none --graph-profiling node --metrics gpu__time_duration.sum \
+      --csv astrai bench decode --device cuda --model $M/$1 --batch $2 --prompt-len $3 --tokens 4 --profile-step 2 \
+      > "$out/compare_ours_$tag.csv" 2> "$out/compare_ours_$tag.err"
+    python3 tests/gpu/ncu_step_summary.py "$out/compare_ours_$tag.csv" > "$out/compare_ours_$tag.txt" 2>&1
+    log "compare ours $*: $(head -1 "$out/compare_ours_$tag.txt" | cut -d: -f2)"
+    run_to 240 ncu --profile-from-start off --clock-control none --graph-profiling node --metrics gpu__time_duration.sum \
+      --csv python3 bench/torch_decode.py --preset $1 --batch $2 --context $3 --steps 8 --modes compile --profile-step \
+      > "$out/compare_peer_$tag.csv" 2> "$out/compare_peer_$tag.err"
+    python3 tests/gpu/ncu_step_summary.py "$out/compare_peer_$tag.csv" > "$out/compare_peer_$tag.txt" 2>&1
+    log "compare torch.compile $*: $(head -1 "$out/compare_peer_$tag.txt" | cut -d: -f2)"
   done
 fi
 if want serve; then
