@@ -194,6 +194,16 @@ ForwardBatch decode_batch(std::vector<Seq>& seqs, const std::vector<size_t>& whi
   return make_batch(chunks);
 }
 
+// One decode step of `which` through step_all (graphs against eager); each sequence's drawn token
+// is the one it decodes next.
+void decode_step(Pair& p, std::vector<Seq>& seqs, const std::vector<size_t>& which, int64_t V) {
+  const std::vector<int32_t> next = step_all(p, decode_batch(seqs, which), true, V);
+  for (size_t r = 0; r < which.size(); ++r) {
+    seqs[which[r]].ids.push_back(next[r]);
+    ++seqs[which[r]].done;
+  }
+}
+
 }  // namespace
 
 TEST_CASE("decode steps replayed from CUDA graphs equal eager steps bit for bit", "[gpu]") {
@@ -242,14 +252,7 @@ TEST_CASE("decode steps replayed from CUDA graphs equal eager steps bit for bit"
                                                    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}};
   for (const auto& group : groups) {
     INFO("batch " << group.size());
-    for (int step = 0; step < 3; ++step) {
-      const std::vector<int32_t> next = step_all(p, decode_batch(seqs, group), true, V);
-      for (size_t r = 0; r < group.size(); ++r) {
-        Seq& s = seqs[group[r]];
-        s.ids.push_back(next[r]);  // the token just drawn decodes next
-        ++s.done;
-      }
-    }
+    for (int step = 0; step < 3; ++step) decode_step(p, seqs, group, V);
     // Mixed: sequence group[0] takes two tokens at once (an extend chunk) beside the others' decodes.
     Seq& first = seqs[group[0]];
     first.ids.push_back(int32_t(rng() % uint64_t(V)));  // ids: done + 2 tokens, both stored now
@@ -311,11 +314,7 @@ TEST_CASE("decode steps past the backend's context bound replay their own graphs
   for (const std::vector<size_t>& group : {std::vector<size_t>{1, 2}, std::vector<size_t>{0, 1, 2}})
     for (int step = 0; step < 8; ++step) {
       INFO("batch " << group.size() << ", step " << step << ", longest context " << seqs[group[0]].done + 1);
-      const std::vector<int32_t> next = step_all(p, decode_batch(seqs, group), true, V);
-      for (size_t r = 0; r < group.size(); ++r) {
-        seqs[group[r]].ids.push_back(next[r]);
-        ++seqs[group[r]].done;
-      }
+      decode_step(p, seqs, group, V);
     }
   CHECK(seqs[0].done + 1 > bound);
 }
