@@ -83,30 +83,35 @@ if want e2e; then
   run_to 120 python3 tests/gpu/e2e_vs_transformers.py $M/e2e-llama-1b $out/e2e_llama-1b 6 > "$out/e2e_llama-1b.txt" 2>&1
   log "e2e llama-1b: exit $? $(tail -6 $out/e2e_llama-1b.txt | tr '\n' ' ' | cut -c1-500)"
 fi
+# ncu_step SECONDS NAME CMD...: ncu times each kernel of CMD's profiled range (a graphed step: `bench
+# decode --profile-step`, torch_decode.py --profile-step) alone, at the board's own clocks, as CSV
+# into $out/NAME.csv (stderr NAME.err).
+ncu_step() {
+  local t=$1 name=$2; shift 2
+  run_to $t ncu --profile-from-start off --clock-control none --graph-profiling node --metrics gpu__time_duration.sum \
+    --csv "$@" > "$out/$name.csv" 2> "$out/$name.err"
+}
 if want profile; then
   for b in ${PROFILE_BATCHES:-64 256}; do
-    run_to 150 ncu --profile-from-start off --clock-control none --graph-profiling node --metrics gpu__time_duration.sum --csv \
-      astrai bench decode --device cuda --model $M/qwen3-8b --batch $b --prompt-len 192 --tokens 4 --profile-step 2 \
-      > "$out/ncu_qwen3-8b_b$b.csv" 2> "$out/ncu_qwen3-8b_b$b.err"
+    ncu_step 150 ncu_qwen3-8b_b$b astrai bench decode --device cuda --model $M/qwen3-8b --batch $b --prompt-len 192 \
+      --tokens 4 --profile-step 2
     log "ncu qwen3-8b B$b: exit $? $(wc -l < "$out/ncu_qwen3-8b_b$b.csv") lines"
   done
 fi
 if want compare; then
-  # One graphed decode step of ours and of the torch.compile peer under ncu, each kernel timed alone
-  # at the board's own clocks, summed by kind (tests/gpu/ncu_step_summary.py).
+  # One graphed decode step of ours and of the torch.compile peer, summed by kind of kernel
+  # (tests/gpu/ncu_step_summary.py).
   IFS=';' read -ra specs <<< "${COMPARE_SPECS:-llama-1b 32 512}"
   for spec in "${specs[@]}"; do
     set -- $spec; tag=$1_b$2_p$3
-    run_to 150 ncu --profile-from-start off --clock-control none --graph-profiling node --metrics gpu__time_duration.sum \
-      --csv astrai bench decode --device cuda --model $M/$1 --batch $2 --prompt-len $3 --tokens 4 --profile-step 2 \
-      > "$out/compare_ours_$tag.csv" 2> "$out/compare_ours_$tag.err"
-    python3 tests/gpu/ncu_step_summary.py "$out/compare_ours_$tag.csv" > "$out/compare_ours_$tag.txt" 2>&1
-    log "compare ours $*: $(head -1 "$out/compare_ours_$tag.txt" | cut -d: -f2)"
-    run_to 240 ncu --profile-from-start off --clock-control none --graph-profiling node --metrics gpu__time_duration.sum \
-      --csv python3 bench/torch_decode.py --preset $1 --batch $2 --context $3 --steps 8 --modes compile --profile-step \
-      > "$out/compare_peer_$tag.csv" 2> "$out/compare_peer_$tag.err"
-    python3 tests/gpu/ncu_step_summary.py "$out/compare_peer_$tag.csv" > "$out/compare_peer_$tag.txt" 2>&1
-    log "compare torch.compile $*: $(head -1 "$out/compare_peer_$tag.txt" | cut -d: -f2)"
+    ncu_step 150 compare_ours_$tag astrai bench decode --device cuda --model $M/$1 --batch $2 --prompt-len $3 \
+      --tokens 4 --profile-step 2
+    ncu_step 240 compare_peer_$tag python3 bench/torch_decode.py --preset $1 --batch $2 --context $3 --steps 8 \
+      --modes compile --profile-step
+    for who in ours peer; do
+      python3 tests/gpu/ncu_step_summary.py "$out/compare_${who}_$tag.csv" > "$out/compare_${who}_$tag.txt" 2>&1
+      log "compare $who $*: $(head -1 "$out/compare_${who}_$tag.txt" | cut -d: -f2)"
+    done
   done
 fi
 if want serve; then
