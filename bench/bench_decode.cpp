@@ -2,7 +2,7 @@
 //   astrai bench decode --device cpu --preset tiny|qwen3-0.6b|... (or --model DIR)
 //                       [--batch 1,8,32] [--prompt-len 128] [--tokens 64] [--no-cuda-graphs]
 //                       [--max-model-len N] [--temperature T] [--top-p P] [--host-sampling] [--tp N]
-//                       [--profile-step N]
+//                       [--profile-step N] [--overlap]
 // For each batch size B: B random prompts prefilled (chunks of up to 512 tokens per step), then
 // --tokens decode steps of B sequences in lockstep (greedy next token by the backend's sample op,
 // or drawn at --temperature (and --top-p), as the step loop does: only the ids come back;
@@ -10,7 +10,10 @@
 // the op), timed. Prints a table and one JSON line. As in the engine, the step buffers are reserved
 // for B sequences of the whole length (or --max-model-len, as the engine's context would) up front
 // and, on a GPU, decode steps replay a CUDA graph per batch bucket (captured before the prefill;
-// --no-cuda-graphs runs them eagerly).
+// --no-cuda-graphs runs them eagerly). --overlap times the steps as the engine's step loop runs them
+// on a GPU: step N + 1 is launched, its tokens taken from step N's draws on the device, before the
+// host reads N's draws, so the host's work between steps hides behind the device; without it each
+// step's draws are read before the next is built (the device idles meanwhile).
 //
 // Bandwidth reference: a decode step reads every weight once and each sequence's K and V rows, so
 // it cannot beat (weight bytes + K/V bytes) / memory bandwidth. The bandwidth is measured in the
@@ -54,6 +57,7 @@ struct DecodeBenchOptions {
   float temperature = 0.0f;  // > 0: the sample op draws (seeded per sequence and step) instead of argmax
   float top_p = 1.0f;        // of those draws (1: off)
   int tp = 1;
+  bool overlap = false;  // launch step N + 1 before reading step N's draws (the engine's overlapped loop)
 };
 
 // Best of 3 timed reads of every weight byte (f32 sum, OpenMP over each tensor), in seconds.
@@ -109,9 +113,11 @@ double kv_read_bytes(const ModelConfig& cfg, const DecodeBenchOptions& o, int B,
 struct BatchResult {
   int batch = 0;
   double prefill_s = 0, decode_s = 0;
-  double decode_forward_s = 0;  // of decode_s: forward + synchronize (the rest: logits to the host, argmax)
+  double decode_forward_s = 0;  // of decode_s: forward + synchronize (the rest: logits to the host, argmax);
+                                // not measured overlapped
   int64_t prefill_tokens = 0, decode_tokens = 0;
-  double floor_ms = 0;  // (weight + K/V bytes) / the measured bandwidth; 0: not measured
+  double floor_ms = 0;       // (weight + K/V bytes) / the measured bandwidth; 0: not measured
+  uint64_t tokens_hash = 0;  // FNV-1a over every sequence's generated ids: equal runs drew equal tokens
 };
 
 BatchResult run_batch(Model& model, int B, const DecodeBenchOptions& o) {
@@ -134,6 +140,10 @@ BatchResult run_batch(Model& model, int B, const DecodeBenchOptions& o) {
   limits.max_tokens = std::max(budget, prompt_len);
   limits.max_model_len = std::max(total_len, max_model_len);
   limits.page_size = page_size;
+  if (o.overlap && !model.takes_drawn_tokens())
+    throw Error(
+        invalid_argument("--overlap: this model cannot take a step's tokens from the previous "
+                         "step's draws on the device (tensor parallel)"));
   check(model.reserve_steps(limits));
   KvCache kv = model.allocate_kv(B * pages_per_seq, page_size);
   if (graphs) model.capture_decode_graphs(kv).value();
@@ -167,10 +177,31 @@ BatchResult run_batch(Model& model, int B, const DecodeBenchOptions& o) {
     rows[size_t(r)].top_p = o.top_p;
   }
   Buffer rows_buf = be.alloc(rows.size() * sizeof(SampleRowParams));
-  Buffer out_buf = be.alloc(size_t(B) * sizeof(int32_t) * sample_out_words(0));
+  // Two output slots: overlapped, step N + 1 takes its tokens from step N's slot on the device while
+  // N's ids are copied back from it.
+  const size_t out_words = size_t(B) * size_t(sample_out_words(0));
+  Buffer out_buf[2] = {be.alloc(out_words * sizeof(int32_t)), be.alloc(out_words * sizeof(int32_t))};
+  Buffer host_out[2] = {be.alloc_host_pinned(out_words * sizeof(int32_t)),
+                        be.alloc_host_pinned(out_words * sizeof(int32_t))};
   const size_t ws_bytes = be.sample_workspace_bytes(B, int(cfg.vocab_size));
   Buffer ws_buf = ws_bytes ? be.alloc(ws_bytes) : Buffer();
-  std::vector<int32_t> out(size_t(B) * sample_out_words(0));
+  // Launches the sample op on the step's logits `lt` (R rows) into slot `slot`, and the copy of its
+  // ids back to the host; returns the copy's ticket.
+  auto launch_sample = [&](const Tensor& lt, int64_t R, int slot) {
+    SampleBatch sb;
+    sb.logits = lt;
+    sb.rows = rows_buf.as(DType::i32, {R, kSampleRowWords});
+    for (SampleRowParams& p : rows) ++p.index;  // the next token's draw
+    be.upload(sb.rows, rows.data());            // per step, as the step runner does
+    sb.out = out_buf[slot].as(DType::i32, {R, sample_out_words(0)});
+    if (ws_bytes) sb.workspace = ws_buf.as(DType::i32, {int64_t(ws_bytes / 4)});
+    be.sample(sb);
+    return be.download_async(host_out[slot].data(), sb.out);
+  };
+  // Row r's drawn id in slot `slot` (after its copy is waited for).
+  auto drawn = [&](int slot, size_t r) {
+    return static_cast<const int32_t*>(host_out[slot].data())[r * size_t(sample_out_words(0))];
+  };
   // Greedy next token of each sequence from the step's logits (one row per sequence).
   auto step = [&](const std::vector<int>& which) {
     const auto f0 = BenchClock::now();
@@ -187,16 +218,8 @@ BatchResult run_batch(Model& model, int B, const DecodeBenchOptions& o) {
       for (size_t r = 0; r < which.size(); ++r) seqs[size_t(which[r])].push_back(next[r]);
       return;
     }
-    SampleBatch sb;
-    sb.logits = lt;
-    sb.rows = rows_buf.as(DType::i32, {R, kSampleRowWords});
-    for (SampleRowParams& p : rows) ++p.index;  // the next token's draw
-    be.upload(sb.rows, rows.data());            // per step, as the step runner does
-    sb.out = out_buf.as(DType::i32, {R, sample_out_words(0)});
-    if (ws_bytes) sb.workspace = ws_buf.as(DType::i32, {int64_t(ws_bytes / 4)});
-    be.sample(sb);
-    be.download(out.data(), sb.out);
-    for (size_t r = 0; r < which.size(); ++r) seqs[size_t(which[r])].push_back(out[r * sample_out_words(0)]);
+    be.wait_download(launch_sample(lt, R, 0));
+    for (size_t r = 0; r < which.size(); ++r) seqs[size_t(which[r])].push_back(drawn(0, r));
   };
 
   BatchResult res;
@@ -219,16 +242,46 @@ BatchResult run_batch(Model& model, int B, const DecodeBenchOptions& o) {
   for (int s = 0; s < B; ++s) all[size_t(s)] = s;
   forward_s = 0;
   t0 = BenchClock::now();
-  for (int i = 0; i < steps; ++i) {
-    batch.clear();
-    for (int s = 0; s < B; ++s) add(s, prompt_len + i, prompt_len + i + 1);
-    if (i == o.profile_step) be.profile_range(true);
-    step(all);
-    if (i == o.profile_step) be.profile_range(false);
+  if (!o.overlap) {
+    for (int i = 0; i < steps; ++i) {
+      batch.clear();
+      for (int s = 0; s < B; ++s) add(s, prompt_len + i, prompt_len + i + 1);
+      if (i == o.profile_step) be.profile_range(true);
+      step(all);
+      if (i == o.profile_step) be.profile_range(false);
+    }
+  } else {
+    // Step i's rows (i > 0) take their tokens from step i - 1's draws on the device: each sequence
+    // holds a placeholder for that token until the host reads it, after step i is launched.
+    uint64_t ticket = 0;
+    for (int i = 0; i < steps; ++i) {
+      const int slot = i % 2;
+      batch.clear();
+      for (int s = 0; s < B; ++s) {
+        add(s, prompt_len + i, prompt_len + i + 1);
+        if (i > 0) batch.take_last_row_from(s, out_buf[1 - slot].as(DType::i32, {B, sample_out_words(0)}));
+      }
+      if (i == o.profile_step) be.profile_range(true);
+      const uint64_t launched = launch_sample(model.forward(batch.finish(), kv).value(), B, slot);
+      if (i == o.profile_step) be.profile_range(false);
+      for (int s = 0; s < B; ++s) seqs[size_t(s)].push_back(-1);  // step i's draw: a placeholder
+      if (i > 0) {
+        be.wait_download(ticket);
+        for (int s = 0; s < B; ++s) seqs[size_t(s)][size_t(prompt_len + i)] = drawn(1 - slot, size_t(s));
+      }
+      ticket = launched;
+    }
+    be.wait_download(ticket);
+    const int last = (steps - 1) % 2;
+    for (int s = 0; s < B; ++s) seqs[size_t(s)][size_t(prompt_len + steps)] = drawn(last, size_t(s));
   }
   res.decode_s = seconds_since(t0);
   res.decode_forward_s = forward_s;
   res.decode_tokens = int64_t(B) * steps;
+  uint64_t h = 14695981039346656037ull;
+  for (const auto& sq : seqs)
+    for (size_t i = size_t(prompt_len); i < sq.size(); ++i) h = (h ^ uint32_t(sq[i])) * 1099511628211ull;
+  res.tokens_hash = h;
   return res;
 }
 
@@ -265,11 +318,12 @@ void run(const DecodeBenchOptions& o) {
                 copy_gbps, wbytes / (copy_gbps * 1e9) * 1e3);
   std::string draw = o.temperature > 0 ? "temperature " + std::to_string(o.temperature) : "greedy";
   if (o.temperature > 0 && o.top_p < 1.0f) draw += " top_p " + std::to_string(o.top_p);
-  std::printf("prompt %d tokens, %d decode steps, CUDA graphs %s, %s %s\n\n", o.prompt_len, o.tokens,
-              !o.no_cuda_graphs && backend->supports_graphs() ? "on" : "off", draw.c_str(),
+  std::printf("prompt %d tokens, %d decode steps%s, CUDA graphs %s, %s %s\n\n", o.prompt_len, o.tokens,
+              o.overlap ? " overlapped" : "", !o.no_cuda_graphs && backend->supports_graphs() ? "on" : "off",
+              draw.c_str(),
               o.host_sampling ? "on the host (logits downloaded)" : "by the backend's sample op");
   // fwd ms/step: the forward alone (to the logits on the device), without the sampling and the copy
-  // of its result to the host.
+  // of its result to the host; "-" overlapped (nothing waits for the forward alone).
   std::printf("%6s %14s %14s %10s %12s %9s\n", "batch", "prefill tok/s", "decode tok/s", "ms/step",
               "fwd ms/step", "x floor");
   std::vector<BatchResult> results;
@@ -279,10 +333,11 @@ void run(const DecodeBenchOptions& o) {
     // Without a measured bandwidth (tensor parallel) the column says so rather than print 0.
     r.floor_ms =
         gbps > 0 ? (wbytes + kv_read_bytes(cfg, o, B, backend->compute_dtype())) / (gbps * 1e9) * 1e3 : 0;
-    char floor_col[32] = "-";
+    char floor_col[32] = "-", fwd_col[32] = "-";
     if (r.floor_ms > 0) std::snprintf(floor_col, sizeof floor_col, "%.2f", ms / r.floor_ms);
-    std::printf("%6d %14.1f %14.1f %10.2f %12.3f %9s\n", B, double(r.prefill_tokens) / r.prefill_s,
-                double(r.decode_tokens) / r.decode_s, ms, r.decode_forward_s * 1e3 / o.tokens, floor_col);
+    if (!o.overlap) std::snprintf(fwd_col, sizeof fwd_col, "%.3f", r.decode_forward_s * 1e3 / o.tokens);
+    std::printf("%6d %14.1f %14.1f %10.2f %12s %9s\n", B, double(r.prefill_tokens) / r.prefill_s,
+                double(r.decode_tokens) / r.decode_s, ms, fwd_col, floor_col);
     std::fflush(stdout);
     results.push_back(r);
   }
@@ -308,6 +363,8 @@ void run(const DecodeBenchOptions& o) {
       .value(!o.no_cuda_graphs && backend->supports_graphs())
       .key("sampling")
       .value(o.host_sampling ? "host" : "op")
+      .key("overlap")
+      .value(o.overlap)
       .key("temperature")
       .value(double(o.temperature))
       .key("top_p")
@@ -336,6 +393,8 @@ void run(const DecodeBenchOptions& o) {
         .value(r.decode_forward_s * 1e3 / o.tokens)
         .key("floor_ms_per_step")
         .value(r.floor_ms)
+        .key("tokens_hash")
+        .value(std::to_string(r.tokens_hash))
         .end_object();
   w.end_array().end_object();
   std::printf("\n%s\n", w.str().c_str());
@@ -363,10 +422,15 @@ void register_bench_decode(CLI::App& app) {
   CLI::Option* top_p = sub->add_option("--top-p", o->top_p, "Top-p of the draws at --temperature (1: off)")
                            ->check(CLI::Range(0.0f, 1.0f))
                            ->capture_default_str();
+  CLI::Option* overlap =
+      sub->add_flag("--overlap", o->overlap,
+                    "Launch each decode step before reading the previous step's tokens, as the engine's "
+                    "step loop does on a GPU (its tokens taken from the previous draws on the device)");
   sub->add_flag("--host-sampling", o->host_sampling,
                 "Download the logits and take the argmax on the host (the path before the sample op)")
       ->excludes(temperature)
-      ->excludes(top_p);
+      ->excludes(top_p)
+      ->excludes(overlap);
   sub->add_option("--profile-step", o->profile_step,
                   "Run timed decode step N (from 0) of each batch inside the backend's profiler range "
                   "(ncu/nsys --profile-from-start off record only that step)")

@@ -147,3 +147,30 @@ TEST_CASE("bench decode: each batch's floor is the weights and its K/V rows over
           Approx((wbytes + B * kv_per_seq) / (gbps * 1e9) * 1e3).epsilon(1e-9));
   }
 }
+
+TEST_CASE("bench decode --overlap draws the tokens the step-by-step loop draws", "[integration]") {
+  // Overlapped, step N + 1's rows take their tokens from step N's draws on the device before the host
+  // reads them; the draws (greedy, and seeded at a temperature) must not change.
+  for (const std::string draw : {"", " --temperature 0.9 --top-p 0.8"}) {
+    std::vector<std::string> hashes[2];
+    for (int overlap = 0; overlap < 2; ++overlap) {
+      const CommandResult r =
+          run_command(astrai_bin() + " bench decode --preset tiny --device cpu --threads 1 --batch 1,3 " +
+                      "--prompt-len 9 --tokens 7" + draw + (overlap ? " --overlap" : ""));
+      INFO(r.out << r.err);
+      REQUIRE(r.exit_code == 0);
+      simdjson::dom::parser parser;
+      const simdjson::dom::element doc = parser.parse(last_line(r.out));
+      CHECK(bool(doc["overlap"]) == (overlap == 1));
+      for (simdjson::dom::element e : simdjson::dom::array(doc["results"]))
+        hashes[overlap].emplace_back(std::string_view(e["tokens_hash"]));
+    }
+    INFO("draw:" << draw);
+    REQUIRE(hashes[0].size() == 2);
+    CHECK(hashes[0] == hashes[1]);
+  }
+  const CommandResult bad =
+      run_command(astrai_bin() + " bench decode --preset tiny --device cpu --overlap --host-sampling");
+  CHECK(bad.exit_code != 0);
+  CHECK_THAT(bad.err, Catch::Contains("--overlap") && Catch::Contains("--host-sampling"));
+}

@@ -5,8 +5,9 @@
 # Steps, in this order (each skipped once BUDGET seconds have passed; STEPS picks some):
 #   decode   `bench decode` of qwen3-8b at batch 64 / 128 / 256 and prompt 192 (a serve mix) and
 #            llama-1b at batch 1 / 8 / 32 / 64 and prompt 512, for each binary in BINS (default astrai)
-#            and each of the switches in SWITCHES (env assignments, ';'-separated); DECODE_SPECS
-#            (';'-separated "model batches prompt") replaces those shapes
+#            and each of the switches in SWITCHES (env assignments, ';'-separated) and of the flag
+#            sets in DECODE_FLAGS (';'-separated, e.g. " ;--overlap"); DECODE_SPECS (';'-separated
+#            "model batches prompt") replaces those shapes
 #   e2e      tests/gpu/e2e_vs_transformers.py on a copy of llama-1b (LM head x6)
 #   profile  ncu of one graphed decode step of qwen3-8b at batch 64 and 256 (PROFILE_BATCHES; `bench decode
 #            --profile-step 2`, each graph node timed alone, clocks as found)
@@ -66,14 +67,18 @@ log "start: $STEPS"
 wait $INIT; log "init: $(tail -1 $out/init.log)"
 if want decode; then
   IFS=';' read -ra sw <<< "${SWITCHES:-X=1}"
+  IFS=';' read -ra fl <<< "${DECODE_FLAGS:- }"
   for bin in ${BINS:-astrai}; do
     for s in "${sw[@]}"; do
-      IFS=';' read -ra specs <<< "${DECODE_SPECS:-qwen3-8b 64,128,256 192;llama-1b 1,8,32,64 512}"
-      for spec in "${specs[@]}"; do
-        set -- $spec
-        echo "== $bin [$s] $*" >> "$out/decode.txt"
-        run_to 90 env $s $bin bench decode --device cuda --model $M/$1 --batch $2 --prompt-len $3 --tokens 32 >> "$out/decode.txt" 2>&1
-        log "decode $bin [$s] $1: exit $? $(grep -E '^ +[0-9]' "$out/decode.txt" | tail -$(echo $2 | tr ',' ' ' | wc -w) | awk '{printf "B%s %s tok/s %s ms | ", $1, $3, $4}')"
+      for f in "${fl[@]}"; do
+        IFS=';' read -ra specs <<< "${DECODE_SPECS:-qwen3-8b 64,128,256 192;llama-1b 1,8,32,64 512}"
+        for spec in "${specs[@]}"; do
+          set -- $spec
+          echo "== $bin [$s] [$f] $*" >> "$out/decode.txt"
+          run_to 90 env $s $bin bench decode --device cuda --model $M/$1 --batch $2 --prompt-len $3 --tokens 32 $f \
+            >> "$out/decode.txt" 2>&1
+          log "decode $bin [$s] [$f] $1 $3: exit $? $(grep -E '^ +[0-9]' "$out/decode.txt" | tail -$(echo $2 | tr ',' ' ' | wc -w) | awk '{printf "B%s %s tok/s %s ms | ", $1, $3, $4}')"
+        done
       done
     done
   done
