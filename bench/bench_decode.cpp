@@ -267,13 +267,13 @@ BatchResult run_batch(Model& model, int B, const DecodeBenchOptions& o) {
       for (int s = 0; s < B; ++s) seqs[size_t(s)].push_back(-1);  // step i's draw: a placeholder
       if (i > 0) {
         be.wait_download(ticket);
-        for (int s = 0; s < B; ++s) seqs[size_t(s)][size_t(prompt_len + i)] = drawn(1 - slot, size_t(s));
+        for (int s = 0; s < B; ++s) seqs[size_t(s)][size_t(prompt_len) + size_t(i)] = drawn(1 - slot, size_t(s));
       }
       ticket = launched;
     }
     be.wait_download(ticket);
     const int last = (steps - 1) % 2;
-    for (int s = 0; s < B; ++s) seqs[size_t(s)][size_t(prompt_len + steps)] = drawn(last, size_t(s));
+    for (int s = 0; s < B; ++s) seqs[size_t(s)][size_t(prompt_len) + size_t(steps)] = drawn(last, size_t(s));
   }
   res.decode_s = seconds_since(t0);
   res.decode_forward_s = forward_s;

@@ -13,8 +13,12 @@
 #            --profile-step 2`, each graph node timed alone, clocks as found)
 #   compare  for each of COMPARE_SPECS (';'-separated "model batch prompt", default llama-1b 32 512): ncu
 #            of one graphed decode step of ours and of bench/torch_decode.py's torch.compile peer, each
-#            kernel timed alone, condensed by tests/gpu/ncu_step_summary.py into GPU time by kind of
+#            kernel timed alone, condensed by tests/gpu/step_summary.py into GPU time by kind of
 #            kernel (not in the default STEPS)
+#   timeline for each of TIMELINE_SPECS (as COMPARE_SPECS), one decode step of ours and of the peer
+#            as the device ran it (bench/kernel_trace.cpp's CUPTI kernel timeline; bundle
+#            build/bin/libastrai_kernel_trace.so): span, gaps between kernels, time by kind (not in
+#            the default STEPS)
 #   serve    `bench serve` llama-1b, 32 streams, 128 / 256 tokens: TTFT and ITL per token, for each
 #            of the switches in SERVE_SWITCHES
 #   serve8b  `bench serve` qwen3-8b, 1,000 requests at once, 128 / 128 tokens, with the step profile,
@@ -105,7 +109,7 @@ if want profile; then
 fi
 if want compare; then
   # One graphed decode step of ours and of the torch.compile peer, summed by kind of kernel
-  # (tests/gpu/ncu_step_summary.py).
+  # (tests/gpu/step_summary.py).
   IFS=';' read -ra specs <<< "${COMPARE_SPECS:-llama-1b 32 512}"
   for spec in "${specs[@]}"; do
     set -- $spec; tag=$1_b$2_p$3
@@ -114,8 +118,26 @@ if want compare; then
     ncu_step 240 compare_peer_$tag python3 bench/torch_decode.py --preset $1 --batch $2 --context $3 --steps 8 \
       --modes compile --profile-step
     for who in ours peer; do
-      python3 tests/gpu/ncu_step_summary.py "$out/compare_${who}_$tag.csv" > "$out/compare_${who}_$tag.txt" 2>&1
+      python3 tests/gpu/step_summary.py "$out/compare_${who}_$tag.csv" > "$out/compare_${who}_$tag.txt" 2>&1
       log "compare $who $*: $(head -1 "$out/compare_${who}_$tag.txt" | cut -d: -f2)"
+    done
+  done
+fi
+if want timeline; then
+  # One decode step of ours and of the torch.compile peer as the device ran it (kernel starts and ends
+  # from libastrai_kernel_trace.so, bench/kernel_trace.cpp): its span, the gaps between kernels, and
+  # the time by kind of kernel (tests/gpu/step_summary.py).
+  trace_lib=$ASTRAI_BUNDLE/bin/libastrai_kernel_trace.so
+  IFS=';' read -ra specs <<< "${TIMELINE_SPECS:-llama-1b 32 512}"
+  for spec in "${specs[@]}"; do
+    set -- $spec; tag=$1_b$2_p$3
+    CUDA_INJECTION64_PATH=$trace_lib ASTRAI_KERNEL_TRACE=$out/timeline_ours_$tag.csv run_to 120 astrai bench decode \
+      --device cuda --model $M/$1 --batch $2 --prompt-len $3 --tokens 4 --profile-step 2 > "$out/timeline_ours_$tag.log" 2>&1
+    CUDA_INJECTION64_PATH=$trace_lib ASTRAI_KERNEL_TRACE=$out/timeline_peer_$tag.csv run_to 240 python3 bench/torch_decode.py \
+      --preset $1 --batch $2 --context $3 --steps 8 --modes compile --profile-step > "$out/timeline_peer_$tag.log" 2>&1
+    for who in ours peer; do
+      python3 tests/gpu/step_summary.py "$out/timeline_${who}_$tag.csv" > "$out/timeline_${who}_$tag.txt" 2>&1
+      log "timeline $who $*: $(head -2 "$out/timeline_${who}_$tag.txt" | cut -d: -f2- | tr '\n' ' ')"
     done
   done
 fi
