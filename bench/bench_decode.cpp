@@ -267,7 +267,8 @@ BatchResult run_batch(Model& model, int B, const DecodeBenchOptions& o) {
       for (int s = 0; s < B; ++s) seqs[size_t(s)].push_back(-1);  // step i's draw: a placeholder
       if (i > 0) {
         be.wait_download(ticket);
-        for (int s = 0; s < B; ++s) seqs[size_t(s)][size_t(prompt_len) + size_t(i)] = drawn(1 - slot, size_t(s));
+        for (int s = 0; s < B; ++s)
+          seqs[size_t(s)][size_t(prompt_len) + size_t(i)] = drawn(1 - slot, size_t(s));
       }
       ticket = launched;
     }
