@@ -389,8 +389,8 @@ __device__ void merge_warps(const AttnParams& p, const float (*ml_s)[G][2], cons
 //   online softmax per row in log2 units, p rounded to bf16 as FlashAttention does,
 //   o[16 x D] += p v (p's accumulators are, element for element, the A fragment; V through ldmatrix.trans).
 // Each warp streams its tiles through its own ring of kS tiles in shared memory (cp.async, kS - 1
-// tiles in flight; page-table lookups one per lane, shared by shuffles; rows of D bf16 with their
-// 16-byte chunks swizzled, mma_fragments.cuh's load_b_swz), so the warps never wait
+// tiles in flight; page-table lookups one per lane, shared by shuffles; tiles in wgmma's 128-byte
+// swizzle, wgmma::swizzled, read by mma_fragments.cuh's load_b_swz), so the warps never wait
 // for each other inside the key loop; they then merge through shared memory in a fixed order. With
 // splits the block writes its unnormalised state as the general kernel does (m in natural-log
 // units) and combine_splits_kernel merges. A tile's keys past the split or on an invalid page are
@@ -439,7 +439,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   constexpr int kKeysPerIter = W * kDecodeTileKeys;
   static_assert(G <= 8 && kS * kDecodeTileKeys <= 64, "rows g < 8 only; the stages' valid bits fit 64");
   extern __shared__ __align__(16) unsigned char decode_smem_raw[];
-  bf16* tiles = reinterpret_cast<bf16*>(decode_smem_raw);  // [W][kS][K, V][kDecodeTileKeys][D], swizzled
+  bf16* tiles = reinterpret_cast<bf16*>(decode_smem_raw);  // [W][kS][K, V][D / 64][kDecodeTileKeys][64], swizzled
   const int kvh = blockIdx.x;
   const int s = blockIdx.y / p.splits, split = blockIdx.y % p.splits;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -479,7 +479,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
       const int rs = __shfl_sync(0xffffffffu, slot, r);
       if (skip_own && kb + r == own) continue;
       const int64_t off = (int64_t(max(rs, 0)) * p.kv_heads + kvh) * D + part * 8;
-      const int at = r * D + am::swizzled(r, part);
+      const int at = wgmma::swizzled<kDecodeTileKeys>(r, part);
       cp_async16_line(kt + at, k_cache + off, rs >= 0);
       cp_async16_line(kt + kTile + at, v_cache + off, rs >= 0);
     }
@@ -547,7 +547,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
           // caches' own are read-only to the compiler).
           const bf16* kc = kRope ? rp.k_cache : k_cache;
           const bf16* vc = kRope ? rp.v_cache : v_cache;
-          const int at = r * D + am::swizzled(r, part);
+          const int at = wgmma::swizzled<kDecodeTileKeys>(r, part);
           *reinterpret_cast<uint4*>(kt + at) = slot >= 0 ? *reinterpret_cast<const uint4*>(kc + off) : zero;
           *reinterpret_cast<uint4*>(kt + kTile + at) =
               slot >= 0 ? *reinterpret_cast<const uint4*>(vc + off) : zero;
@@ -588,7 +588,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         uint32_t b[4];
-        am::load_b_swz<D>(kt, 0, kk * 16, b);
+        am::load_b_swz<kDecodeTileKeys>(kt, 0, kk * 16, b);
         const uint32_t a[4] = {qa[kk][0], 0u, qa[kk][1], 0u};
         am::mma(sc[0], a, b[0], b[1]);
         am::mma(sc[1], a, b[2], b[3]);
@@ -629,7 +629,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 #pragma unroll
       for (int np = 0; np < D / 16; ++np) {
         uint32_t b[4];
-        am::load_b_trans_swz<D>(vt, 0, np * 16, b);
+        am::load_b_trans_swz<kDecodeTileKeys>(vt, 0, np * 16, b);
         am::mma(o[2 * np], pa, b[0], b[1]);
         am::mma(o[2 * np + 1], pa, b[2], b[3]);
       }

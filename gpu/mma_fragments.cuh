@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "gpu/device_util.cuh"
+#include "gpu/wgmma.cuh"
 
 namespace astrai::gpu::attention_mma {
 
@@ -66,23 +67,18 @@ __device__ __forceinline__ void load_b_trans(const bf16* tile, int k0, int n0, u
   ldsm_x4_trans(tile + (k0 + (l & 7) + ((l >> 3) & 1) * 8) * kP + n0 + (l >> 4) * 8, b);
 }
 
-// load_b and load_b_trans from a tile of dense rows of D bf16 (D a multiple of 64) whose 16-byte
-// chunks are XOR-swizzled by row: chunk c of row r sits at chunk c ^ (r % 8), so the eight rows an
+// load_b and load_b_trans from a tile of kRows rows in wgmma's 128-byte swizzle (wgmma::swizzled:
+// 64-column blocks of dense rows, 16-byte chunk c of row r at c ^ (r % 8)), so the eight rows an
 // ldmatrix phase reads fall in eight different bank groups without padding.
-__device__ __forceinline__ int swizzled(int r, int chunk) {
-  return (chunk ^ (r & 7)) * 8;
-}
-template <int D>
+template <int kRows>
 __device__ __forceinline__ void load_b_swz(const bf16* tile, int n0, int k0, uint32_t* b) {
   const int l = threadIdx.x % 32;
-  const int r = n0 + (l & 7) + ((l >> 4) << 3);
-  ldsm_x4(tile + r * D + swizzled(r, k0 / 8 + ((l >> 3) & 1)), b);
+  ldsm_x4(tile + wgmma::swizzled<kRows>(n0 + (l & 7) + ((l >> 4) << 3), k0 / 8 + ((l >> 3) & 1)), b);
 }
-template <int D>
+template <int kRows>
 __device__ __forceinline__ void load_b_trans_swz(const bf16* tile, int k0, int n0, uint32_t* b) {
   const int l = threadIdx.x % 32;
-  const int r = k0 + (l & 7) + ((l >> 3) & 1) * 8;
-  ldsm_x4_trans(tile + r * D + swizzled(r, n0 / 8 + (l >> 4)), b);
+  ldsm_x4_trans(tile + wgmma::swizzled<kRows>(k0 + (l & 7) + ((l >> 3) & 1) * 8, n0 / 8 + (l >> 4)), b);
 }
 
 // The A fragment (16 x 16, k block kk) of a 16 x N product held as accumulators c[N / 8][4].
