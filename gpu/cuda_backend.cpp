@@ -182,14 +182,17 @@ class CudaBackend final : public Backend {
     linear_->run_mlp(stream_, residual, x, norm_w, eps, residual_out, h, w_gate_up, gate_up, act, w_down,
                      out);
   }
-  // Decode-sized steps only (the GEMV's rows): on the H200 it gained 3-5% at batch 8, nothing at
-  // batch 1, and lost 4-11% at batch 32 and 64 (docs/performance.md). And only into a graph being
+  // Decode-sized steps of 2 rows or more (the GEMV's rows): on the H200 it gained 3-5% at batch 8
+  // and lost 4-11% at batch 32 and 64 (docs/performance.md). At batch 1 the GEMVs do not wait for
+  // bytes L2 could hold, and the branch cost its step time: the graph's kernels then ran 10 us
+  // longer, and 10 us passed between its first two kernels (a kernel timeline, llama-1b: 0.6%
+  // a step; the twenty-third session). And only into a graph being
   // captured, where its launches cost the host nothing per step: an eager decode step is bound by
   // the host's launches, which it would lengthen. It goes on a second stream that waits for the ops
   // so far, so the kernels after them do not wait for it: a branch of the graph, joined at the
   // capture's end.
   void prefetch(std::span<const Tensor* const> next, int64_t rows) override {
-    if (prefetch_budget_ <= 0 || next.empty() || rows > kGemvMaxRows || !capture_scratch_) return;
+    if (prefetch_budget_ <= 0 || next.empty() || rows < 2 || rows > kGemvMaxRows || !capture_scratch_) return;
     enter();
     check_prefetch(next);  // before the fork: a throw must leave no forked stream in the capture
     ASTRAI_CUDA_CHECK(cudaEventRecord(fork_, stream_));
