@@ -439,7 +439,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   constexpr int kKeysPerIter = W * kDecodeTileKeys;
   static_assert(G <= 8 && kS * kDecodeTileKeys <= 64, "rows g < 8 only; the stages' valid bits fit 64");
   extern __shared__ __align__(16) unsigned char decode_smem_raw[];
-  bf16* tiles = reinterpret_cast<bf16*>(decode_smem_raw);  // [W][kS][K, V][D / 64][kDecodeTileKeys][64], swizzled
+  // [W][kS][K, V][D / 64][kDecodeTileKeys][64], in wgmma's swizzle
+  bf16* tiles = reinterpret_cast<bf16*>(decode_smem_raw);
   const int kvh = blockIdx.x;
   const int s = blockIdx.y / p.splits, split = blockIdx.y % p.splits;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
