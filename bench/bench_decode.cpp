@@ -2,7 +2,7 @@
 //   astrai bench decode --device cpu --preset tiny|qwen3-0.6b|... (or --model DIR)
 //                       [--batch 1,8,32] [--prompt-len 128] [--tokens 64] [--no-cuda-graphs]
 //                       [--max-model-len N] [--temperature T] [--top-p P] [--host-sampling] [--tp N]
-//                       [--profile-step N] [--overlap]
+//                       [--profile-step N] [--overlap | --no-overlap]
 // For each batch size B: B random prompts prefilled (chunks of up to 512 tokens per step), then
 // --tokens decode steps of B sequences in lockstep (greedy next token by the backend's sample op,
 // or drawn at --temperature (and --top-p), as the step loop does: only the ids come back;
@@ -10,10 +10,11 @@
 // the op), timed. Prints a table and one JSON line. As in the engine, the step buffers are reserved
 // for B sequences of the whole length (or --max-model-len, as the engine's context would) up front
 // and, on a GPU, decode steps replay a CUDA graph per batch bucket (captured before the prefill;
-// --no-cuda-graphs runs them eagerly). --overlap times the steps as the engine's step loop runs them
-// on a GPU: step N + 1 is launched, its tokens taken from step N's draws on the device, before the
-// host reads N's draws, so the host's work between steps hides behind the device; without it each
-// step's draws are read before the next is built (the device idles meanwhile).
+// --no-cuda-graphs runs them eagerly). The steps run as the engine's step loop runs them: on a GPU
+// overlapped (--overlap elsewhere): step N + 1 is launched, its tokens taken from step N's draws on
+// the device, before the host reads N's draws, so the host's work between steps hides behind the
+// device; on the CPU (--no-overlap on a GPU, and always with --host-sampling or tensor parallelism)
+// each step's draws are read before the next is built, the device idle meanwhile.
 //
 // Bandwidth reference: a decode step reads every weight once and each sequence's K and V rows, so
 // it cannot beat (weight bytes + K/V bytes) / memory bandwidth. The bandwidth is measured in the
@@ -57,7 +58,9 @@ struct DecodeBenchOptions {
   float temperature = 0.0f;  // > 0: the sample op draws (seeded per sequence and step) instead of argmax
   float top_p = 1.0f;        // of those draws (1: off)
   int tp = 1;
-  bool overlap = false;  // launch step N + 1 before reading step N's draws (the engine's overlapped loop)
+  // Launch step N + 1 before reading step N's draws (the engine's overlapped loop): 1 yes, 0 no, -1 as
+  // the engine does (on a GPU, where the model takes drawn tokens; never with --host-sampling).
+  int overlap = -1;
 };
 
 // Best of 3 timed reads of every weight byte (f32 sum, OpenMP over each tensor), in seconds.
@@ -286,7 +289,8 @@ BatchResult run_batch(Model& model, int B, const DecodeBenchOptions& o) {
   return res;
 }
 
-void run(const DecodeBenchOptions& o) {
+void run(const DecodeBenchOptions& options) {
+  DecodeBenchOptions o = options;
   apply_common_options(o.common);
   if (o.prompt_len < 1 || o.tokens < 1)
     throw Error(invalid_argument("--prompt-len and --tokens must be positive"));
@@ -296,6 +300,8 @@ void run(const DecodeBenchOptions& o) {
   const std::unique_ptr<Backend>& backend = lm.backend;
   const std::unique_ptr<Model>& model = lm.model;
   const ModelConfig& cfg = model->config();
+  if (o.overlap < 0)
+    o.overlap = backend->device() != Device::cpu && !o.host_sampling && model->takes_drawn_tokens() ? 1 : 0;
 
   const double wbytes = double(model->weight_bytes());
   double read_s = 0, copy_gbps = 0;
@@ -365,7 +371,7 @@ void run(const DecodeBenchOptions& o) {
       .key("sampling")
       .value(o.host_sampling ? "host" : "op")
       .key("overlap")
-      .value(o.overlap)
+      .value(o.overlap == 1)
       .key("temperature")
       .value(double(o.temperature))
       .key("top_p")
@@ -423,10 +429,13 @@ void register_bench_decode(CLI::App& app) {
   CLI::Option* top_p = sub->add_option("--top-p", o->top_p, "Top-p of the draws at --temperature (1: off)")
                            ->check(CLI::Range(0.0f, 1.0f))
                            ->capture_default_str();
-  CLI::Option* overlap =
-      sub->add_flag("--overlap", o->overlap,
-                    "Launch each decode step before reading the previous step's tokens, as the engine's "
-                    "step loop does on a GPU (its tokens taken from the previous draws on the device)");
+  CLI::Option* overlap = sub->add_flag(
+      "--overlap{1}", o->overlap,
+      "Launch each decode step before reading the previous step's tokens, its tokens taken "
+      "from the previous draws on the device (the default on a GPU, as the engine's step loop)");
+  sub->add_flag("--no-overlap{0}", o->overlap,
+                "Read each step's tokens before building the next (the default on the CPU)")
+      ->excludes(overlap);
   sub->add_flag("--host-sampling", o->host_sampling,
                 "Download the logits and take the argmax on the host (the path before the sample op)")
       ->excludes(temperature)

@@ -152,11 +152,13 @@ TEST_CASE("bench decode --overlap draws the tokens the step-by-step loop draws",
   // Overlapped, step N + 1's rows take their tokens from step N's draws on the device before the host
   // reads them; the draws (greedy, and seeded at a temperature) must not change.
   for (const std::string draw : {"", " --temperature 0.9 --top-p 0.8"}) {
+    // The CPU's default is the engine's there: step by step (as --no-overlap).
     std::vector<std::string> hashes[2];
-    for (int overlap = 0; overlap < 2; ++overlap) {
+    for (const char* mode : {"", " --no-overlap", " --overlap"}) {
+      const int overlap = std::string_view(mode) == " --overlap" ? 1 : 0;
       const CommandResult r =
           run_command(astrai_bin() + " bench decode --preset tiny --device cpu --threads 1 --batch 1,3 " +
-                      "--prompt-len 9 --tokens 7" + draw + (overlap ? " --overlap" : ""));
+                      "--prompt-len 9 --tokens 7" + draw + mode);
       INFO(r.out << r.err);
       REQUIRE(r.exit_code == 0);
       simdjson::dom::parser parser;
@@ -166,11 +168,17 @@ TEST_CASE("bench decode --overlap draws the tokens the step-by-step loop draws",
         hashes[overlap].emplace_back(std::string_view(e["tokens_hash"]));
     }
     INFO("draw:" << draw);
-    REQUIRE(hashes[0].size() == 2);
-    CHECK(hashes[0] == hashes[1]);
+    REQUIRE(hashes[0].size() == 4);  // the default's two batches, then --no-overlap's
+    REQUIRE(hashes[1].size() == 2);
+    CHECK(std::vector<std::string>(hashes[0].begin(), hashes[0].begin() + 2) ==
+          std::vector<std::string>(hashes[0].begin() + 2, hashes[0].end()));
+    CHECK(std::vector<std::string>(hashes[0].begin(), hashes[0].begin() + 2) == hashes[1]);
   }
-  const CommandResult bad =
-      run_command(astrai_bin() + " bench decode --preset tiny --device cpu --overlap --host-sampling");
-  CHECK(bad.exit_code != 0);
-  CHECK_THAT(bad.err, Catch::Contains("--overlap") && Catch::Contains("--host-sampling"));
+  for (const char* other : {" --host-sampling", " --no-overlap"}) {
+    const CommandResult bad =
+        run_command(astrai_bin() + " bench decode --preset tiny --device cpu --overlap" + other);
+    INFO(bad.out << bad.err);
+    CHECK(bad.exit_code != 0);
+    CHECK_THAT(bad.err, Catch::Contains("--overlap excludes " + std::string(other + 1)));
+  }
 }

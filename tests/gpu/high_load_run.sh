@@ -6,7 +6,8 @@
 #   decode   `bench decode` of qwen3-8b at batch 64 / 128 / 256 and prompt 192 (a serve mix) and
 #            llama-1b at batch 1 / 8 / 32 / 64 and prompt 512, for each binary in BINS (default astrai)
 #            and each of the switches in SWITCHES (env assignments, ';'-separated) and of the flag
-#            sets in DECODE_FLAGS (';'-separated, e.g. " ;--overlap"); DECODE_SPECS (';'-separated
+#            sets in DECODE_FLAGS (';'-separated, e.g. "--no-overlap;--overlap"; bench decode runs
+#            overlapped on a GPU unless told --no-overlap); DECODE_SPECS (';'-separated
 #            "model batches prompt") replaces those shapes
 #   e2e      tests/gpu/e2e_vs_transformers.py on a copy of llama-1b (LM head x6)
 #   profile  ncu of one graphed decode step of qwen3-8b at batch 64 and 256 (PROFILE_BATCHES; `bench decode
@@ -103,7 +104,7 @@ ncu_step() {
 if want profile; then
   for b in ${PROFILE_BATCHES:-64 256}; do
     ncu_step 150 ncu_qwen3-8b_b$b astrai bench decode --device cuda --model $M/qwen3-8b --batch $b --prompt-len 192 \
-      --tokens 4 --profile-step 2
+      --tokens 4 --profile-step 2 --no-overlap
     log "ncu qwen3-8b B$b: exit $? $(wc -l < "$out/ncu_qwen3-8b_b$b.csv") lines"
   done
 fi
@@ -114,7 +115,7 @@ if want compare; then
   for spec in "${specs[@]}"; do
     set -- $spec; tag=$1_b$2_p$3
     ncu_step 150 compare_ours_$tag astrai bench decode --device cuda --model $M/$1 --batch $2 --prompt-len $3 \
-      --tokens 4 --profile-step 2
+      --tokens 4 --profile-step 2 --no-overlap
     ncu_step 240 compare_peer_$tag python3 bench/torch_decode.py --preset $1 --batch $2 --context $3 --steps 8 \
       --modes compile --profile-step
     for who in ours peer; do
@@ -126,13 +127,14 @@ fi
 if want timeline; then
   # One decode step of ours and of the torch.compile peer as the device ran it (kernel starts and ends
   # from libastrai_kernel_trace.so, bench/kernel_trace.cpp): its span, the gaps between kernels, and
-  # the time by kind of kernel (tests/gpu/step_summary.py).
+  # the time by kind of kernel (tests/gpu/step_summary.py). Ours step by step: overlapped, the
+  # profiled step's first kernel (take_tokens) would go out before the host launches the graph.
   trace_lib=$ASTRAI_BUNDLE/bin/libastrai_kernel_trace.so
   IFS=';' read -ra specs <<< "${TIMELINE_SPECS:-llama-1b 32 512}"
   for spec in "${specs[@]}"; do
     set -- $spec; tag=$1_b$2_p$3
     CUDA_INJECTION64_PATH=$trace_lib ASTRAI_KERNEL_TRACE=$out/timeline_ours_$tag.csv run_to 120 astrai bench decode \
-      --device cuda --model $M/$1 --batch $2 --prompt-len $3 --tokens 4 --profile-step 2 > "$out/timeline_ours_$tag.log" 2>&1
+      --device cuda --model $M/$1 --batch $2 --prompt-len $3 --tokens 4 --profile-step 2 --no-overlap > "$out/timeline_ours_$tag.log" 2>&1
     CUDA_INJECTION64_PATH=$trace_lib ASTRAI_KERNEL_TRACE=$out/timeline_peer_$tag.csv run_to 240 python3 bench/torch_decode.py \
       --preset $1 --batch $2 --context $3 --steps 8 --modes compile --profile-step > "$out/timeline_peer_$tag.log" 2>&1
     for who in ours peer; do
