@@ -739,6 +739,17 @@ const std::string& decode_attention_env() {
   return v;
 }
 
+// ASTRAI_DECODE_MIN_KEYS=N (for A/B timing): a decode split takes at least N of the step's longest
+// keys (its bound in a graph) instead of kDecodeMinKeys, so short contexts take fewer splits.
+int64_t decode_min_keys() {
+  static const int64_t v = [] {
+    const char* e = std::getenv("ASTRAI_DECODE_MIN_KEYS");
+    const int64_t n = e && *e ? std::atoll(e) : kDecodeMinKeys;
+    return n >= kDecodeMinKeys ? n : kDecodeMinKeys;
+  }();
+  return v;
+}
+
 using DecodeKernel = void (*)(AttnParams, const bf16*, const bf16*, DecodeRope);
 
 // A decode kernel with its launch shape: warps per block, dynamic shared memory, and the blocks a
@@ -895,7 +906,7 @@ void launch_decode(cudaStream_t stream, const DecodeLaunch& decode, AttnParams& 
                    const AttentionBatch& batch, int64_t T, Scratch& scratch, const Tensor& k_cache,
                    const Tensor& v_cache, const DecodeRope& rope) {
   const int64_t S = batch.num_seqs, KVH = p.kv_heads;
-  p.splits = decode_splits(S, KVH, int64_t(decode.per_sm) * sm_count(), batch.max_kv_len);
+  p.splits = decode_splits(S, KVH, int64_t(decode.per_sm) * sm_count(), batch.max_kv_len, decode_min_keys());
   p.heads_per_tile = int(p.group);
   p.rows_per_tile = 1;
   set_partials(p, scratch, T);

@@ -43,13 +43,14 @@ inline int64_t fill_splits(int64_t blocks, int64_t slots, int64_t max_kv_len) {
 
 // The splits of a decode launch over `seqs` sequences of `kv_heads` KV heads (a block each per
 // split) on `slots` resident blocks: within one wave, as many as keep the blocks in it (rounded
-// down: a second, partial wave would run at a fraction of the occupancy), each at least
-// kDecodeMinKeys of the longest sequence's keys; past one wave, fill_splits. The grid's z
-// dimension (seqs * splits) stays under 65,536.
-inline int decode_splits(int64_t seqs, int64_t kv_heads, int64_t slots, int64_t max_kv_len) {
+// down: a second, partial wave would run at a fraction of the occupancy), each at least `min_keys`
+// (kDecodeMinKeys; the diagnostic ASTRAI_DECODE_MIN_KEYS sets another) of the longest sequence's
+// keys; past one wave, fill_splits. The grid's z dimension (seqs * splits) stays under 65,536.
+inline int decode_splits(int64_t seqs, int64_t kv_heads, int64_t slots, int64_t max_kv_len,
+                         int64_t min_keys = kDecodeMinKeys) {
   const int64_t blocks = seqs * kv_heads;
   const int64_t want = blocks <= slots ? slots / blocks : fill_splits(blocks, slots, max_kv_len);
-  const int64_t most = (max_kv_len + kDecodeMinKeys - 1) / kDecodeMinKeys;
+  const int64_t most = (max_kv_len + min_keys - 1) / min_keys;
   return int(std::clamp<int64_t>(std::min(want, most), 1, std::min<int64_t>(kMaxSplits, 65535 / seqs)));
 }
 

@@ -35,6 +35,11 @@ TEST_CASE("decode splits fill the last wave of blocks at long contexts and keep 
   CHECK(decode_splits(1, 8, 792, 512) == 8);
   CHECK(decode_splits(8, 8, 792, 32768) == 12);
   CHECK(decode_splits(99, 8, 792, 32768) == 1);
+  // A larger least share of keys (ASTRAI_DECODE_MIN_KEYS) takes fewer splits within one wave.
+  CHECK(decode_splits(32, 8, 792, 512) == 3);
+  CHECK(decode_splits(32, 8, 792, 512, 256) == 2);
+  CHECK(decode_splits(32, 8, 792, 512, 512) == 1);
+  CHECK(decode_splits(1, 8, 792, 2047, 1024) == 2);
 
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
