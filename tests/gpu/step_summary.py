@@ -9,7 +9,9 @@
 #     kernels as the device ran them. Then it also gives the step's span from the first kernel's
 #     start to the last one's end, the time no kernel ran (gaps) and the longest gaps. A kernel
 #     launched programmatically (PDL) starts before the one it waits for ends: its time includes
-#     that wait, so the times by kind overlap there; the span and the gaps do not.
+#     that wait, so the times by kind overlap there; the span and the gaps do not, nor does what
+#     each kernel adds to the step (its end minus the latest end before it on the main stream),
+#     the column the timeline's tables are ranked by.
 #
 #   python3 tests/gpu/step_summary.py CSV [--top N] [--range R]
 import argparse, csv, re, sys
@@ -62,11 +64,30 @@ def read_rows(path):
 
 
 def read_timeline(path, which):
-    """(kernel name, start us, end us) of profiler range `which` of a kernel_trace CSV, by start."""
+    """(kernel name, start us, end us, stream) of profiler range `which` of a kernel_trace CSV, by start."""
     with open(path, newline="") as f:
-        rows = [(r["name"], int(r["start_ns"]) / 1e3, int(r["end_ns"]) / 1e3)
+        rows = [(r["name"], int(r["start_ns"]) / 1e3, int(r["end_ns"]) / 1e3, r["stream"])
                 for r in csv.DictReader(f) if int(r["range"]) == which]
     return sorted(rows, key=lambda r: r[1])
+
+
+def added_times(timeline):
+    """What each kernel of the main stream (the one with the most kernels) adds to the step: its end
+    minus the latest end before it, the gap before it included; 0 for a side stream's kernels. Unlike
+    durations these do not overlap where kernels start early (PDL), and they sum to the main stream's
+    span."""
+    counts = defaultdict(int)
+    for _, _, _, stream in timeline:
+        counts[stream] += 1
+    main = max(counts, key=counts.get)
+    reach, added = None, []
+    for _, start, end, stream in timeline:
+        if stream != main:
+            added.append(0.0)
+            continue
+        added.append(end - start if reach is None else max(0.0, end - reach))
+        reach = end if reach is None else max(reach, end)
+    return added
 
 
 def print_timeline(timeline, top):
@@ -74,7 +95,7 @@ def print_timeline(timeline, top):
     span = timeline[-1][2] - timeline[0][1]
     busy, reach, gaps = 0.0, timeline[0][1], []
     prev = None
-    for name, start, end in timeline:
+    for name, start, end, _ in timeline:
         if start > reach and prev is not None:
             gaps.append((start - reach, prev, name))
         busy += max(0.0, end - max(start, reach))
@@ -102,30 +123,34 @@ def main():
         trace = f.readline().startswith("range,start_ns,")
     if trace:
         timeline = read_timeline(args.csv, args.range)
-        rows = [(name, end - start) for name, start, end in timeline]
+        rows = [(t[0], t[2] - t[1], a) for t, a in zip(timeline, added_times(timeline))]
     else:
-        rows = read_rows(args.csv)
+        rows = [(name, us, None) for name, us in read_rows(args.csv)]
     if not rows:
         print(f"{args.csv}: no kernels" + ("" if trace else " (no gpu__time_duration.sum rows)"))
         return 1
-    total = sum(us for _, us in rows)
+    total = sum(r[1] for r in rows)
     print(f"{args.csv}: {len(rows)} kernels, {total:.1f} us of GPU time")
     if trace:
         print_timeline(timeline, args.top)
-    kinds = defaultdict(lambda: [0.0, 0])
-    names = defaultdict(lambda: [0.0, 0])
-    for name, us in rows:
+    # Timelines also give what each adds to the step (added_times), and rank by it.
+    kinds = defaultdict(lambda: [0.0, 0, 0.0])
+    names = defaultdict(lambda: [0.0, 0, 0.0])
+    for name, us, added in rows:
         for table in (kinds[kind_of(name)], names[name]):
             table[0] += us
             table[1] += 1
-    print("| kind | us | share | kernels |")
-    print("|---|---|---|---|")
-    for kind, (us, n) in sorted(kinds.items(), key=lambda kv: -kv[1][0]):
-        print(f"| {kind} | {us:.1f} | {us / total:.1%} | {n} |")
-    print(f"\n| kernel (top {args.top}) | us | count | us each |")
-    print("|---|---|---|---|")
-    for name, (us, n) in sorted(names.items(), key=lambda kv: -kv[1][0])[:args.top]:
-        print(f"| {name[:90]} | {us:.1f} | {n} | {us / n:.2f} |")
+            table[2] += added or 0.0
+    key = (lambda kv: -kv[1][2]) if trace else (lambda kv: -kv[1][0])
+    extra = " adds, us |" if trace else ""
+    print("| kind | us | share | kernels |" + extra)
+    print("|---|---|---|---|" + ("---|" if trace else ""))
+    for kind, (us, n, added) in sorted(kinds.items(), key=key):
+        print(f"| {kind} | {us:.1f} | {us / total:.1%} | {n} |" + (f" {added:.1f} |" if trace else ""))
+    print(f"\n| kernel (top {args.top}) | us | count | us each |" + extra)
+    print("|---|---|---|---|" + ("---|" if trace else ""))
+    for name, (us, n, added) in sorted(names.items(), key=key)[:args.top]:
+        print(f"| {name[:90]} | {us:.1f} | {n} | {us / n:.2f} |" + (f" {added:.1f} |" if trace else ""))
     return 0
 
 
