@@ -108,41 +108,39 @@ if want profile; then
     log "ncu qwen3-8b B$b: exit $? $(wc -l < "$out/ncu_qwen3-8b_b$b.csv") lines"
   done
 fi
-if want compare; then
-  # One graphed decode step of ours and of the torch.compile peer, summed by kind of kernel
-  # (tests/gpu/step_summary.py).
-  IFS=';' read -ra specs <<< "${COMPARE_SPECS:-llama-1b 32 512}"
+# trace_step SECONDS NAME CMD...: the kernels of CMD's profiled range as the device ran them (starts
+# and ends from libastrai_kernel_trace.so, bench/kernel_trace.cpp) as CSV into $out/NAME.csv (CMD's
+# output NAME.log).
+trace_step() {
+  local t=$1 name=$2; shift 2
+  CUDA_INJECTION64_PATH=$ASTRAI_BUNDLE/bin/libastrai_kernel_trace.so ASTRAI_KERNEL_TRACE=$out/$name.csv \
+    run_to $t "$@" > "$out/$name.log" 2>&1
+}
+# step_pair KIND RECORD SPECS: for each "model batch prompt" of SPECS (';'-separated), one profiled
+# decode step of ours and of the torch.compile peer recorded by RECORD (ncu_step or trace_step) into
+# $out/KIND_{ours,peer}_TAG.csv, each condensed by tests/gpu/step_summary.py into KIND_*_TAG.txt.
+# Ours step by step: overlapped, the profiled step's first kernel (take_tokens) would go out before
+# the host launches the graph.
+step_pair() {
+  local kind=$1 record=$2 spec tag who f
+  IFS=';' read -ra specs <<< "$3"
   for spec in "${specs[@]}"; do
     set -- $spec; tag=$1_b$2_p$3
-    ncu_step 150 compare_ours_$tag astrai bench decode --device cuda --model $M/$1 --batch $2 --prompt-len $3 \
+    $record 150 ${kind}_ours_$tag astrai bench decode --device cuda --model $M/$1 --batch $2 --prompt-len $3 \
       --tokens 4 --profile-step 2 --no-overlap
-    ncu_step 240 compare_peer_$tag python3 bench/torch_decode.py --preset $1 --batch $2 --context $3 --steps 8 \
+    $record 240 ${kind}_peer_$tag python3 bench/torch_decode.py --preset $1 --batch $2 --context $3 --steps 8 \
       --modes compile --profile-step
     for who in ours peer; do
-      python3 tests/gpu/step_summary.py "$out/compare_${who}_$tag.csv" > "$out/compare_${who}_$tag.txt" 2>&1
-      log "compare $who $*: $(head -1 "$out/compare_${who}_$tag.txt" | cut -d: -f2)"
+      f=$out/${kind}_${who}_$tag.txt
+      python3 tests/gpu/step_summary.py "$out/${kind}_${who}_$tag.csv" > "$f" 2>&1
+      log "$kind $who $*: $(head -1 "$f" | cut -d: -f2) $(grep -m1 '^span' "$f")"
     done
   done
-fi
-if want timeline; then
-  # One decode step of ours and of the torch.compile peer as the device ran it (kernel starts and ends
-  # from libastrai_kernel_trace.so, bench/kernel_trace.cpp): its span, the gaps between kernels, and
-  # the time by kind of kernel (tests/gpu/step_summary.py). Ours step by step: overlapped, the
-  # profiled step's first kernel (take_tokens) would go out before the host launches the graph.
-  trace_lib=$ASTRAI_BUNDLE/bin/libastrai_kernel_trace.so
-  IFS=';' read -ra specs <<< "${TIMELINE_SPECS:-llama-1b 32 512}"
-  for spec in "${specs[@]}"; do
-    set -- $spec; tag=$1_b$2_p$3
-    CUDA_INJECTION64_PATH=$trace_lib ASTRAI_KERNEL_TRACE=$out/timeline_ours_$tag.csv run_to 120 astrai bench decode \
-      --device cuda --model $M/$1 --batch $2 --prompt-len $3 --tokens 4 --profile-step 2 --no-overlap > "$out/timeline_ours_$tag.log" 2>&1
-    CUDA_INJECTION64_PATH=$trace_lib ASTRAI_KERNEL_TRACE=$out/timeline_peer_$tag.csv run_to 240 python3 bench/torch_decode.py \
-      --preset $1 --batch $2 --context $3 --steps 8 --modes compile --profile-step > "$out/timeline_peer_$tag.log" 2>&1
-    for who in ours peer; do
-      python3 tests/gpu/step_summary.py "$out/timeline_${who}_$tag.csv" > "$out/timeline_${who}_$tag.txt" 2>&1
-      log "timeline $who $*: $(head -2 "$out/timeline_${who}_$tag.txt" | cut -d: -f2- | tr '\n' ' ')"
-    done
-  done
-fi
+}
+# One graphed decode step of ours and of the peer, each kernel timed alone (ncu), summed by kind.
+want compare && step_pair compare ncu_step "${COMPARE_SPECS:-llama-1b 32 512}"
+# The same step as the device ran it: its span, the gaps between kernels, the time by kind.
+want timeline && step_pair timeline trace_step "${TIMELINE_SPECS:-llama-1b 32 512}"
 if want serve; then
   IFS=';' read -ra sw <<< "${SERVE_SWITCHES:-X=1}"
   for s in "${sw[@]}"; do
