@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -179,7 +180,12 @@ BatchResult run_batch(Model& model, int B, const DecodeBenchOptions& o) {
     rows[size_t(r)].temperature = o.temperature;
     rows[size_t(r)].top_p = o.top_p;
   }
+  // Each step's rows go up from page-locked memory, one buffer a slot: overlapped, a step's copy may
+  // not have run yet when the host packs the next step's rows (slot i % 2 is rewritten only after
+  // the download of step i - 2, which follows its upload).
   Buffer rows_buf = be.alloc(rows.size() * sizeof(SampleRowParams));
+  Buffer host_rows[2] = {be.alloc_host_pinned(rows.size() * sizeof(SampleRowParams)),
+                         be.alloc_host_pinned(rows.size() * sizeof(SampleRowParams))};
   // Two output slots: overlapped, step N + 1 takes its tokens from step N's slot on the device while
   // N's ids are copied back from it.
   const size_t out_words = size_t(B) * size_t(sample_out_words(0));
@@ -195,7 +201,8 @@ BatchResult run_batch(Model& model, int B, const DecodeBenchOptions& o) {
     sb.logits = lt;
     sb.rows = rows_buf.as(DType::i32, {R, kSampleRowWords});
     for (SampleRowParams& p : rows) ++p.index;  // the next token's draw
-    be.upload(sb.rows, rows.data());            // per step, as the step runner does
+    std::memcpy(host_rows[slot].data(), rows.data(), size_t(R) * sizeof(SampleRowParams));
+    be.upload(sb.rows, host_rows[slot].data());  // per step, as the step runner does
     sb.out = out_buf[slot].as(DType::i32, {R, sample_out_words(0)});
     if (ws_bytes) sb.workspace = ws_buf.as(DType::i32, {int64_t(ws_bytes / 4)});
     be.sample(sb);

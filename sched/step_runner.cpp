@@ -123,18 +123,19 @@ void StepRunner::start_sample(std::span<const SampleRow> rows) {
   };
   if (R == 0) return mark_started();
 
-  sl.host_in.resize(size_t(R * kSampleRowWords + E * kSampleEditWords));
-  std::memcpy(sl.host_in.data(), packer.rows().data(), size_t(R) * sizeof(SampleRowParams));
+  const int64_t in_words = R * kSampleRowWords + E * kSampleEditWords;
+  const size_t in_bytes = size_t(in_words) * 4;
+  if (sl.host_in.size() < in_bytes)
+    sl.host_in = be.alloc_host_pinned(std::max(in_bytes, sl.host_in.size() * 2));
+  int32_t* in = static_cast<int32_t*>(sl.host_in.data());
+  std::memcpy(in, packer.rows().data(), size_t(R) * sizeof(SampleRowParams));
   // No edits (no penalties, bias or masks): edits().data() may be null, which memcpy may not be given.
-  if (E > 0)
-    std::memcpy(sl.host_in.data() + R * kSampleRowWords, packer.edits().data(),
-                size_t(E) * sizeof(SampleEdit));
-  int32_t* in = sl.host_in.data();
+  if (E > 0) std::memcpy(in + R * kSampleRowWords, packer.edits().data(), size_t(E) * sizeof(SampleEdit));
   if (!on_host) {
-    ensure(be, sl.dev_in, sl.host_in.size() * 4);
+    ensure(be, sl.dev_in, in_bytes);
     ensure(be, sl.dev_out, out_bytes);
     ensure(be, workspace_, be.sample_workspace_bytes(int(R), vocab_));
-    be.upload(sl.dev_in.as(DType::i32, {int64_t(sl.host_in.size())}), sl.host_in.data());
+    be.upload(sl.dev_in.as(DType::i32, {in_words}), in);
     in = static_cast<int32_t*>(sl.dev_in.data());
     sl.out = Tensor(sl.dev_out.data(), DType::i32, {R, words}, be.device());
   }

@@ -64,12 +64,13 @@ class StepRunner {
   Tensor logits_;  // the last forward's [R, vocab], on the backend's device
   // One sample op's inputs (rows, then edits) and output, two of them taken in turn (one op may
   // still run while the next starts). On a device they live in device buffers, grown to the
-  // largest step seen (so no allocation once warm), filled by one upload and read back by one
-  // download into page-locked host memory; on the CPU the op reads and writes host memory directly.
+  // largest step seen (so no allocation once warm), filled by one upload from page-locked host
+  // memory and read back by one download into page-locked host memory (no pageable copy in the
+  // step's stream); on the CPU the op reads and writes host memory directly. A slot's host_in is
+  // rewritten only once finish_sample has waited for its download, which follows its upload.
   struct Slot {
     SamplePacker packer;
-    std::vector<int32_t> host_in;
-    Buffer host_out, dev_in, dev_out;
+    Buffer host_in, host_out, dev_in, dev_out;
     Tensor out;           // the op's output: [draws, words] in dev_out (the host_out on the CPU)
     uint64_t ticket = 0;  // download_async's, on a device
   };
