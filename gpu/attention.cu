@@ -412,29 +412,29 @@ __device__ void merge_warps(const AttnParams& p, const float (*ml_s)[G][2], cons
 // 24 KB with three (nine): the deeper ring reads faster while the step's blocks fit one wave of it
 // (llama-1b batch 8 to 64), the shallower one once they spill past it (-6% at batch 128, -3% at 256,
 // 4k), so launch_decode picks by the blocks (decode_ring).
+// Steps whose blocks fit one wave of a four-warp kernel take that one instead (decode_ring).
 constexpr int kDecodeWarps = 2, kDecodeTileKeys = 16;
 // The ring's stages: the deeper, the shallower (D = 64 only; at 128 both are three).
 template <int D>
 constexpr int decode_stages(bool deep) {
   return D <= 64 && deep ? 4 : 3;
 }
-template <int D, int kS>
+template <int D, int kS, int W>
 constexpr size_t decode_smem() {
-  return size_t(kDecodeWarps) * kS * 2 * kDecodeTileKeys * D * sizeof(bf16);
+  return size_t(W) * kS * 2 * kDecodeTileKeys * D * sizeof(bf16);
 }
 
 // kRope (rope_attention): after pdl_wait the block norms and rotates its group's q rows into shared
 // memory with rope_kv_store's arithmetic (rope_head.cuh), and the block whose split holds the step's
 // own key does the same for that key's K into the step's cache slot (V as it is), then reads both
 // back as its tiles need them. Only that block reads the slot, so no other kernel is needed.
-template <int D, int G, bool kRope, int kS>
-__global__ void __launch_bounds__(kDecodeWarps * 32)
+template <int D, int G, bool kRope, int kS, int W>
+__global__ void __launch_bounds__(W * 32)
     decode_attention_kernel(AttnParams p, const bf16* __restrict__ k_cache, const bf16* __restrict__ v_cache,
                             DecodeRope rp) {
   namespace am = attention_mma;
-  pdl_launch_dependents();  // the o projection's GEMV may start loading its weights
-  constexpr int W = kDecodeWarps;
-  constexpr int kTile = kDecodeTileKeys * D;              // bf16 per K (or V) tile
+  pdl_launch_dependents();                    // the o projection's GEMV may start loading its weights
+  constexpr int kTile = kDecodeTileKeys * D;  // bf16 per K (or V) tile
   constexpr int kPerLane = kDecodeTileKeys * D / 8 / 32;  // 16-byte pieces a lane copies
   constexpr int kKeysPerIter = W * kDecodeTileKeys;
   static_assert(G <= 8 && kS * kDecodeTileKeys <= 64, "rows g < 8 only; the stages' valid bits fit 64");
@@ -511,7 +511,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     // Tasks: the group's G q rows, then (the block that holds the own key) its K row and its V row
     // into the cache slot; a group of D / 16 lanes per task, as rope_kv_store takes a row of
     // 16-byte vectors. The __syncthreads below makes the cache rows visible to the block's reads.
-    constexpr int kLanes = D / 16, kGroups = kDecodeWarps * 32 / kLanes;
+    constexpr int kLanes = D / 16, kGroups = W * 32 / kLanes;
     const int task0 = int(threadIdx.x) / kLanes, rl = int(threadIdx.x) % kLanes;
     const unsigned mask = ((1u << kLanes) - 1u) << ((threadIdx.x % 32) & ~unsigned(kLanes - 1));
     const int64_t cache_row = (int64_t(rope_slot) * p.kv_heads + kvh) * D;
@@ -761,35 +761,62 @@ struct DecodeLaunch {
   int per_sm = 1;
 };
 
-template <int D, int G, bool kRope, int kS>
+template <int D, int G, bool kRope, int kS, int W>
 DecodeLaunch decode_launch() {
-  constexpr auto kernel = decode_attention_kernel<D, G, kRope, kS>;
-  constexpr size_t smem = decode_smem<D, kS>();
+  constexpr auto kernel = decode_attention_kernel<D, G, kRope, kS, W>;
+  constexpr size_t smem = decode_smem<D, kS, W>();
   allow_smem<kernel>(smem);
   static const int per_sm = [] {
     int n = 0;
-    ASTRAI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kDecodeWarps * 32, smem));
+    ASTRAI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, W * 32, smem));
     return std::max(n, 1);
   }();
-  return {kernel, kDecodeWarps, smem, per_sm};
+  return {kernel, W, smem, per_sm};
 }
 
-// The decode kernel for this head_dim, group and ring (kernel nullptr: none, the general kernel runs).
-template <int D, bool kRope, int kS>
+// The decode kernel for this head_dim, group, ring and warps (kernel nullptr: none, the general
+// kernel runs).
+template <int D, bool kRope, int kS, int W = kDecodeWarps>
 DecodeLaunch decode_launch_for(int64_t group) {
   switch (group) {
-    case 1: return decode_launch<D, 1, kRope, kS>();
-    case 2: return decode_launch<D, 2, kRope, kS>();
-    case 4: return decode_launch<D, 4, kRope, kS>();
-    case 8: return decode_launch<D, 8, kRope, kS>();
+    case 1: return decode_launch<D, 1, kRope, kS, W>();
+    case 2: return decode_launch<D, 2, kRope, kS, W>();
+    case 4: return decode_launch<D, 4, kRope, kS, W>();
+    case 8: return decode_launch<D, 8, kRope, kS, W>();
     default: return {};
   }
 }
-// decode_launch_for with its ring picked for `blocks` (sequence, KV head) blocks: the deeper ring
-// while they fit one wave of its resident blocks, else the shallower one (decode_stages).
+// ASTRAI_DECODE_WARPS=2, 4 or 8 (for A/B timing): decode blocks of that many warps whatever the
+// step (4 and 8 with three-stage rings, 2 as decode_ring picks); 0 (unset): decode_ring's choice.
+int decode_warps_env() {
+  static const int v = [] {
+    const char* e = std::getenv("ASTRAI_DECODE_WARPS");
+    const int n = e && *e ? std::atoi(e) : 0;
+    return n == 2 || n == 4 || n == 8 ? n : 0;
+  }();
+  return v;
+}
+// decode_launch_for with its warps and ring picked for `blocks` (sequence, KV head) blocks: four
+// warps (kWideDecodeWarps) with three-stage rings while the blocks fit one wave of that kernel's
+// resident blocks (the splits then fill the wave with fewer, longer blocks, each reading twice the
+// keys a round); past it two warps, the deeper ring while they fit one wave of its resident
+// blocks, else the shallower one (decode_stages). Four warps against two, measured on the H200
+// (tok/s, bench decode overlapped, same call): llama-1b at 4k +3.4% at batch 1, +2.5% at 8, +3.3%
+// at 32, +1.7% at 64, at 32k +3.4-3.6% at batch 1 and 8, at 512 +2.4-2.6% at 32 and 64, about
+// even at 1, -2% at 8; qwen3-8b at 512 +1-1.6% at batch 1 and 8, +3% at 32, even at 4k and 32k
+// (docs/performance.md). Eight warps were as good for llama-1b but 4-5% slower for qwen3-8b at 8.
+constexpr int kWideDecodeWarps = 4;
 template <int D, bool kRope>
 DecodeLaunch decode_ring(int64_t group, int64_t blocks) {
   if (decode_attention_env() == "general") return {};
+  constexpr int kWideRing = decode_stages<D>(false);
+  const int forced = decode_warps_env();
+  if (forced == 8) return decode_launch_for<D, kRope, kWideRing, 8>(group);
+  if (forced == 4) return decode_launch_for<D, kRope, kWideRing, kWideDecodeWarps>(group);
+  if (forced == 0) {
+    const DecodeLaunch wide = decode_launch_for<D, kRope, kWideRing, kWideDecodeWarps>(group);
+    if (wide.kernel != nullptr && blocks <= int64_t(wide.per_sm) * sm_count()) return wide;
+  }
   constexpr int kDeep = decode_stages<D>(true), kShallow = decode_stages<D>(false);
   const DecodeLaunch deep = decode_launch_for<D, kRope, kDeep>(group);
   if constexpr (kDeep == kShallow) {
@@ -906,7 +933,8 @@ void launch_decode(cudaStream_t stream, const DecodeLaunch& decode, AttnParams& 
                    const AttentionBatch& batch, int64_t T, Scratch& scratch, const Tensor& k_cache,
                    const Tensor& v_cache, const DecodeRope& rope) {
   const int64_t S = batch.num_seqs, KVH = p.kv_heads;
-  p.splits = decode_splits(S, KVH, int64_t(decode.per_sm) * sm_count(), batch.max_kv_len, decode_min_keys());
+  p.splits = decode_splits(S, KVH, int64_t(decode.per_sm) * sm_count(), batch.max_kv_len, decode_min_keys(),
+                           int64_t(decode.warps) * kDecodeTileKeys);
   p.heads_per_tile = int(p.group);
   p.rows_per_tile = 1;
   set_partials(p, scratch, T);

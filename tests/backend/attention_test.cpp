@@ -347,8 +347,9 @@ void attention_long_cuda(Backend& be) {
   run_batch(be, rng, BatchShape{1, 1, 128, 16, {{8192 + 512, 512}, {300, 300}}, 48});
   // Decode steps past one wave of the decode kernel's blocks whose longest context reaches
   // gpu::kDecodeLongKeys: 1,000 (head_dim 64) and 600 (128) blocks, a last wave under half full for
-  // the 6-8 and 3-4 blocks a multiprocessor holds, so they take 2-4 splits; their own lengths, and
-  // a graph's grid sized from a capacity.
+  // the 6-8 and 3-4 two-warp blocks a multiprocessor holds, so they take 2-4 splits; their own
+  // lengths, and a graph's grid sized from a capacity. (The decode cases above run the four-warp
+  // kernel where their blocks fit one wave of it, as at small batches.)
   for (auto [d, n] : {std::pair{64, 250}, std::pair{128, 150}})
     for (int capacity : {0, 8192}) {
       std::vector<Seq> seqs(static_cast<size_t>(n));

@@ -40,6 +40,11 @@ TEST_CASE("decode splits fill the last wave of blocks at long contexts and keep 
   CHECK(decode_splits(32, 8, 792, 512, 256) == 2);
   CHECK(decode_splits(32, 8, 792, 512, 512) == 1);
   CHECK(decode_splits(1, 8, 792, 2047, 1024) == 2);
+  // Four-warp blocks take 64 keys a round: llama-1b at batch 8 and a 576-key bound would take 8
+  // splits of 128 keys, 3 of them empty; it takes the 5 that hold keys.
+  CHECK(decode_splits(8, 8, 528, 576, gpu::kDecodeMinKeys, 64) == 5);
+  CHECK(decode_splits(8, 8, 792, 576, gpu::kDecodeMinKeys, 32) == 9);
+  CHECK(decode_splits(32, 8, 528, 576, gpu::kDecodeMinKeys, 64) == 2);
 
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
@@ -51,6 +56,19 @@ TEST_CASE("decode splits fill the last wave of blocks at long contexts and keep 
     const int64_t max_kv = std::uniform_int_distribution<int64_t>(1, 40000)(rng);
     INFO("seqs " << seqs << ", kv heads " << kv_heads << ", slots " << slots << ", max kv " << max_kv);
     const int64_t blocks = seqs * kv_heads;
+    // With a block's keys a round: never more splits than without, every split of the longest
+    // sequence holds keys, and any sequence's keys are covered by the kernel's shares of it.
+    const int64_t round = std::uniform_int_distribution<int64_t>(1, 8)(rng) * 16;
+    const int rs = decode_splits(seqs, kv_heads, slots, max_kv, gpu::kDecodeMinKeys, round);
+    const auto kernel_chunk = [&](int64_t kv) {  // attention.cu's decode_attention_kernel
+      const int64_t share = (kv + rs - 1) / rs;
+      return std::max(gpu::kDecodeMinKeys, (share + round - 1) / round * round);
+    };
+    REQUIRE(rs >= 1);
+    REQUIRE(rs <= decode_splits(seqs, kv_heads, slots, max_kv));
+    CHECK((rs - 1) * kernel_chunk(max_kv) < max_kv);
+    const int64_t kv = std::uniform_int_distribution<int64_t>(1, max_kv)(rng);
+    CHECK(rs * kernel_chunk(kv) >= kv);
     const int s = decode_splits(seqs, kv_heads, slots, max_kv);
     REQUIRE(s >= 1);
     REQUIRE(s <= gpu::kMaxSplits);
