@@ -750,6 +750,16 @@ int64_t decode_min_keys() {
   return v;
 }
 
+// ASTRAI_DECODE_ONE_SPLIT=0 (for A/B timing): short contexts split as longer ones do
+// (DecodeSplitOptions::short_one_split off).
+bool decode_short_one_split() {
+  static const bool v = [] {
+    const char* e = std::getenv("ASTRAI_DECODE_ONE_SPLIT");
+    return !(e && std::string(e) == "0");
+  }();
+  return v;
+}
+
 using DecodeKernel = void (*)(AttnParams, const bf16*, const bf16*, DecodeRope);
 
 // A decode kernel with its launch shape: warps per block, dynamic shared memory, and the blocks a
@@ -801,10 +811,10 @@ int decode_warps_env() {
 // resident blocks (the splits then fill the wave with fewer, longer blocks, each reading twice the
 // keys a round); past it two warps, the deeper ring while they fit one wave of its resident
 // blocks, else the shallower one (decode_stages). Four warps against two, measured on the H200
-// (tok/s, bench decode overlapped, same call): llama-1b at 4k +3.4% at batch 1, +2.5% at 8, +3.3%
-// at 32, +1.7% at 64, at 32k +3.4-3.6% at batch 1 and 8, at 512 +2.4-2.6% at 32 and 64, about
-// even at 1, -2% at 8; qwen3-8b at 512 +1-1.6% at batch 1 and 8, +3% at 32, even at 4k and 32k
-// (docs/performance.md). Eight warps were as good for llama-1b but 4-5% slower for qwen3-8b at 8.
+// (tok/s, bench decode overlapped, same call, four warps run second): llama-1b at 4k +5.4% at batch
+// 1, +3.6% at 8, +2.8% at 32; at 512 +1.3-1.8% at batch 1, 8 and 64; at 32k +3.4-3.6% at batch 1
+// and 8; qwen3-8b at 512 +0.1-1.3% (docs/performance.md). Eight warps were as good for llama-1b
+// but 4-5% slower for qwen3-8b at batch 8.
 constexpr int kWideDecodeWarps = 4;
 template <int D, bool kRope>
 DecodeLaunch decode_ring(int64_t group, int64_t blocks) {
@@ -933,8 +943,11 @@ void launch_decode(cudaStream_t stream, const DecodeLaunch& decode, AttnParams& 
                    const AttentionBatch& batch, int64_t T, Scratch& scratch, const Tensor& k_cache,
                    const Tensor& v_cache, const DecodeRope& rope) {
   const int64_t S = batch.num_seqs, KVH = p.kv_heads;
-  p.splits = decode_splits(S, KVH, int64_t(decode.per_sm) * sm_count(), batch.max_kv_len, decode_min_keys(),
-                           int64_t(decode.warps) * kDecodeTileKeys);
+  DecodeSplitOptions so;
+  so.min_keys = decode_min_keys();
+  so.keys_per_round = int64_t(decode.warps) * kDecodeTileKeys;
+  so.short_one_split = decode_short_one_split();
+  p.splits = decode_splits(S, KVH, int64_t(decode.per_sm) * sm_count(), batch.max_kv_len, so);
   p.heads_per_tile = int(p.group);
   p.rows_per_tile = 1;
   set_partials(p, scratch, T);

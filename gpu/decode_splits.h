@@ -41,25 +41,50 @@ inline int64_t fill_splits(int64_t blocks, int64_t slots, int64_t max_kv_len) {
   return best;
 }
 
+// Short contexts take one split from 1 / kOneSplitWaveShare of a wave of blocks (decode_splits).
+constexpr int64_t kOneSplitWaveShare = 3;
+
+// What decode_splits weighs beyond the step's shape.
+struct DecodeSplitOptions {
+  // A split takes at least this many of the longest sequence's keys (the diagnostic
+  // ASTRAI_DECODE_MIN_KEYS sets more).
+  int64_t min_keys = kDecodeMinKeys;
+  // The keys a block takes a round: the kernel rounds a split's share up to them.
+  int64_t keys_per_round = 1;
+  // Below kDecodeLongKeys, blocks that fill a third of a wave or more take one split (no combine).
+  bool short_one_split = true;
+};
+
 // The splits of a decode launch over `seqs` sequences of `kv_heads` KV heads (a block each per
 // split) on `slots` resident blocks: within one wave, as many as keep the blocks in it (rounded
-// down: a second, partial wave would run at a fraction of the occupancy), each at least `min_keys`
-// (kDecodeMinKeys; the diagnostic ASTRAI_DECODE_MIN_KEYS sets another) of the longest sequence's
-// keys; past one wave, fill_splits. The grid's z dimension (seqs * splits) stays under 65,536.
-// The kernel gives a split of n its share of a sequence's keys rounded up to the keys a block
-// takes a round (`keys_per_round`) and to kDecodeMinKeys; the count is then trimmed to the splits
-// that hold keys of the longest sequence, so no block of it is launched only to write an empty
-// state for the combine to read (llama-1b at batch 8 and 576 keys, four-warp blocks of 64 keys a
-// round: 8 splits of which 3 were empty, now 5).
+// down: a second, partial wave would run at a fraction of the occupancy), each at least
+// o.min_keys of the longest sequence's keys; past one wave, fill_splits. The grid's z dimension
+// (seqs * splits) stays under 65,536.
+// Short contexts (below kDecodeLongKeys) whose blocks fill a third of a wave or more take one
+// split: the combine kernel after a split costs 4-5 µs a layer however few the splits (a kernel
+// boundary and a dependent read; H200 kernel timeline, llama-1b at 512 keys), more than the blocks'
+// longer key loops save at these lengths. Measured on the H200 (docs/performance.md, both orders
+// in one call): llama-1b at batch 24 and 32, 512 keys +2.7-4.5%, 1,536 keys +0.7-4.3%; qwen3-8b at
+// batch 16 +0.4-1.4%. Past 2,048 keys one split at a third of a wave lost (qwen3-8b batch 32, 4k:
+// -3%, an earlier kernel).
+// The kernel gives a split of n its share of a sequence's keys rounded up to o.keys_per_round and
+// to kDecodeMinKeys; the count is then trimmed to the splits that hold keys of the longest
+// sequence, so no block of it is launched only to write an empty state for the combine to read
+// (llama-1b at batch 8 and 576 keys, four-warp blocks of 64 keys a round: 8 splits of which 3 were
+// empty, now 5).
 inline int decode_splits(int64_t seqs, int64_t kv_heads, int64_t slots, int64_t max_kv_len,
-                         int64_t min_keys = kDecodeMinKeys, int64_t keys_per_round = 1) {
+                         const DecodeSplitOptions& o = {}) {
   const int64_t blocks = seqs * kv_heads;
-  const int64_t want = blocks <= slots ? slots / blocks : fill_splits(blocks, slots, max_kv_len);
+  int64_t want = blocks <= slots ? slots / blocks : fill_splits(blocks, slots, max_kv_len);
+  if (o.short_one_split && blocks <= slots && kOneSplitWaveShare * blocks >= slots &&
+      max_kv_len < kDecodeLongKeys)
+    want = 1;
+  const int64_t min_keys = std::max<int64_t>(1, o.min_keys);
   const int64_t most = (max_kv_len + min_keys - 1) / min_keys;
   const int64_t n = std::clamp<int64_t>(std::min(want, most), 1, std::min<int64_t>(kMaxSplits, 65535 / seqs));
   const int64_t share = (max_kv_len + n - 1) / n;
-  const int64_t chunk =
-      std::max(kDecodeMinKeys, (share + keys_per_round - 1) / keys_per_round * keys_per_round);
+  const int64_t round = std::max<int64_t>(1, o.keys_per_round);
+  const int64_t chunk = std::max(kDecodeMinKeys, (share + round - 1) / round * round);
   return int(std::clamp<int64_t>((max_kv_len + chunk - 1) / chunk, 1, n));
 }
 

@@ -1,6 +1,7 @@
 // The CUDA decode attention's split count (gpu/decode_splits.h), host arithmetic checked without a
 // GPU: within one wave of resident blocks the splits fill it; past one wave, long contexts whose
-// last wave is at most half full take the 2-4 splits that fill it best, everything else one.
+// last wave is at most half full take the 2-4 splits that fill it best, everything else one; short
+// contexts whose blocks fill a third of a wave or more take one.
 #include "gpu/decode_splits.h"
 
 #include <catch2/catch.hpp>
@@ -37,14 +38,21 @@ TEST_CASE("decode splits fill the last wave of blocks at long contexts and keep 
   CHECK(decode_splits(99, 8, 792, 32768) == 1);
   // A larger least share of keys (ASTRAI_DECODE_MIN_KEYS) takes fewer splits within one wave.
   CHECK(decode_splits(32, 8, 792, 512) == 3);
-  CHECK(decode_splits(32, 8, 792, 512, 256) == 2);
-  CHECK(decode_splits(32, 8, 792, 512, 512) == 1);
-  CHECK(decode_splits(1, 8, 792, 2047, 1024) == 2);
+  CHECK(decode_splits(32, 8, 792, 512, {.min_keys = 256}) == 2);
+  CHECK(decode_splits(32, 8, 792, 512, {.min_keys = 512}) == 1);
+  CHECK(decode_splits(1, 8, 792, 2047, {.min_keys = 1024}) == 2);
   // Four-warp blocks take 64 keys a round: llama-1b at batch 8 and a 576-key bound would take 8
   // splits of 128 keys, 3 of them empty; it takes the 5 that hold keys.
-  CHECK(decode_splits(8, 8, 528, 576, gpu::kDecodeMinKeys, 64) == 5);
-  CHECK(decode_splits(8, 8, 792, 576, gpu::kDecodeMinKeys, 32) == 9);
-  CHECK(decode_splits(32, 8, 528, 576, gpu::kDecodeMinKeys, 64) == 2);
+  CHECK(decode_splits(8, 8, 528, 576, {.keys_per_round = 64}) == 5);
+  CHECK(decode_splits(8, 8, 792, 576, {.keys_per_round = 32}) == 9);
+  // Short contexts whose blocks fill a third of a wave or more take one split: llama-1b at batch
+  // 32 (256 four-warp blocks of 528 slots), qwen3-8b at 16 (128 of 264); not from kDecodeLongKeys
+  // keys, nor below a third (batch 16, 128 of 528).
+  CHECK(decode_splits(32, 8, 528, 576, {.keys_per_round = 64}) == 1);
+  CHECK(decode_splits(32, 8, 528, 576, {.keys_per_round = 64, .short_one_split = false}) == 2);
+  CHECK(decode_splits(16, 8, 264, kDecodeLongKeys - 1, {.keys_per_round = 64}) == 1);
+  CHECK(decode_splits(16, 8, 264, kDecodeLongKeys, {.keys_per_round = 64}) == 2);
+  CHECK(decode_splits(16, 8, 528, 576, {.keys_per_round = 64}) == 3);  // 4 fill the wave; 3 hold keys
 
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
@@ -59,7 +67,7 @@ TEST_CASE("decode splits fill the last wave of blocks at long contexts and keep 
     // With a block's keys a round: never more splits than without, every split of the longest
     // sequence holds keys, and any sequence's keys are covered by the kernel's shares of it.
     const int64_t round = std::uniform_int_distribution<int64_t>(1, 8)(rng) * 16;
-    const int rs = decode_splits(seqs, kv_heads, slots, max_kv, gpu::kDecodeMinKeys, round);
+    const int rs = decode_splits(seqs, kv_heads, slots, max_kv, {.keys_per_round = round});
     const auto kernel_chunk = [&](int64_t kv) {  // attention.cu's decode_attention_kernel
       const int64_t share = (kv + rs - 1) / rs;
       return std::max(gpu::kDecodeMinKeys, (share + round - 1) / round * round);
@@ -70,7 +78,13 @@ TEST_CASE("decode splits fill the last wave of blocks at long contexts and keep 
     const int64_t kv = std::uniform_int_distribution<int64_t>(1, max_kv)(rng);
     CHECK(rs * kernel_chunk(kv) >= kv);
     const int s = decode_splits(seqs, kv_heads, slots, max_kv);
+    const int plain = decode_splits(seqs, kv_heads, slots, max_kv, {.short_one_split = false});
     REQUIRE(s >= 1);
+    if (blocks <= slots && 3 * blocks >= slots && max_kv < kDecodeLongKeys) {
+      CHECK(s == 1);  // a short context filling a third of a wave: one split
+      continue;
+    }
+    CHECK(s == plain);
     REQUIRE(s <= gpu::kMaxSplits);
     REQUIRE(seqs * s <= 65535);
     const int64_t most = (max_kv + gpu::kDecodeMinKeys - 1) / gpu::kDecodeMinKeys;  // 64 keys a split
