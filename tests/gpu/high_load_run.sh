@@ -8,7 +8,8 @@
 #            and each of the switches in SWITCHES (env assignments, ';'-separated) and of the flag
 #            sets in DECODE_FLAGS (';'-separated, e.g. "--no-overlap;--overlap"; bench decode runs
 #            overlapped on a GPU unless told --no-overlap); DECODE_SPECS (';'-separated
-#            "model batches prompt") replaces those shapes
+#            "model batches prompt") replaces those shapes; DECODE_ROUNDS=N runs the switches N
+#            times, every other round in reverse order (A B B A ...)
 #   e2e      tests/gpu/e2e_vs_transformers.py on a copy of llama-1b (LM head x6)
 #   profile  ncu of one graphed decode step of qwen3-8b at batch 64 and 256 (PROFILE_BATCHES; `bench decode
 #            --profile-step 2`, each graph node timed alone, clocks as found)
@@ -71,8 +72,14 @@ INIT=$!
 log "start: $STEPS"
 wait $INIT; log "init: $(tail -1 $out/init.log)"
 if want decode; then
-  IFS=';' read -ra sw <<< "${SWITCHES:-X=1}"
+  IFS=';' read -ra sw0 <<< "${SWITCHES:-X=1}"
   IFS=';' read -ra fl <<< "${DECODE_FLAGS:- }"
+  # DECODE_ROUNDS=N: the switches N times, every other round in reverse order, so that no setting
+  # always runs first (a call's first run came out up to 2.7% ahead on the H200).
+  sw=()
+  for ((r = 0; r < ${DECODE_ROUNDS:-1}; ++r)); do
+    if ((r % 2 == 0)); then sw+=("${sw0[@]}"); else for ((i = ${#sw0[@]} - 1; i >= 0; --i)); do sw+=("${sw0[i]}"); done; fi
+  done
   for bin in ${BINS:-astrai}; do
     for s in "${sw[@]}"; do
       for f in "${fl[@]}"; do
