@@ -753,10 +753,7 @@ int64_t decode_min_keys() {
 // ASTRAI_DECODE_ONE_SPLIT=0 (for A/B timing): short contexts split as longer ones do
 // (DecodeSplitOptions::short_one_split off).
 bool decode_short_one_split() {
-  static const bool v = [] {
-    const char* e = std::getenv("ASTRAI_DECODE_ONE_SPLIT");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool v = !env_is("ASTRAI_DECODE_ONE_SPLIT", "0");
   return v;
 }
 
@@ -839,10 +836,7 @@ DecodeLaunch decode_ring(int64_t group, int64_t blocks) {
 // The leading one-query sequences of a mixed step that run apart from the tensor-core launch (0:
 // the whole step on one kernel). ASTRAI_MIXED_ATTENTION=one: always 0 (for A/B timing).
 int mixed_decode_seqs(const AttentionBatch& b) {
-  static const bool one = [] {
-    const char* e = std::getenv("ASTRAI_MIXED_ATTENTION");
-    return e != nullptr && std::string(e) == "one";
-  }();
+  static const bool one = env_is("ASTRAI_MIXED_ATTENTION", "one");
   return one ? 0 : std::clamp(b.num_decode_seqs, 0, b.num_seqs - 1);  // the tail keeps a sequence
 }
 
@@ -874,10 +868,7 @@ AttentionBatch tail_of(const AttentionBatch& b, int n) {
 // decode tok/s (batch 1-64, llama-1b and qwen3-8b). ASTRAI_ATTENTION_PDL=0 (or ASTRAI_NO_PDL, which also
 // stops the GEMV's) turns it off.
 bool decode_pdl() {
-  static const bool on = [] {
-    const char* e = std::getenv("ASTRAI_ATTENTION_PDL");
-    return pdl_enabled() && !(e && std::string(e) == "0");
-  }();
+  static const bool on = pdl_enabled() && !env_is("ASTRAI_ATTENTION_PDL", "0");
   return on;
 }
 
@@ -961,10 +952,7 @@ void launch_decode(cudaStream_t stream, const DecodeLaunch& decode, AttnParams& 
 // ASTRAI_ROPE_ATTENTION=unfused (for A/B timing): rope_attention runs rope_kv_store, then
 // paged_attention, on every step.
 bool rope_attention_unfused() {
-  static const bool v = [] {
-    const char* e = std::getenv("ASTRAI_ROPE_ATTENTION");
-    return e != nullptr && std::string(e) == "unfused";
-  }();
+  static const bool v = env_is("ASTRAI_ROPE_ATTENTION", "unfused");
   return v;
 }
 

@@ -157,6 +157,13 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
+// Host side: whether environment variable `name` is `value` (the measurement switches; callers read
+// it once per process, as the decode step is a hot path).
+inline bool env_is(const char* name, const char* value) {
+  const char* e = std::getenv(name);
+  return e && std::string(e) == value;
+}
+
 // Host side: whether kernels go out with that attribute: on compute capability 9.0 and up, unless
 // ASTRAI_NO_PDL is set (to measure without it). Read once per process.
 inline bool pdl_enabled() {

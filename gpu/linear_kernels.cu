@@ -9,8 +9,6 @@
 //   boundaries, e.g. column slices at odd offsets): one thread per output, f32 accumulation.
 //   Correct, not fast; the model's shapes never take it.
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "gpu/check.h"
 #include "gpu/device_util.cuh"
@@ -295,13 +293,6 @@ void dispatch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, c
 // and every M = 8 case lost. `never`: the switch's environment variable said unfused (to measure).
 bool fuse_prologue(bool never, int64_t M, int64_t K, int64_t N) {
   return !never && M * K <= 16 * (wide_gemv_blocks(N) ? 512 : 256);
-}
-
-// Whether environment variable `name` is `value` (the measurement switches, read once per process
-// by their callers: the decode step is a hot path).
-bool env_is(const char* name, const char* value) {
-  const char* e = std::getenv(name);
-  return e && std::string(e) == value;
 }
 
 bool aligned16(const void* p) {

@@ -67,9 +67,12 @@ void StepRunner::discard_pages(std::span<const int32_t> pages) {
 
 namespace {
 
-// buf holds at least `bytes` (grown, never shrunk, so a warm step loop does not allocate).
-void ensure(Backend& be, Buffer& buf, size_t bytes) {
-  if (buf.size() < bytes) buf = be.alloc(std::max(bytes, buf.size() * 2));
+// buf holds at least `bytes` (grown, never shrunk, so a warm step loop does not allocate): device
+// memory, or page-locked host memory when `pinned`.
+void ensure(Backend& be, Buffer& buf, size_t bytes, bool pinned = false) {
+  if (buf.size() >= bytes) return;
+  const size_t n = std::max(bytes, buf.size() * 2);
+  buf = pinned ? be.alloc_host_pinned(n) : be.alloc(n);
 }
 
 }  // namespace
@@ -112,8 +115,7 @@ void StepRunner::start_sample(std::span<const SampleRow> rows) {
   const int words = packer.out_words();
   const bool on_host = be.device() == Device::cpu;
   const size_t out_bytes = size_t(R * words) * 4;
-  if (sl.host_out.size() < out_bytes)
-    sl.host_out = be.alloc_host_pinned(std::max(out_bytes, sl.host_out.size() * 2));
+  ensure(be, sl.host_out, out_bytes, /*pinned=*/true);
   void* out = sl.host_out.data();
   sl.out = Tensor(out, DType::i32, {R, words}, be.device());
   // Counted only once everything is enqueued: an op that throws leaves no slot started.
@@ -125,8 +127,7 @@ void StepRunner::start_sample(std::span<const SampleRow> rows) {
 
   const int64_t in_words = R * kSampleRowWords + E * kSampleEditWords;
   const size_t in_bytes = size_t(in_words) * 4;
-  if (sl.host_in.size() < in_bytes)
-    sl.host_in = be.alloc_host_pinned(std::max(in_bytes, sl.host_in.size() * 2));
+  ensure(be, sl.host_in, in_bytes, /*pinned=*/true);
   int32_t* in = static_cast<int32_t*>(sl.host_in.data());
   std::memcpy(in, packer.rows().data(), size_t(R) * sizeof(SampleRowParams));
   // No edits (no penalties, bias or masks): edits().data() may be null, which memcpy may not be given.
