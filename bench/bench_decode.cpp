@@ -436,13 +436,11 @@ void register_bench_decode(CLI::App& app) {
   CLI::Option* top_p = sub->add_option("--top-p", o->top_p, "Top-p of the draws at --temperature (1: off)")
                            ->check(CLI::Range(0.0f, 1.0f))
                            ->capture_default_str();
-  CLI::Option* overlap = sub->add_flag(
-      "--overlap{1}", o->overlap,
-      "Launch each decode step before reading the previous step's tokens, its tokens taken "
-      "from the previous draws on the device (the default on a GPU, as the engine's step loop)");
-  sub->add_flag("--no-overlap{0}", o->overlap,
-                "Read each step's tokens before building the next (the default on the CPU)")
-      ->excludes(overlap);
+  CLI::Option* overlap =
+      add_flag_pair(*sub, "overlap", o->overlap,
+                    "Launch each decode step before reading the previous step's tokens, its tokens taken "
+                    "from the previous draws on the device (the default on a GPU, as the engine's step loop)",
+                    "Read each step's tokens before building the next (the default on the CPU)");
   sub->add_flag("--host-sampling", o->host_sampling,
                 "Download the logits and take the argmax on the host (the path before the sample op)")
       ->excludes(temperature)

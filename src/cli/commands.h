@@ -23,6 +23,20 @@ CLI::App* bench_command(CLI::App& app);
 int exit_code();
 void set_exit_code(int code);
 
+// --NAME and --no-NAME for a setting whose default is decided later (from the device, say): `value`
+// becomes 1 after --NAME and 0 after --no-NAME, and keeps what it held (-1: decide later) after
+// neither; the two exclude each other. Returns --NAME's option. (CLI11's "--no-NAME{0}" flag, with
+// its default-value syntax, left 0 when absent and -1 when given: the reverse of a tri-state.)
+inline CLI::Option* add_flag_pair(CLI::App& sub, const std::string& name, int& value,
+                                  const std::string& on_help, const std::string& off_help) {
+  CLI::Option* on = sub.add_flag_callback(
+      "--" + name, [&value] { value = 1; }, on_help);
+  sub.add_flag_callback(
+         "--no-" + name, [&value] { value = 0; }, off_help)
+      ->excludes(on);
+  return on;
+}
+
 // Flags every model-using subcommand accepts (contract: --device, --dtype, --threads, --log-level).
 struct CommonOptions {
   std::string device = "auto";  // cpu | cuda | auto
