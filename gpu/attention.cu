@@ -751,9 +751,15 @@ int64_t decode_min_keys() {
 }
 
 // ASTRAI_DECODE_ONE_SPLIT=0 (for A/B timing): short contexts split as longer ones do
-// (DecodeSplitOptions::short_one_split off).
+// (DecodeSplitOptions::short_one_split off), and few blocks keep the four-warp kernel and its
+// splits (decode_ring).
 bool decode_short_one_split() {
   static const bool v = !env_is("ASTRAI_DECODE_ONE_SPLIT", "0");
+  return v;
+}
+// ASTRAI_DECODE_ONE_SPLIT=many (for A/B timing): only the few-block choice off.
+bool decode_few_one_split() {
+  static const bool v = decode_short_one_split() && !env_is("ASTRAI_DECODE_ONE_SPLIT", "many");
   return v;
 }
 
@@ -766,6 +772,7 @@ struct DecodeLaunch {
   int warps = 0;
   size_t smem = 0;
   int per_sm = 1;
+  bool one_split = false;  // the step takes one split whatever decode_splits would give (decode_ring)
 };
 
 template <int D, int G, bool kRope, int kS, int W>
@@ -814,12 +821,17 @@ int decode_warps_env() {
 // but 4-5% slower for qwen3-8b at batch 8.
 constexpr int kWideDecodeWarps = 4;
 template <int D, bool kRope>
-DecodeLaunch decode_ring(int64_t group, int64_t blocks) {
+DecodeLaunch decode_ring(int64_t group, int64_t blocks, int64_t max_kv_len) {
   if (decode_attention_env() == "general") return {};
   constexpr int kWideRing = decode_stages<D>(false);
   const int forced = decode_warps_env();
   if (forced == 8) return decode_launch_for<D, kRope, kWideRing, 8>(group);
   if (forced == 4) return decode_launch_for<D, kRope, kWideRing, kWideDecodeWarps>(group);
+  if (forced == 0 && few_blocks_one_split(D, blocks, max_kv_len) && decode_few_one_split()) {
+    DecodeLaunch few = decode_launch_for<D, kRope, kWideRing, 8>(group);
+    few.one_split = true;
+    if (few.kernel != nullptr) return few;
+  }
   if (forced == 0) {
     const DecodeLaunch wide = decode_launch_for<D, kRope, kWideRing, kWideDecodeWarps>(group);
     if (wide.kernel != nullptr && blocks <= int64_t(wide.per_sm) * sm_count()) return wide;
@@ -923,8 +935,8 @@ DecodeLaunch decode_kernel_for(const Tensor& q, const Tensor& k_cache, const Att
                            rows_aligned16(rows_of(k_cache, "paged_attention"));
   if (!decode_step) return {};
   const int64_t blocks = int64_t(batch.num_seqs) * p.kv_heads;
-  if (p.head_dim == 64) return decode_ring<64, kRope>(p.group, blocks);
-  if (p.head_dim == 128) return decode_ring<128, kRope>(p.group, blocks);
+  if (p.head_dim == 64) return decode_ring<64, kRope>(p.group, blocks, batch.max_kv_len);
+  if (p.head_dim == 128) return decode_ring<128, kRope>(p.group, blocks, batch.max_kv_len);
   return {};
 }
 
@@ -938,7 +950,8 @@ void launch_decode(cudaStream_t stream, const DecodeLaunch& decode, AttnParams& 
   so.min_keys = decode_min_keys();
   so.keys_per_round = int64_t(decode.warps) * kDecodeTileKeys;
   so.short_one_split = decode_short_one_split();
-  p.splits = decode_splits(S, KVH, int64_t(decode.per_sm) * sm_count(), batch.max_kv_len, so);
+  p.splits =
+      decode.one_split ? 1 : decode_splits(S, KVH, int64_t(decode.per_sm) * sm_count(), batch.max_kv_len, so);
   p.heads_per_tile = int(p.group);
   p.rows_per_tile = 1;
   set_partials(p, scratch, T);

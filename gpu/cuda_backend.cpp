@@ -358,7 +358,7 @@ class CudaBackend final : public Backend {
     ASTRAI_CUDA_CHECK(cudaEventSynchronize(download_done_[ticket % kDownloadsInFlight]));
   }
   bool supports_graphs() const override { return true; }
-  std::vector<int> decode_kv_bounds() const override { return {kDecodeLongKeys}; }
+  std::vector<int> decode_kv_bounds() const override { return {kDecodeShortKeys, kDecodeLongKeys}; }
   void profile_range(bool on) override {
     enter();
     ASTRAI_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the range holds exactly what was launched in it

@@ -16,6 +16,23 @@ constexpr int64_t kDecodeMinKeys = 64;
 // one wave of blocks (fill_splits), so decode graphs are captured for steps below and from this
 // length apart (CudaBackend::decode_kv_bounds).
 constexpr int kDecodeLongKeys = 2048;
+// Below this many keys a step of few blocks takes one split (few_blocks_one_split), so decode graphs
+// are captured for steps below this length apart too.
+constexpr int kDecodeShortKeys = 1024;
+constexpr int64_t kFewDecodeBlocks = 8;
+
+// Whether a decode step of `blocks` (sequence, KV head) blocks at head_dim D whose longest context
+// is max_kv_len takes eight-warp blocks and one split (attention.cu's decode_ring): at head_dim 64,
+// at most kFewDecodeBlocks blocks under kDecodeShortKeys keys. Each block then streams its
+// sequence's keys alone, and no combine kernel follows (its kernel boundary costs more than the
+// longer key loop at these lengths). Measured on the H200 (bench decode overlapped, graphs at the
+// 1,023-key class bound, both orders in one call): llama-1b at batch 1 (8 blocks) +3.3-3.6% at 512
+// keys, +0.3% at 960; at batch 2 (16 blocks) +2% at 512 but -2.5% at 960, so 8 blocks at most;
+// qwen3-8b (head_dim 128) lost 1% at batch 1 and keeps its splits (docs/performance.md).
+inline bool few_blocks_one_split(int64_t head_dim, int64_t blocks, int64_t max_kv_len) {
+  return head_dim == 64 && blocks <= kFewDecodeBlocks && max_kv_len < kDecodeShortKeys;
+}
+
 constexpr int64_t kFillMaxSplits = 4;
 
 // Splits for a decode launch of `blocks` (sequence, KV head) pairs past one wave of `slots`

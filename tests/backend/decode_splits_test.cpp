@@ -54,6 +54,15 @@ TEST_CASE("decode splits fill the last wave of blocks at long contexts and keep 
   CHECK(decode_splits(16, 8, 264, kDecodeLongKeys, {.keys_per_round = 64}) == 2);
   CHECK(decode_splits(16, 8, 528, 576, {.keys_per_round = 64}) == 3);  // 4 fill the wave; 3 hold keys
 
+  // Few blocks at head_dim 64 under 1,024 keys take one eight-warp split: llama-1b at batch 1 (8
+  // blocks), not at batch 2 (16), not at 1,024 keys, not at head_dim 128 (qwen3-8b).
+  CHECK(gpu::few_blocks_one_split(64, 8, 576));
+  CHECK(gpu::few_blocks_one_split(64, 8, gpu::kDecodeShortKeys - 1));
+  CHECK_FALSE(gpu::few_blocks_one_split(64, 8, gpu::kDecodeShortKeys));
+  CHECK_FALSE(gpu::few_blocks_one_split(64, 16, 576));
+  CHECK_FALSE(gpu::few_blocks_one_split(128, 8, 576));
+  CHECK(gpu::kDecodeShortKeys < kDecodeLongKeys);
+
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);

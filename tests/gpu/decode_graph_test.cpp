@@ -272,9 +272,9 @@ TEST_CASE("decode steps replayed from CUDA graphs equal eager steps bit for bit"
 }
 
 // Decode graphs per class of context length (Backend::decode_kv_bounds): steps whose longest
-// context is below the CUDA backend's bound and from it on replay different graphs, each equal to
-// the eager step bit for bit, as contexts grow across the bound.
-TEST_CASE("decode steps past the backend's context bound replay their own graphs, equal to eager", "[gpu]") {
+// context is below each of the CUDA backend's bounds and from it on replay different graphs, each
+// equal to the eager step bit for bit, as contexts grow across the bounds.
+TEST_CASE("decode steps past the backend's context bounds replay their own graphs, equal to eager", "[gpu]") {
   if (!gpu::register_cuda_backend()) {
     WARN("no CUDA GPU visible: skipped");
     return;
@@ -288,18 +288,22 @@ TEST_CASE("decode steps past the backend's context bound replay their own graphs
   write_random_model(dir.path(), cfg, seed, DType::bf16);
   const int64_t V = cfg.vocab_size;
   const int max_len = 2600;
-  const int num_pages = 4 * ((max_len + kPageSize - 1) / kPageSize) + 4;
+  const int num_pages = 6 * ((max_len + kPageSize - 1) / kPageSize) + 4;  // up to 6 sequences of max_len
   Pair p = make_pair(dir.path(), num_pages, max_len);
-  REQUIRE(p.gpu->decode_kv_bounds().size() == 1);
-  const int bound = p.gpu->decode_kv_bounds()[0];
-  REQUIRE(bound < max_len - 64);
+  const std::vector<int> bounds = p.gpu->decode_kv_bounds();
+  REQUIRE(!bounds.empty());
+  REQUIRE(bounds.size() <= 4);
+  for (int bound : bounds) REQUIRE(bound < max_len - 64);
 
-  // One sequence crosses the bound during its decode steps; two stay short.
-  std::vector<Seq> seqs(3);
-  seqs[0].ids = random_ids(rng, bound - 4, V);
-  seqs[1].ids = random_ids(rng, std::uniform_int_distribution<int64_t>(3, 300)(rng), V);
-  seqs[2].ids = random_ids(rng, std::uniform_int_distribution<int64_t>(3, 300)(rng), V);
-  const std::vector<SeqPages> pages = random_pages({max_len, max_len, max_len}, kPageSize, num_pages, rng);
+  // One sequence a bound starts 4 keys below it and crosses it during its decode steps; two more
+  // stay short.
+  const size_t nb = bounds.size();
+  std::vector<Seq> seqs(nb + 2);
+  for (size_t b = 0; b < nb; ++b) seqs[b].ids = random_ids(rng, bounds[b] - 4, V);
+  seqs[nb].ids = random_ids(rng, std::uniform_int_distribution<int64_t>(3, 300)(rng), V);
+  seqs[nb + 1].ids = random_ids(rng, std::uniform_int_distribution<int64_t>(3, 300)(rng), V);
+  const std::vector<SeqPages> pages =
+      random_pages(std::vector<int64_t>(seqs.size(), max_len), kPageSize, num_pages, rng);
   for (size_t i = 0; i < seqs.size(); ++i) {
     seqs[i].pages = pages[i];
     const int64_t n = int64_t(seqs[i].ids.size());
@@ -309,14 +313,22 @@ TEST_CASE("decode steps past the backend's context bound replay their own graphs
     }
     seqs[i].done = n - 1;
   }
-  // The short ones alone (the short class), then all three across the bound (the long class from
-  // the step whose longest kv_len reaches it).
-  for (const std::vector<size_t>& group : {std::vector<size_t>{1, 2}, std::vector<size_t>{0, 1, 2}})
+  // The short ones alone (the shortest class), then with the sequences of the bounds up to b, the
+  // longest first: its steps replay the class below bound b, then, once it reaches b, the next one.
+  std::vector<std::vector<size_t>> groups{{nb, nb + 1}};
+  for (size_t b = 0; b < nb; ++b) {
+    std::vector<size_t> g;
+    for (size_t c = b + 1; c-- > 0;) g.push_back(c);
+    g.push_back(nb);
+    g.push_back(nb + 1);
+    groups.push_back(g);
+  }
+  for (const std::vector<size_t>& group : groups)
     for (int step = 0; step < 8; ++step) {
       INFO("batch " << group.size() << ", step " << step << ", longest context " << seqs[group[0]].done + 1);
       decode_step(p, seqs, group, V);
     }
-  CHECK(seqs[0].done + 1 > bound);
+  for (size_t b = 0; b < nb; ++b) CHECK(seqs[b].done + 1 > bounds[b]);
 }
 
 // Overlapped or not, the steps hold the same rows here (no stop ids, every prompt admitted in the
