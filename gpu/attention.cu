@@ -731,11 +731,8 @@ void launch(cudaStream_t stream, const AttnParams& p, unsigned tiles, int64_t S,
 }
 
 // ASTRAI_DECODE_ATTENTION=general (for A/B timing) sends decode steps through the general kernel.
-const std::string& decode_attention_env() {
-  static const std::string v = [] {
-    const char* e = std::getenv("ASTRAI_DECODE_ATTENTION");
-    return std::string(e ? e : "");
-  }();
+bool decode_on_general_kernel() {
+  static const bool v = env_is("ASTRAI_DECODE_ATTENTION", "general");
   return v;
 }
 
@@ -822,7 +819,7 @@ int decode_warps_env() {
 constexpr int kWideDecodeWarps = 4;
 template <int D, bool kRope>
 DecodeLaunch decode_ring(int64_t group, int64_t blocks, int64_t max_kv_len) {
-  if (decode_attention_env() == "general") return {};
+  if (decode_on_general_kernel()) return {};
   constexpr int kWideRing = decode_stages<D>(false);
   const int forced = decode_warps_env();
   if (forced == 8) return decode_launch_for<D, kRope, kWideRing, 8>(group);

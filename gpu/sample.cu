@@ -19,12 +19,12 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <string>
 
 #include "gpu/check.h"
+#include "gpu/device_util.cuh"
 #include "gpu/ops.h"
 #include "src/backend/sample_math.h"
 
@@ -706,10 +706,7 @@ void sample(cudaStream_t stream, const SampleBatch& b) {
   }
   // float4 loads need 16-byte aligned rows: V % 4 == 0 and aligned bases.
   // ASTRAI_SAMPLE_VEC=0 turns them off (an A/B switch for the benchmarks).
-  static const bool vec_env = [] {
-    const char* e = std::getenv("ASTRAI_SAMPLE_VEC");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool vec_env = !env_is("ASTRAI_SAMPLE_VEC", "0");
   const bool vec = vec_env && V % 4 == 0 && reinterpret_cast<uintptr_t>(b.logits.data) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(work) % 16 == 0;
   sample_rows<<<unsigned(R), kThreads, 0, stream>>>(b.logits.ptr<float>(), int(L), int(V), rows, work, direct,
