@@ -121,16 +121,25 @@ Status run_server(ServerState& st, const ModelLoader& load) {
   std::optional<asio::signal_set> signals(std::in_place, ioc, SIGINT, SIGTERM);
   asio::co_spawn(ioc, drain_on_signal(ioc, acceptor, st, *signals), asio::detached);
 
-  // The model loads while /health already answers 503.
+  // The model loads while /health already answers 503. If it fails to load the server stops and
+  // run_server returns the error (a non-zero exit, as llama.cpp's server and vLLM do): a wrong
+  // --model or --device ends the command at once instead of leaving a server that never gets ready.
+  // Requests that arrive before the loop stops are answered 503 with the reason.
+  Status load_status;  // the loader's result, read once the loader is joined
   std::thread loader([&] {
     Status s = load(st);
+    load_status = s;
     if (s.ok()) {
       st.ready.store(true, std::memory_order_release);
       spdlog::info("model '{}' ready", st.model_name);
     } else {
       st.load_error = s.message();
       st.load_failed.store(true, std::memory_order_release);
-      spdlog::error("model failed to load: {}", s.message());
+      asio::post(ioc, [&] {
+        boost::system::error_code ignore;
+        acceptor.close(ignore);
+        ioc.stop();
+      });
     }
   });
 
@@ -153,6 +162,7 @@ Status run_server(ServerState& st, const ModelLoader& load) {
   loader.join();
   // No more notify() calls after this; coroutine frames (and their Generations) die with ioc below.
   if (st.engine) st.engine->shutdown();
+  if (!load_status.ok()) return {load_status.code(), "the model failed to load: " + load_status.message()};
   spdlog::info("server stopped");
   return {};
 }

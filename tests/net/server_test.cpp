@@ -623,23 +623,30 @@ TEST_CASE("--template-max-steps bounds the model's chat template in the server",
   CHECK(s.terminate() == 0);
 }
 
-TEST_CASE("a model that fails to load leaves /health at 503 and the server up", "[integration]") {
+// `astrai serve` with a model that cannot load: the command ends with the reason and a non-zero exit
+// (as llama.cpp's server and vLLM do), instead of a server that never gets ready.
+TEST_CASE("a model that fails to load ends astrai serve with the reason and exit status 1", "[integration]") {
   TempDir dir("badmodel");
   write_file(dir / "config.json", "{not json");
-  ServerProcess s({"--model", dir.path().string()}, /*tiny_preset=*/false, /*wait_ready=*/false);
-  HttpReply h;
-  for (int i = 0; i < 200; ++i) {  // bounded: 10 s for the load to fail
-    h = http(s.port(), "GET", "/health");
-    if (h.body.find("error") != std::string::npos) break;
-    std::this_thread::sleep_for(milliseconds(50));
+  std::string more;  // ASTRAI_TEST_SERVE_ARGS, as ServerProcess passes them (e.g. --device cuda)
+  if (const char* m = std::getenv("ASTRAI_TEST_SERVE_ARGS")) more = std::string(" ") + m;
+  const std::string serve =
+      "timeout 60 " + astrai_bin() + " serve --host 127.0.0.1 --port 0 --threads 1" + more;
+  {
+    INFO("a directory whose config.json is not JSON");
+    const CommandResult r = run_command(serve + " --model '" + dir.path().string() + "'");
+    INFO(r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find("astrai: error: the model failed to load") != std::string::npos);
+    CHECK(r.err.find(dir.path().string()) != std::string::npos);  // the reason names the file
   }
-  CHECK(h.status == 503);
-  CHECK(json_str(h.body, "status") == "error");
-  CHECK(h.headers.find("Retry-After") != std::string::npos);
-  auto r = http(s.port(), "POST", "/v1/chat/completions", kChat);
-  CHECK(r.status == 503);
-  CHECK(json_str(r.body, "error", "message").find("failed to load") != std::string::npos);
-  CHECK(s.alive());
+  {
+    INFO("a --model that is neither a directory nor a preset");
+    const CommandResult r = run_command(serve + " --model '" + (dir / "missing").string() + "'");
+    INFO(r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find("no such directory and not a preset") != std::string::npos);
+  }
 }
 
 TEST_CASE("a repeated SIGTERM neither cuts the drain short nor kills the server", "[integration]") {
