@@ -64,6 +64,18 @@ struct Child {
   int port = 0;
 };
 
+// Why a server that exited did: the text of its last "astrai: error: " line in `log` (its stderr),
+// without the "the model failed to load: " it puts before a loader's error; empty if none.
+std::string exit_reason(const std::filesystem::path& log) {
+  std::ifstream f(log);
+  std::string reason;
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("astrai: error: ", 0) == 0) reason = line.substr(15);
+  const std::string failed = "the model failed to load: ";
+  if (reason.rfind(failed, 0) == 0) reason = reason.substr(failed.size());
+  return reason;
+}
+
 Child start_server(const BenchServeArgs& a, const std::filesystem::path& log) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   // The child's stdout and stderr go to files (a pipe left unread could block or kill it); a kept
@@ -111,7 +123,9 @@ Child start_server(const BenchServeArgs& a, const std::filesystem::path& log) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ::kill(c.pid, SIGKILL);
-  throw Error(io_error("astrai serve did not start; see " + log.string()));
+  const std::string reason = exit_reason(log);
+  throw Error(io_error("astrai serve did not start" + (reason.empty() ? "" : ": " + reason) + "; see " +
+                       log.string()));
 }
 
 // CPU seconds (utime + stime) of the process, and of its threads named "astrai-net".
@@ -229,9 +243,11 @@ void run(const BenchServeArgs& a) {
   // Wait for /health 200 (bounded: 120 s).
   {
     const auto deadline = Clock::now() + std::chrono::seconds(120);
-    bool ok = false;
-    std::string failed;  // /health's answer once the model failed to load: no point waiting on
-    while (!ok && failed.empty() && Clock::now() < deadline) {
+    bool ok = false, exited = false;
+    // failed: /health's answer once the model failed to load; exited: the server has ended (it does
+    // when the model fails to load, with the reason on stderr). Either way, no point waiting on.
+    std::string failed;
+    while (!ok && failed.empty() && !exited && Clock::now() < deadline) {
       asio::io_context ioc;
       tcp::socket s(ioc);
       boost::system::error_code ec;
@@ -246,12 +262,24 @@ void run(const BenchServeArgs& a) {
         if (const size_t at = reply.find("\"status\":\"error\""); at != std::string::npos)
           failed = reply.substr(at);
       }
-      if (!ok && failed.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      int st = 0;
+      exited = !ok && ::waitpid(child.pid, &st, WNOHANG) == child.pid;
+      if (!ok && failed.empty() && !exited) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     if (!ok) {
-      ::kill(child.pid, SIGKILL);
-      throw Error(io_error(failed.empty() ? "astrai serve never became ready; see " + log.string()
-                                          : "astrai serve could not load the model: {" + failed));
+      // A server that answered "error" exits with the reason on stderr: give it a moment to.
+      for (int i = 0; i < 100 && !failed.empty() && !exited; ++i) {
+        int st = 0;
+        exited = ::waitpid(child.pid, &st, WNOHANG) == child.pid;
+        if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      if (!exited) ::kill(child.pid, SIGKILL);
+      const std::string reason = exited ? exit_reason(log) : "";
+      if (!reason.empty()) throw Error(io_error("astrai serve could not load the model: " + reason));
+      if (!failed.empty()) throw Error(io_error("astrai serve could not load the model: {" + failed));
+      throw Error(io_error(std::string(exited ? "astrai serve exited before it was ready"
+                                              : "astrai serve never became ready") +
+                           "; see " + log.string()));
     }
   }
 
