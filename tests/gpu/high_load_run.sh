@@ -285,17 +285,23 @@ if want startup; then
   for model in llama-1b qwen3-8b llama-1b qwen3-8b; do
     astrai serve --device cuda --model $M/$model --port 18181 > "$out/startup_$model.log" 2>&1 &
     pid=$!
-    # Seconds from now to the first /health 200 (python3: the machine may have no curl).
+    # Seconds from now to the first /health 200 (python3: the machine may have no curl); "exited" if
+    # the server ends first (it does when the model fails to load, the reason last in its log).
     secs=$(python3 -c '
-import time, urllib.request
+import sys, time, urllib.request
+def gone(pid):  # exited: a zombie until the shell reaps it, or no process at all
+    try: return open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError: return True
 t0 = time.time()
 while time.time() - t0 < 60:
     try:
         urllib.request.urlopen("http://127.0.0.1:18181/health", timeout=1); print("%.2f" % (time.time() - t0)); break
-    except Exception: time.sleep(0.05)
-else: print("never")')
+    except Exception:
+        if gone(sys.argv[1]): print("exited"); break
+        time.sleep(0.05)
+else: print("never")' $pid)
     kill $pid; wait $pid 2>/dev/null
-    log "startup $model: $secs s to /health; $(grep -iE 'captur' "$out/startup_$model.log" | tail -1 | cut -c1-200)"
+    log "startup $model: $secs s to /health; $(grep -iE 'captur|astrai: error' "$out/startup_$model.log" | tail -1 | cut -c1-200)"
   done
 fi
 if want tests; then
