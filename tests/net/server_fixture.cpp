@@ -58,6 +58,15 @@ HttpReply parse_reply(const std::string& raw) {
 
 }  // namespace
 
+std::vector<std::string> serve_test_args() {
+  std::vector<std::string> args;
+  if (const char* more = std::getenv("ASTRAI_TEST_SERVE_ARGS")) {
+    std::istringstream in(more);
+    for (std::string a; in >> a;) args.push_back(a);
+  }
+  return args;
+}
+
 ServerProcess::ServerProcess(const std::vector<std::string>& extra_args, bool tiny_preset, bool wait_ready) {
   static int counter = 0;
   const char* tmp = std::getenv("ASTRAI_TEST_TMP");
@@ -68,12 +77,8 @@ ServerProcess::ServerProcess(const std::vector<std::string>& extra_args, bool ti
   std::vector<std::string> args = {astrai_bin(), "serve", "--host",    "127.0.0.1",
                                    "--port",     "0",     "--threads", "1"};
   if (tiny_preset) args.insert(args.end(), {"--preset", "tiny"});
-  // ASTRAI_TEST_SERVE_ARGS: more arguments for every server, whitespace-separated (e.g. "--device
-  // cuda" to run the server tests against the CUDA backend on a GPU machine).
-  if (const char* more = std::getenv("ASTRAI_TEST_SERVE_ARGS")) {
-    std::istringstream in(more);
-    for (std::string a; in >> a;) args.push_back(a);
-  }
+  const std::vector<std::string> more = serve_test_args();
+  args.insert(args.end(), more.begin(), more.end());
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   pid_ = ::fork();
   if (pid_ < 0) throw std::runtime_error("fork failed");

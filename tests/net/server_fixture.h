@@ -11,6 +11,10 @@
 
 namespace astrai::test {
 
+// ASTRAI_TEST_SERVE_ARGS, whitespace-separated: more arguments for every server a test starts (e.g.
+// "--device cuda" to run the server tests against the CUDA backend on a GPU machine).
+std::vector<std::string> serve_test_args();
+
 class ServerProcess {
  public:
   // extra_args are appended to `astrai serve [--preset tiny] --port 0 --host 127.0.0.1` and the

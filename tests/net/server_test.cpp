@@ -628,10 +628,8 @@ TEST_CASE("--template-max-steps bounds the model's chat template in the server",
 TEST_CASE("a model that fails to load ends astrai serve with the reason and exit status 1", "[integration]") {
   TempDir dir("badmodel");
   write_file(dir / "config.json", "{not json");
-  std::string more;  // ASTRAI_TEST_SERVE_ARGS, as ServerProcess passes them (e.g. --device cuda)
-  if (const char* m = std::getenv("ASTRAI_TEST_SERVE_ARGS")) more = std::string(" ") + m;
-  const std::string serve =
-      "timeout 60 " + astrai_bin() + " serve --host 127.0.0.1 --port 0 --threads 1" + more;
+  std::string serve = "timeout 60 " + astrai_bin() + " serve --host 127.0.0.1 --port 0 --threads 1";
+  for (const std::string& arg : serve_test_args()) serve += " " + arg;  // as ServerProcess passes them
   {
     INFO("a directory whose config.json is not JSON");
     const CommandResult r = run_command(serve + " --model '" + dir.path().string() + "'");
