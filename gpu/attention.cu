@@ -666,18 +666,6 @@ size_t smem_bytes(int64_t D) {
 
 // Splits per (tile, head): enough blocks for ~4 waves of one block per multiprocessor, with at
 // least kMinKeysPerSplit keys each (rounded up); 1 when the tiles already fill the GPU (prefill).
-
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      return 132;
-    return v;
-  }();
-  return n;
-}
-
 int choose_splits(int64_t blocks, int64_t max_kv) {
   const int64_t want = (4 * int64_t(sm_count()) + blocks - 1) / blocks;
   const int64_t most = (max_kv + kMinKeysPerSplit - 1) / kMinKeysPerSplit;

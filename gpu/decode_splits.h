@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "gpu/waves.h"
+
 namespace astrai::gpu {
 
 // Most KV splits of one (query tile or sequence, head) in any attention launch.
@@ -51,8 +53,7 @@ inline int64_t fill_splits(int64_t blocks, int64_t slots, int64_t max_kv_len) {
   int64_t best = 1;
   double best_fill = 0;
   for (int64_t s = 2; s <= kFillMaxSplits; ++s) {
-    const int64_t waves = (blocks * s + slots - 1) / slots;
-    const double fill = double(blocks * s) / double(waves * slots);
+    const double fill = wave_fill(blocks * s, slots);
     if (fill > best_fill) best = s, best_fill = fill;
   }
   return best;

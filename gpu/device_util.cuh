@@ -164,6 +164,18 @@ inline bool env_is(const char* name, const char* value) {
   return e && std::string(e) == value;
 }
 
+// Host side: the device's multiprocessors (132 where it cannot be asked). Read once per process.
+inline int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return 132;
+    return v;
+  }();
+  return n;
+}
+
 // Host side: whether kernels go out with that attribute: on compute capability 9.0 and up, unless
 // ASTRAI_NO_PDL is set (to measure without it). Read once per process.
 inline bool pdl_enabled() {

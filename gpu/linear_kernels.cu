@@ -14,6 +14,7 @@
 #include "gpu/device_util.cuh"
 #include "gpu/ops.h"
 #include "gpu/rows.h"
+#include "gpu/waves.h"
 
 namespace astrai::gpu {
 namespace {
@@ -100,10 +101,10 @@ __device__ __forceinline__ uint4 swiglu8(uint4 gate, uint4 up) {
 // projection's output would be, and out [M, F] gets silu(gate) * up rounded where the swiglu op
 // rounds: the projection then the swiglu, bit for bit, without the [M, 2F] round trip or the kernel.
 template <typename TO, int W, int kX, bool kPairs>
-__global__ void __launch_bounds__(W * 32)
-    gemv_kernel(const bf16* __restrict__ x, int64_t ldx, int M, const bf16* __restrict__ w, int64_t K,
-                int64_t N, const TO* __restrict__ bias, TO* __restrict__ out, int64_t ldo, int ksplit,
-                AddNorm an) {
+__device__ __forceinline__ void gemv_body(const bf16* __restrict__ x, int64_t ldx, int M,
+                                          const bf16* __restrict__ w, int64_t K, int64_t N,
+                                          const TO* __restrict__ bias, TO* __restrict__ out, int64_t ldo,
+                                          int ksplit, AddNorm an) {
   __shared__ float partial[W][kGemvTile][kGemvMaxRows];
   extern __shared__ uint4 x_shared[];  // kSwiglu, kAddNorm: x as [M][K / 8] chunks
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -238,16 +239,68 @@ __global__ void __launch_bounds__(W * 32)
   }
 }
 
+// The kernel as the compiler fits it (gemv_kernel), and, for the add + norm prologue at 8 warps, a
+// twin held to kTightBlocks resident blocks a multiprocessor (gemv_tight_kernel: at most 80
+// registers a thread where the compiler takes 90 for the gate/up pairs, so 3 blocks fit instead of
+// 2). launch_gemv runs the twin only where its waves fill better (prefer_tight_registers,
+// gpu/waves.h); the arithmetic is the same, so are the bits. Measured on the H200 (bench decode, both
+// orders in one call): qwen3-8b at one row, whose gate/up pairs GEMV is 384 blocks (1.45 waves of
+// the loose kernel, 0.97 of the twin), 211.1 -> 219.2 tok/s, llama-1b even at 1-8 rows. The twin
+// everywhere lost 3.8% for llama-1b at two rows (512 blocks: 1.94 waves loose, 1.29 tight), and
+// every fused GEMV held to 4 blocks (64 registers, spilling) 4.6% at one row (docs/performance.md).
+constexpr int kTightBlocks = 3;
+
+template <typename TO, int W, int kX, bool kPairs>
+__global__ void __launch_bounds__(W * 32)
+    gemv_kernel(const bf16* __restrict__ x, int64_t ldx, int M, const bf16* __restrict__ w, int64_t K,
+                int64_t N, const TO* __restrict__ bias, TO* __restrict__ out, int64_t ldo, int ksplit,
+                AddNorm an) {
+  gemv_body<TO, W, kX, kPairs>(x, ldx, M, w, K, N, bias, out, ldo, ksplit, an);
+}
+
+template <typename TO, int W, int kX, bool kPairs>
+__global__ void __launch_bounds__(W * 32, kTightBlocks)
+    gemv_tight_kernel(const bf16* __restrict__ x, int64_t ldx, int M, const bf16* __restrict__ w, int64_t K,
+                      int64_t N, const TO* __restrict__ bias, TO* __restrict__ out, int64_t ldo, int ksplit,
+                      AddNorm an) {
+  gemv_body<TO, W, kX, kPairs>(x, ldx, M, w, K, N, bias, out, ldo, ksplit, an);
+}
+
+// Blocks of `kernel` resident a multiprocessor with the largest x that fuse_prologue lets into
+// shared memory at 8 warps (M x K at most 16 x 256 values: 8 KB). Once per kernel.
+template <auto kernel>
+int gemv_blocks_per_sm(int threads) {
+  static const int n = [threads] {
+    int v = 0;
+    ASTRAI_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, kernel, threads, 16 * 256 * sizeof(bf16)));
+    return std::max(v, 1);
+  }();
+  return n;
+}
+
 template <int W, typename TO, int kX, bool kPairs>
 void launch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, const Tensor& w,
                  const Tensor* bias, Tensor out, int64_t ldo, int ksplit, const AddNorm& an, bool pdl) {
   const int64_t K = w.shape[1], N = w.shape[0];
   const int64_t tiles = (N + kGemvTile - 1) / kGemvTile, tiles_per_block = W / ksplit;
-  const LaunchConfig lc(dim3(unsigned((tiles + tiles_per_block - 1) / tiles_per_block)), dim3(W * 32),
+  const int64_t blocks = (tiles + tiles_per_block - 1) / tiles_per_block;
+  const LaunchConfig lc(dim3(unsigned(blocks)), dim3(W * 32),
                         kX != kPlain ? size_t(M * K * int64_t(sizeof(bf16))) : 0, stream,
                         pdl && pdl_enabled());
-  ASTRAI_CUDA_CHECK(cudaLaunchKernelEx(&lc.cfg, gemv_kernel<TO, W, kX, kPairs>, x, ldx, int(M), w.ptr<bf16>(),
-                                       K, N, bias ? bias->ptr<TO>() : static_cast<const TO*>(nullptr),
+  auto kernel = gemv_kernel<TO, W, kX, kPairs>;
+  if constexpr (kX == kAddNorm && W == 8) {
+    constexpr auto tight = gemv_tight_kernel<TO, W, kX, kPairs>;
+    // ASTRAI_GEMV_TIGHT=0 / 1: never / always the twin (to measure, and to test it on any shape).
+    static const bool never = env_is("ASTRAI_GEMV_TIGHT", "0"), always = env_is("ASTRAI_GEMV_TIGHT", "1");
+    const int64_t sms = sm_count();
+    if (always || (!never && prefer_tight_registers(
+                                 blocks, sms * gemv_blocks_per_sm<gemv_kernel<TO, W, kX, kPairs>>(W * 32),
+                                 sms * gemv_blocks_per_sm<tight>(W * 32))))
+      kernel = tight;
+  }
+  ASTRAI_CUDA_CHECK(cudaLaunchKernelEx(&lc.cfg, kernel, x, ldx, int(M), w.ptr<bf16>(), K, N,
+                                       bias ? bias->ptr<TO>() : static_cast<const TO*>(nullptr),
                                        out.ptr<TO>(), ldo, ksplit, an));
 }
 

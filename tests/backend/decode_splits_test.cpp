@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <random>
 
+#include "gpu/waves.h"
 #include "tools/test_util.h"
 
 namespace astrai::test {
@@ -116,6 +117,35 @@ TEST_CASE("decode splits fill the last wave of blocks at long contexts and keep 
     for (int64_t other = 2; other <= gpu::kFillMaxSplits; ++other)
       CHECK(last_wave_fill(blocks * s, slots) >= last_wave_fill(blocks * other, slots));
     CHECK(last_wave_fill(blocks * s, slots) >= last_wave_fill(blocks, slots));
+  }
+}
+
+TEST_CASE("a GEMV takes its tight register budget only where that fills its waves better", "[unit]") {
+  // The shares of the waves' slots a grid keeps busy, against a count by hand.
+  CHECK(gpu::wave_fill(264, 264) == 1.0);
+  CHECK(gpu::wave_fill(384, 264) == Approx(384.0 / 528.0));
+  CHECK(gpu::wave_fill(384, 396) == Approx(384.0 / 396.0));
+  CHECK(gpu::wave_fill(512, 396) == Approx(512.0 / 792.0));
+  CHECK(gpu::wave_fill(1, 132) == Approx(1.0 / 132.0));
+  CHECK(gpu::wave_fill(0, 132) == 1.0);
+  // The two cases measured on the H200 (132 multiprocessors; 2 blocks of the add + norm + gate/up
+  // pairs GEMV a multiprocessor as compiled freely, 3 under the tight budget): qwen3-8b's gate_up at
+  // one row is 384 blocks, 1.45 waves loose and 0.97 tight, so it goes tight; llama-1b's at two rows
+  // is 512 blocks, 1.94 waves loose and 1.29 tight, so it stays loose.
+  CHECK(gpu::prefer_tight_registers(384, 264, 396));
+  CHECK_FALSE(gpu::prefer_tight_registers(512, 264, 396));
+  // Even fills keep the loose budget; so do kernels the budget does not change.
+  CHECK_FALSE(gpu::prefer_tight_registers(132, 264, 396));
+  CHECK_FALSE(gpu::prefer_tight_registers(384, 396, 396));
+  // Against the definition, over random grids and budgets.
+  std::mt19937_64 rng(Catch::rngSeed());
+  for (int i = 0; i < 2000; ++i) {
+    const int64_t sms = 1 + int64_t(rng() % 200), loose = sms * int64_t(1 + rng() % 4),
+                  tight = loose + sms * int64_t(rng() % 3), blocks = 1 + int64_t(rng() % 5000);
+    const int64_t waves_loose = (blocks + loose - 1) / loose, waves_tight = (blocks + tight - 1) / tight;
+    // Fills compared exactly: blocks / (waves * slots), cross-multiplied.
+    const bool tighter_fills_more = waves_loose * loose > waves_tight * tight;
+    CHECK(gpu::prefer_tight_registers(blocks, loose, tight) == tighter_fills_more);
   }
 }
 
