@@ -239,15 +239,23 @@ __device__ __forceinline__ void gemv_body(const bf16* __restrict__ x, int64_t ld
   }
 }
 
-// The kernel as the compiler fits it (gemv_kernel), and, for the add + norm prologue at 8 warps, a
-// twin held to kTightBlocks resident blocks a multiprocessor (gemv_tight_kernel: at most 80
-// registers a thread where the compiler takes 90 for the gate/up pairs, so 3 blocks fit instead of
-// 2). launch_gemv runs the twin only where its waves fill better (prefer_tight_registers,
-// gpu/waves.h); the arithmetic is the same, so are the bits. Measured on the H200 (bench decode, both
-// orders in one call): qwen3-8b at one row, whose gate/up pairs GEMV is 384 blocks (1.45 waves of
-// the loose kernel, 0.97 of the twin), 211.1 -> 219.2 tok/s, llama-1b even at 1-8 rows. The twin
-// everywhere lost 3.8% for llama-1b at two rows (512 blocks: 1.94 waves loose, 1.29 tight), and
-// every fused GEMV held to 4 blocks (64 registers, spilling) 4.6% at one row (docs/performance.md).
+// The GEMV compiled under more than one register budget; launch_gemv picks one per grid with
+// pick_register_budget (gpu/waves.h): the roomiest under which the grid is one wave, else the one
+// whose waves fill best. The arithmetic is the same under each, so are the bits.
+// - gemv_kernel: as the compiler fits it (plain x: 60 registers a thread at 8 warps, 4 blocks a
+//   multiprocessor; the add + norm prologue: 80, and 90 with the gate/up pairs, 2 blocks).
+// - gemv_roomy_kernel (plain x): told one block a multiprocessor is enough (`__launch_bounds__`
+//   minBlocks 1), the compiler takes 92 registers and keeps more weight loads in flight; 2 blocks at
+//   8 warps, 1 at 16.
+// - gemv_tight_kernel (add + norm prologue, 8 warps): held to 3 blocks a multiprocessor (80 registers).
+// Measured on the H200 (bench decode, both orders in one call; docs/performance.md):
+// - the tight twin: qwen3-8b at one row, whose gate/up pairs GEMV is 384 blocks (1.45 waves loose,
+//   0.97 tight), 211.1 -> 219.2 tok/s; everywhere it lost 3.8% for llama-1b at two rows (512
+//   blocks: 1.94 waves loose, 1.29 tight), and every fused GEMV held to 4 blocks (64 registers,
+//   spilling) 4.6% at one row;
+// - then the roomy plain GEMV where its grid is one wave: qwen3-8b 218.5 -> 225.2 tok/s at one row,
+//   +0.6-1.5% at 2-8; llama-1b +5.4-7.4% at 2-8 rows, -0.6% at one; everywhere it lost 5-6% for
+//   qwen3-8b at 2-8 rows (its 384-block gate/up and qkv grids in 1.45 waves).
 constexpr int kTightBlocks = 3;
 
 template <typename TO, int W, int kX, bool kPairs>
@@ -259,6 +267,14 @@ __global__ void __launch_bounds__(W * 32)
 }
 
 template <typename TO, int W, int kX, bool kPairs>
+__global__ void __launch_bounds__(W * 32, 1)
+    gemv_roomy_kernel(const bf16* __restrict__ x, int64_t ldx, int M, const bf16* __restrict__ w, int64_t K,
+                      int64_t N, const TO* __restrict__ bias, TO* __restrict__ out, int64_t ldo, int ksplit,
+                      AddNorm an) {
+  gemv_body<TO, W, kX, kPairs>(x, ldx, M, w, K, N, bias, out, ldo, ksplit, an);
+}
+
+template <typename TO, int W, int kX, bool kPairs>
 __global__ void __launch_bounds__(W * 32, kTightBlocks)
     gemv_tight_kernel(const bf16* __restrict__ x, int64_t ldx, int M, const bf16* __restrict__ w, int64_t K,
                       int64_t N, const TO* __restrict__ bias, TO* __restrict__ out, int64_t ldo, int ksplit,
@@ -266,17 +282,42 @@ __global__ void __launch_bounds__(W * 32, kTightBlocks)
   gemv_body<TO, W, kX, kPairs>(x, ldx, M, w, K, N, bias, out, ldo, ksplit, an);
 }
 
-// Blocks of `kernel` resident a multiprocessor with the largest x that fuse_prologue lets into
+// Blocks of `kernel` resident on the device at once, with the largest x that fuse_prologue lets into
 // shared memory at 8 warps (M x K at most 16 x 256 values: 8 KB). Once per kernel.
 template <auto kernel>
-int gemv_blocks_per_sm(int threads) {
-  static const int n = [threads] {
+int64_t gemv_slots(int threads) {
+  static const int64_t n = [threads] {
     int v = 0;
     ASTRAI_CUDA_CHECK(
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, kernel, threads, 16 * 256 * sizeof(bf16)));
-    return std::max(v, 1);
+    return int64_t(std::max(v, 1)) * sm_count();
   }();
   return n;
+}
+
+// The kernel a grid of `blocks` runs under (see above). ASTRAI_GEMV_BUDGET=loose / roomy / tight:
+// the compiler's fit, the roomiest, the tightest budget a kernel has, at every grid (to measure, and
+// to test each on any shape).
+template <typename TO, int W, int kX, bool kPairs>
+auto pick_gemv_kernel(int64_t blocks) {
+  constexpr auto loose = gemv_kernel<TO, W, kX, kPairs>;
+  static const bool force_loose = env_is("ASTRAI_GEMV_BUDGET", "loose"),
+                    force_roomy = env_is("ASTRAI_GEMV_BUDGET", "roomy"),
+                    force_tight = env_is("ASTRAI_GEMV_BUDGET", "tight");
+  if (force_loose) return loose;
+  if constexpr (kX == kPlain) {
+    constexpr auto roomy = gemv_roomy_kernel<TO, W, kX, kPairs>;
+    if (force_roomy || force_tight) return force_roomy ? roomy : loose;
+    const int64_t slots[] = {gemv_slots<roomy>(W * 32), gemv_slots<loose>(W * 32)};
+    return pick_register_budget(blocks, slots) == 0 ? roomy : loose;
+  } else if constexpr (kX == kAddNorm && W == 8) {
+    constexpr auto tight = gemv_tight_kernel<TO, W, kX, kPairs>;
+    if (force_roomy || force_tight) return force_tight ? tight : loose;
+    const int64_t slots[] = {gemv_slots<loose>(W * 32), gemv_slots<tight>(W * 32)};
+    return pick_register_budget(blocks, slots) == 0 ? loose : tight;
+  } else {
+    return loose;
+  }
 }
 
 template <int W, typename TO, int kX, bool kPairs>
@@ -288,20 +329,9 @@ void launch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, con
   const LaunchConfig lc(dim3(unsigned(blocks)), dim3(W * 32),
                         kX != kPlain ? size_t(M * K * int64_t(sizeof(bf16))) : 0, stream,
                         pdl && pdl_enabled());
-  auto kernel = gemv_kernel<TO, W, kX, kPairs>;
-  if constexpr (kX == kAddNorm && W == 8) {
-    constexpr auto tight = gemv_tight_kernel<TO, W, kX, kPairs>;
-    // ASTRAI_GEMV_TIGHT=0 / 1: never / always the twin (to measure, and to test it on any shape).
-    static const bool never = env_is("ASTRAI_GEMV_TIGHT", "0"), always = env_is("ASTRAI_GEMV_TIGHT", "1");
-    const int64_t sms = sm_count();
-    if (always || (!never && prefer_tight_registers(
-                                 blocks, sms * gemv_blocks_per_sm<gemv_kernel<TO, W, kX, kPairs>>(W * 32),
-                                 sms * gemv_blocks_per_sm<tight>(W * 32))))
-      kernel = tight;
-  }
-  ASTRAI_CUDA_CHECK(cudaLaunchKernelEx(&lc.cfg, kernel, x, ldx, int(M), w.ptr<bf16>(), K, N,
-                                       bias ? bias->ptr<TO>() : static_cast<const TO*>(nullptr),
-                                       out.ptr<TO>(), ldo, ksplit, an));
+  ASTRAI_CUDA_CHECK(cudaLaunchKernelEx(
+      &lc.cfg, pick_gemv_kernel<TO, W, kX, kPairs>(blocks), x, ldx, int(M), w.ptr<bf16>(), K, N,
+      bias ? bias->ptr<TO>() : static_cast<const TO*>(nullptr), out.ptr<TO>(), ldo, ksplit, an));
 }
 
 // Split K 8 ways: shorter ranges of K put more warps, and more loads, in flight. Where 8 ways leave

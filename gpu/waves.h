@@ -3,7 +3,9 @@
 // linear_kernels.cu's choice of a GEMV's register budget).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 
 namespace astrai::gpu {
 
@@ -16,12 +18,19 @@ inline double wave_fill(int64_t blocks, int64_t slots) {
   return double(blocks) / double(waves * slots);
 }
 
-// Whether a grid of `blocks` runs the kernel compiled to fit more blocks a multiprocessor (fewer
-// registers a thread: `tight_slots` resident at once) rather than the one the compiler fits as it
-// likes (`loose_slots`): only where it fills its waves better. The register budget changes where
-// values live, not the arithmetic, so both give the same bits.
-inline bool prefer_tight_registers(int64_t blocks, int64_t loose_slots, int64_t tight_slots) {
-  return wave_fill(blocks, tight_slots) > wave_fill(blocks, loose_slots);
+// Which register budget a grid of `blocks` runs under, of a kernel compiled under several: slots[i]
+// blocks are resident at once under budget i, the budgets ordered roomiest (most registers a
+// thread, fewest blocks) first. The roomiest under which the grid is one wave: more registers let
+// the compiler keep more loads in flight, and while the grid is one wave no block waits for a slot.
+// Where no budget makes it one wave, the one whose waves fill best, the roomier on a tie. The
+// budget changes where values live, not the arithmetic, so every budget gives the same bits.
+inline size_t pick_register_budget(int64_t blocks, std::span<const int64_t> slots) {
+  for (size_t i = 0; i < slots.size(); ++i)
+    if (blocks <= slots[i]) return i;
+  size_t best = 0;
+  for (size_t i = 1; i < slots.size(); ++i)
+    if (wave_fill(blocks, slots[i]) > wave_fill(blocks, slots[best])) best = i;
+  return best;
 }
 
 }  // namespace astrai::gpu

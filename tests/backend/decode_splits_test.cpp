@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 #include <random>
+#include <vector>
 
 #include "gpu/waves.h"
 #include "tools/test_util.h"
@@ -120,7 +121,8 @@ TEST_CASE("decode splits fill the last wave of blocks at long contexts and keep 
   }
 }
 
-TEST_CASE("a GEMV takes its tight register budget only where that fills its waves better", "[unit]") {
+TEST_CASE("a GEMV runs under the roomiest register budget that keeps its grid one wave, else the fullest",
+          "[unit]") {
   // The shares of the waves' slots a grid keeps busy, against a count by hand.
   CHECK(gpu::wave_fill(264, 264) == 1.0);
   CHECK(gpu::wave_fill(384, 264) == Approx(384.0 / 528.0));
@@ -128,24 +130,49 @@ TEST_CASE("a GEMV takes its tight register budget only where that fills its wave
   CHECK(gpu::wave_fill(512, 396) == Approx(512.0 / 792.0));
   CHECK(gpu::wave_fill(1, 132) == Approx(1.0 / 132.0));
   CHECK(gpu::wave_fill(0, 132) == 1.0);
-  // The two cases measured on the H200 (132 multiprocessors; 2 blocks of the add + norm + gate/up
-  // pairs GEMV a multiprocessor as compiled freely, 3 under the tight budget): qwen3-8b's gate_up at
-  // one row is 384 blocks, 1.45 waves loose and 0.97 tight, so it goes tight; llama-1b's at two rows
-  // is 512 blocks, 1.94 waves loose and 1.29 tight, so it stays loose.
-  CHECK(gpu::prefer_tight_registers(384, 264, 396));
-  CHECK_FALSE(gpu::prefer_tight_registers(512, 264, 396));
-  // Even fills keep the loose budget; so do kernels the budget does not change.
-  CHECK_FALSE(gpu::prefer_tight_registers(132, 264, 396));
-  CHECK_FALSE(gpu::prefer_tight_registers(384, 396, 396));
-  // Against the definition, over random grids and budgets.
+  auto pick = [](int64_t blocks, std::vector<int64_t> slots) {
+    return gpu::pick_register_budget(blocks, slots);
+  };
+  // The cases measured on the H200 (132 multiprocessors). The plain GEMV, roomy (2 blocks of 8 warps
+  // a multiprocessor, 264 slots) or as the compiler fits it (4, 528): qwen3-8b's o and down at 256
+  // blocks go roomy; its 384-block gate/up and qkv grids would be 1.45 waves roomy, so they stay.
+  CHECK(pick(256, {264, 528}) == 0);
+  CHECK(pick(384, {264, 528}) == 1);
+  // 16-warp blocks: 1 a multiprocessor roomy, 2 as fitted; llama-1b's o and down are 128 blocks.
+  CHECK(pick(128, {132, 264}) == 0);
+  // The add + norm GEMV, as fitted (2 blocks with the gate/up pairs) or tight (3): qwen3-8b's gate/up
+  // at one row (384 blocks) goes tight; llama-1b's at two rows (512: 1.94 waves fitted, 1.29
+  // tight) stays; its qkv (192) fits one wave either way and stays.
+  CHECK(pick(384, {264, 396}) == 1);
+  CHECK(pick(512, {264, 396}) == 0);
+  CHECK(pick(192, {264, 396}) == 0);
+  // One budget; ties past one wave go to the roomier.
+  CHECK(pick(5000, {528}) == 0);
+  CHECK(pick(1056, {264, 528}) == 0);
+  // Against the definition, over random grids and budgets: the first budget that holds the grid in
+  // one wave; else a budget whose waves fill most (fills compared exactly, cross-multiplied), the
+  // first of those.
   std::mt19937_64 rng(Catch::rngSeed());
   for (int i = 0; i < 2000; ++i) {
-    const int64_t sms = 1 + int64_t(rng() % 200), loose = sms * int64_t(1 + rng() % 4),
-                  tight = loose + sms * int64_t(rng() % 3), blocks = 1 + int64_t(rng() % 5000);
-    const int64_t waves_loose = (blocks + loose - 1) / loose, waves_tight = (blocks + tight - 1) / tight;
-    // Fills compared exactly: blocks / (waves * slots), cross-multiplied.
-    const bool tighter_fills_more = waves_loose * loose > waves_tight * tight;
-    CHECK(gpu::prefer_tight_registers(blocks, loose, tight) == tighter_fills_more);
+    const int64_t sms = 1 + int64_t(rng() % 200);
+    std::vector<int64_t> slots;
+    for (int64_t per = 1 + int64_t(rng() % 3), n = 1 + int64_t(rng() % 3); n > 0;
+         --n, per += 1 + int64_t(rng() % 2))
+      slots.push_back(sms * per);
+    const int64_t blocks = 1 + int64_t(rng() % 5000);
+    size_t want = slots.size();
+    for (size_t j = 0; j < slots.size() && want == slots.size(); ++j)
+      if (blocks <= slots[j]) want = j;
+    if (want == slots.size()) {
+      auto used = [&](size_t j) {
+        return (blocks + slots[j] - 1) / slots[j] * slots[j];
+      };  // fill = blocks / used
+      want = 0;
+      for (size_t j = 1; j < slots.size(); ++j)
+        if (used(j) < used(want)) want = j;
+    }
+    INFO("blocks " << blocks << ", budgets " << slots.size());
+    CHECK(gpu::pick_register_budget(blocks, slots) == want);
   }
 }
 
