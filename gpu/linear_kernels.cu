@@ -282,14 +282,14 @@ __global__ void __launch_bounds__(W * 32, kTightBlocks)
   gemv_body<TO, W, kX, kPairs>(x, ldx, M, w, K, N, bias, out, ldo, ksplit, an);
 }
 
-// Blocks of `kernel` resident on the device at once, with the largest x that fuse_prologue lets into
-// shared memory at 8 warps (M x K at most 16 x 256 values: 8 KB). Once per kernel.
-template <auto kernel>
-int64_t gemv_slots(int threads) {
-  static const int64_t n = [threads] {
+// Blocks of `kernel` (W warps a block) resident on the device at once, with the largest x that fuse_prologue
+// lets into shared memory at 8 warps (M x K at most 16 x 256 values: 8 KB). Once per kernel.
+template <auto kernel, int W>
+int64_t gemv_slots() {
+  static const int64_t n = [] {
     int v = 0;
     ASTRAI_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, kernel, threads, 16 * 256 * sizeof(bf16)));
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, kernel, W * 32, 16 * 256 * sizeof(bf16)));
     return int64_t(std::max(v, 1)) * sm_count();
   }();
   return n;
@@ -308,12 +308,12 @@ auto pick_gemv_kernel(int64_t blocks) {
   if constexpr (kX == kPlain) {
     constexpr auto roomy = gemv_roomy_kernel<TO, W, kX, kPairs>;
     if (force_roomy || force_tight) return force_roomy ? roomy : loose;
-    const int64_t slots[] = {gemv_slots<roomy>(W * 32), gemv_slots<loose>(W * 32)};
+    const int64_t slots[] = {gemv_slots<roomy, W>(), gemv_slots<loose, W>()};
     return pick_register_budget(blocks, slots) == 0 ? roomy : loose;
   } else if constexpr (kX == kAddNorm && W == 8) {
     constexpr auto tight = gemv_tight_kernel<TO, W, kX, kPairs>;
     if (force_roomy || force_tight) return force_tight ? tight : loose;
-    const int64_t slots[] = {gemv_slots<loose>(W * 32), gemv_slots<tight>(W * 32)};
+    const int64_t slots[] = {gemv_slots<loose, W>(), gemv_slots<tight, W>()};
     return pick_register_budget(blocks, slots) == 0 ? loose : tight;
   } else {
     return loose;

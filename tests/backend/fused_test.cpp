@@ -279,8 +279,8 @@ void add_rms_norm_mlp_matches_the_unfused_ops(Backend& be) {
   // plainly after them).
   for (int64_t M : {1, 3}) check_add_rms_norm_mlp(be, M, 8 * rng.randint(2, 8), 8192, 4096, rng);
   // A gate_up of 530-792 16-row tiles, 265-396 blocks: on the H200 (132 multiprocessors) the pairs
-  // at two rows fill waves of 3 blocks a multiprocessor better than of 2, and take the GEMV held to
-  // fewer registers (gpu/waves.h).
+  // at two rows are one wave of 3 blocks a multiprocessor but not of 2, so they take the GEMV held
+  // to fewer registers (gpu/waves.h).
   for (int64_t M : {1, 2})
     check_add_rms_norm_mlp(be, M, 8 * rng.randint(2, 64), 8 * rng.randint(265, 396), rng.randint(1, 100),
                            rng);
