@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "net/server_state.h"
 #include "src/cli/commands.h"
 #include "src/core/json_writer.h"
 
@@ -65,14 +66,13 @@ struct Child {
 };
 
 // Why a server that exited did: the text of its last "astrai: error: " line in `log` (its stderr),
-// without the "the model failed to load: " it puts before a loader's error; empty if none.
+// without the net::kModelLoadFailed it puts before a loader's error; empty if none.
 std::string exit_reason(const std::filesystem::path& log) {
   std::ifstream f(log);
   std::string reason;
   for (std::string line; std::getline(f, line);)
     if (line.rfind("astrai: error: ", 0) == 0) reason = line.substr(15);
-  const std::string failed = "the model failed to load: ";
-  if (reason.rfind(failed, 0) == 0) reason = reason.substr(failed.size());
+  if (reason.starts_with(net::kModelLoadFailed)) reason = reason.substr(net::kModelLoadFailed.size());
   return reason;
 }
 

@@ -79,7 +79,7 @@ RouteResult error(const ApiError& e, Dialect d) {
 std::optional<ApiError> not_ready(const ServerState& st) {
   if (st.is_ready()) return std::nullopt;
   if (st.load_failed.load(std::memory_order_acquire))
-    return ApiError{503, "the model failed to load: " + st.load_error, "", "server_error", ""};
+    return ApiError{503, std::string(kModelLoadFailed) + st.load_error, "", "server_error", ""};
   return ApiError{503, "the model is still loading; retry shortly", "", "server_error", ""};
 }
 

@@ -162,7 +162,7 @@ Status run_server(ServerState& st, const ModelLoader& load) {
   loader.join();
   // No more notify() calls after this; coroutine frames (and their Generations) die with ioc below.
   if (st.engine) st.engine->shutdown();
-  if (!load_status.ok()) return {load_status.code(), "the model failed to load: " + load_status.message()};
+  if (!load_status.ok()) return {load_status.code(), std::string(kModelLoadFailed) + load_status.message()};
   spdlog::info("server stopped");
   return {};
 }

@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 #include "net/config.h"
 #include "net/reasoning_parser.h"
@@ -16,6 +17,10 @@
 #include "src/tokenizer/tokenizer.h"
 
 namespace astrai::net {
+
+// What goes before a loader's error, in the 503 answer while the server stays up and in the
+// process's last "astrai: error: " line when it exits (bench serve reads it from there).
+inline constexpr std::string_view kModelLoadFailed = "the model failed to load: ";
 
 struct ServerState {
   ServeConfig config;
