@@ -20,9 +20,11 @@
 #   timeline for each of TIMELINE_SPECS (as COMPARE_SPECS), one decode step of ours and of the peer
 #            as the device ran it (bench/kernel_trace.cpp's CUPTI kernel timeline; bundle
 #            build/bin/libastrai_kernel_trace.so): span, gaps between kernels, time by kind (not in
-#            the default STEPS)
+#            the default STEPS); PEER=0 (here and in compare) leaves the peer out
 #   serve    `bench serve` llama-1b, 32 streams, 128 / 256 tokens: TTFT and ITL per token, for each
 #            of the switches in SERVE_SWITCHES
+#   serve1   `bench serve` with one stream (16 requests): llama-1b 128 / 256 tokens, qwen3-8b 128 / 128
+#            (the batch-1 decode path through the whole server; not in the default STEPS)
 #   serve8b  `bench serve` qwen3-8b, 1,000 requests at once, 128 / 128 tokens, with the step profile,
 #            for each of the switches in SERVE_SWITCHES and each of the server option sets in
 #            SERVE_OPTIONS (';'-separated sets of space-separated KEY=VALUE, e.g. "max-batch-size=512")
@@ -57,7 +59,9 @@
 #            backend's attention cases again under each of TEST_SWITCHES (';'-separated)
 #   sanitize compute-sanitizer memcheck, racecheck and synccheck over the backend's decode, ragged
 #            prefill, extend and mixed-step attention cases (not in the default STEPS; SANITIZE_TOOLS,
-#            space-separated, and SANITIZE_CASES, ';'-separated test-name parts, pick some)
+#            space-separated, and SANITIZE_CASES, ';'-separated test-name parts, pick some), then
+#            over each of SANITIZE_SPECS (';'-separated whole Catch2 test specs, e.g. the GEMV's
+#            "linear*(cuda)"; none by default)
 # Logs go into $OUT/high_load.tgz, re-packed after every step (the device tool returns only a few
 # files), one-line summaries into $OUT/progress.txt. Model directories are random bf16 presets
 # from `astrai init`, written once under $TMPDIR/m.
@@ -135,9 +139,9 @@ step_pair() {
     set -- $spec; tag=$1_b$2_p$3
     $record 150 ${kind}_ours_$tag astrai bench decode --device cuda --model $M/$1 --batch $2 --prompt-len $3 \
       --tokens 4 --profile-step 2 --no-overlap
-    $record 240 ${kind}_peer_$tag python3 bench/torch_decode.py --preset $1 --batch $2 --context $3 --steps 8 \
-      --modes compile --profile-step
-    for who in ours peer; do
+    [ "${PEER:-1}" = 0 ] || $record 240 ${kind}_peer_$tag python3 bench/torch_decode.py --preset $1 --batch $2 \
+      --context $3 --steps 8 --modes compile --profile-step
+    for who in ours $([ "${PEER:-1}" = 0 ] || echo peer); do
       f=$out/${kind}_${who}_$tag.txt
       python3 tests/gpu/step_summary.py "$out/${kind}_${who}_$tag.csv" > "$f" 2>&1
       log "$kind $who $*: $(head -1 "$f" | cut -d: -f2) $(grep -m1 '^span' "$f")"
@@ -156,6 +160,15 @@ if want serve; then
       --level-seconds 40 --server-log "$out/serve_llama-1b_$tag.log" > "$out/serve_llama-1b_$tag.txt" 2>&1
     rc=$?; pkill -f "astrai serve" 2>/dev/null; sleep 1
     log "serve llama-1b [$s]: exit $rc $(grep -E '^ +[0-9]+ +[0-9]' "$out/serve_llama-1b_$tag.txt" | tr -s ' ')"
+  done
+fi
+if want serve1; then
+  for spec in "llama-1b 256" "qwen3-8b 128"; do
+    set -- $spec
+    run_to 120 astrai bench serve --model $M/$1 --concurrency 1 --requests 16 --prompt-tokens 128 --max-tokens $2 \
+      --level-seconds 40 --server-log "$out/serve1_$1.log" > "$out/serve1_$1.txt" 2>&1
+    rc=$?; pkill -f "astrai serve" 2>/dev/null; sleep 1
+    log "serve $1, one stream: exit $rc $(grep -E '^ +[0-9]+ +[0-9]' "$out/serve1_$1.txt" | tr -s ' ')"
   done
 fi
 if want serve8b; then
@@ -320,13 +333,14 @@ if want sanitize; then
   # compute-sanitizer over the backend's attention cases (the decode kernel's cp.async ring, ldmatrix
   # and warp merges; the prefill kernels' stages and wgmma operands): memcheck, racecheck, synccheck.
   # SANITIZE_TOOLS and SANITIZE_CASES (';'-separated) pick some.
-  IFS=';' read -ra cases <<< "${SANITIZE_CASES:-in decode steps;for ragged prefill batches;for extends after long cached prefixes;in mixed decode and prefill steps}"
+  IFS=';' read -ra cases <<< "${SANITIZE_CASES-in decode steps;for ragged prefill batches;for extends after long cached prefixes;in mixed decode and prefill steps}"
+  IFS=';' read -ra specs <<< "${SANITIZE_SPECS:-}"
+  for c in "${cases[@]}"; do [ -n "$c" ] && specs+=("paged_attention matches float64 attention $c* [gpu]"); done
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
-    for c in "${cases[@]}"; do
-      tag=$(echo "$c" | tr -c 'A-Za-z0-9\n' '_')
-      run_to 330 compute-sanitizer --tool $tool astrai_backend_tests "paged_attention matches float64 attention $c* [gpu]" \
-        > "$out/sanitize_${tool}_$tag.txt" 2>&1
-      log "compute-sanitizer $tool [$c]: exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize_${tool}_$tag.txt" | tail -1)"
+    for c in "${specs[@]}"; do
+      tag=$(echo "$c" | tr -c 'A-Za-z0-9\n' '_' | cut -c1-80)
+      run_to 330 compute-sanitizer --tool $tool astrai_backend_tests "$c" > "$out/sanitize_${tool}_$tag.txt" 2>&1
+      log "compute-sanitizer $tool [$c]: exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize_${tool}_$tag.txt" | tail -1) $(grep -E 'test cases' "$out/sanitize_${tool}_$tag.txt" | tail -1)"
     done
   done
 fi
