@@ -56,6 +56,7 @@ struct Sample {
   std::vector<double> itl_ms;
   int tokens = 0;
   bool ok = false;
+  std::string error;  // !ok: the server's status and answer, or why the reply never ended
 };
 
 // ---- the server child ---------------------------------------------------------------------------
@@ -159,6 +160,28 @@ std::pair<double, double> cpu_seconds(pid_t pid) {
 
 // ---- the client ---------------------------------------------------------------------------------
 
+// A reply's head, once `buf` holds all of it: its status code and where its body starts, and the
+// body's length when it has a Content-Length (an error answer; a stream is chunked).
+struct ReplyHead {
+  int status = 0;
+  size_t body = std::string::npos;  // npos: the head is not all in yet
+  size_t length = std::string::npos;
+};
+
+ReplyHead reply_head(const std::string& buf) {
+  ReplyHead h;
+  const size_t end = buf.find("\r\n\r\n");
+  if (end == std::string::npos) return h;
+  h.body = end + 4;
+  if (buf.rfind("HTTP/1.1 ", 0) == 0) h.status = std::atoi(buf.c_str() + 9);
+  std::string head = buf.substr(0, end);
+  std::transform(head.begin(), head.end(), head.begin(),
+                 [](unsigned char c) { return char(std::tolower(c)); });
+  if (const size_t cl = head.find("\r\ncontent-length:"); cl != std::string::npos)
+    h.length = size_t(std::strtoull(head.c_str() + cl + 17, nullptr, 10));
+  return h;
+}
+
 // make_request(r): the HTTP request of this client's r-th request.
 asio::awaitable<void> client(int port, std::function<std::string(int)> make_request, int count,
                              Clock::time_point stop_at, std::vector<Sample>& out) {
@@ -182,11 +205,23 @@ asio::awaitable<void> client(int port, std::function<std::string(int)> make_requ
     buf.clear();
     size_t scanned = 0;
     bool done = false;
+    ReplyHead head;
     while (!done) {
       auto [rec, n] = co_await sock.async_read_some(asio::buffer(chunk), asio::as_tuple(asio::use_awaitable));
       if (rec) break;
       buf.append(chunk, n);
       const auto now = Clock::now();
+      if (head.body == std::string::npos) head = reply_head(buf);
+      if (head.body == std::string::npos) continue;
+      // An answer other than a stream (an error: 400 for a prompt the server cannot hold, 429, 503)
+      // is a failed request, with the server's words; the connection stays open for the next one.
+      if (head.status != 200) {
+        if (head.length == std::string::npos || buf.size() >= head.body + head.length) {
+          s.error = "HTTP " + std::to_string(head.status) + ": " + buf.substr(head.body, 300);
+          done = true;
+        }
+        continue;
+      }
       // Complete SSE events since the last scan; each content event is one arrival.
       for (size_t end; (end = buf.find("\n\n", scanned)) != std::string::npos; scanned = end + 2) {
         const size_t data = buf.find("data: ", scanned);
@@ -221,8 +256,12 @@ asio::awaitable<void> client(int port, std::function<std::string(int)> make_requ
           buf.find("[DONE]") != std::string::npos)
         done = true;
     }
-    if (!done) break;
-    s.ok = buf.rfind("HTTP/1.1 200", 0) == 0;
+    if (!done) {  // the server closed the connection before the reply ended
+      s.error = "the connection ended before the reply did (" + std::to_string(buf.size()) + " bytes in)";
+      out.push_back(std::move(s));
+      break;
+    }
+    s.ok = head.status == 200;
     out.push_back(std::move(s));
   }
 }
@@ -307,6 +346,8 @@ void run(const BenchServeArgs& a) {
       .key("prompt_tokens")
       .value(a.prompt_tokens);
   json.key("levels").begin_array();
+  std::string run_error;  // the first failed request's reason
+  bool any_done = false;
   std::printf("%6s %9s %8s %9s %9s %8s %8s %9s %12s %12s\n", "conc", "requests", "req/s", "ttft_p50",
               "ttft_p99", "itl_p50", "itl_p99", "tok/s", "cpu_us/tok", "net_us/tok");
   for (int c : a.levels) {
@@ -330,11 +371,12 @@ void run(const BenchServeArgs& a) {
     const auto cpu1 = cpu_seconds(child.pid);
     std::vector<double> ttft, itl;
     int done = 0, failed = 0;
+    std::string first_error;
     long tokens = 0;
     for (const auto& v : samples)
       for (const auto& s : v) {
         if (!s.ok) {
-          ++failed;
+          if (failed++ == 0) first_error = s.error;
           continue;
         }
         ++done;
@@ -356,6 +398,12 @@ void run(const BenchServeArgs& a) {
     json.key("token_events").value(int64_t(ttft.size() + itl.size()));  // the arrivals timed above
     json.key("server_cpu_us_per_token").value(cpu_per_tok).key("net_cpu_us_per_token").value(net_per_tok);
     json.end_object();
+    if (failed > 0) {
+      std::fprintf(stderr, "bench serve: %d of %d requests failed at concurrency %d; the first: %s\n", failed,
+                   failed + done, c, first_error.c_str());
+      if (run_error.empty()) run_error = first_error;
+    }
+    any_done = any_done || done > 0;
   }
   json.end_array().end_object();
   std::printf("%s\n", json.str().c_str());
@@ -367,6 +415,8 @@ void run(const BenchServeArgs& a) {
     std::filesystem::remove(log, ec);
     std::filesystem::remove(log.string() + ".out", ec);
   }
+  // Figures from no request at all measure nothing: that is an error, with the server's reason.
+  if (!any_done && !run_error.empty()) throw Error(io_error("every request failed; the first: " + run_error));
 }
 
 void register_bench_serve(CLI::App& app) {

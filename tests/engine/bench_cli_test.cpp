@@ -124,6 +124,24 @@ TEST_CASE("bench serve: a model the server cannot load fails the bench at once, 
   CHECK_THAT(r.err, !Catch::Contains("the model failed to load"));
 }
 
+TEST_CASE("bench serve: requests the server refuses fail the bench with the server's answer, at once",
+          "[integration]") {
+  TempDir dir("bench-serve-refused");
+  const std::string model = (dir / "m").string();
+  REQUIRE(run_command(astrai_bin() + " init --preset tiny --out " + model).exit_code == 0);
+  // Four pages of 16 tokens cannot hold a 128-token prompt: the server answers each request 400 on a
+  // connection it keeps open (a keep-alive error answer, not a stream).
+  const CommandResult r =
+      run_command(astrai_bin() + " bench serve --model " + model +
+                  " --threads 1 --concurrency 2 --requests 4 --prompt-tokens 128 --max-tokens 4" +
+                  " --server-option max-pages=4 --server-option page-size=16");
+  INFO(r.out << r.err);
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.err, Catch::Contains("4 of 4 requests failed") && Catch::Contains("HTTP 400") &&
+                        Catch::Contains("needs 9 KV pages but the cache holds only 4"));
+  CHECK_THAT(r.out, Catch::Contains("\"requests\":0,\"failed\":4"));
+}
+
 TEST_CASE("bench decode: each batch's floor is the weights and its K/V rows over the measured bandwidth",
           "[integration]") {
   const astrai::ModelConfig cfg = astrai::preset_config("tiny").value();
