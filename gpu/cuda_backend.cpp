@@ -19,6 +19,7 @@
 #include "gpu/op_times.h"
 #include "gpu/ops.h"
 #include "gpu/train_ops.h"
+#include "src/core/out_of_memory.h"
 
 namespace astrai::gpu {
 namespace {
@@ -82,7 +83,8 @@ class CudaBackend final : public Backend {
       const cudaError_t err = cudaMalloc(&p, bytes);
       if (err == cudaErrorMemoryAllocation) {
         (void)cudaGetLastError();  // clear the sticky-free error state for the next call
-        throw std::bad_alloc();
+        throw OutOfMemory("out of device memory: " + memory_size(bytes) + " asked of cuda:" +
+                          std::to_string(device_) + ", " + memory_size(size_t(memory_available())) + " free");
       }
       ASTRAI_CUDA_CHECK(err);
       ASTRAI_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
@@ -320,7 +322,7 @@ class CudaBackend final : public Backend {
       const cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
       if (err == cudaErrorMemoryAllocation) {
         (void)cudaGetLastError();
-        throw std::bad_alloc();
+        throw OutOfMemory("out of pinned host memory: " + memory_size(bytes) + " asked");
       }
       ASTRAI_CUDA_CHECK(err);
       std::memset(p, 0, bytes);

@@ -66,7 +66,7 @@ Result<int> kv_pool_pages(const KvPoolSizing& s) {
     if (pages < 2)
       return resource_exhausted("KV cache budget of " + std::to_string(budget) + " bytes holds " +
                                 std::to_string(pages) + " pages of " + std::to_string(s.bytes_per_page) +
-                                " bytes; at least 2 are needed (raise --kv-memory)");
+                                " bytes; at least 2 are needed (" + kMoreKvMemory + ")");
   }
   if (pages > INT32_MAX / 2) pages = INT32_MAX / 2;
   return int(pages);

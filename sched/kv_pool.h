@@ -52,4 +52,9 @@ struct KvPoolSizing {
 };
 Result<int> kv_pool_pages(const KvPoolSizing& s);
 
+// What an error about a cache too small for a request tells the user to do, naming the options
+// that size it.
+inline constexpr char kMoreKvMemory[] =
+    "give the KV cache more memory: --kv-memory-fraction or --max-pages on serve, --kv-memory on generate";
+
 }  // namespace astrai

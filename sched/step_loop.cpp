@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "src/backend/backend.h"
+#include "src/core/out_of_memory.h"
 #include "src/engine/request_state.h"
 #include "src/model/model.h"
 
@@ -141,7 +142,7 @@ Status StepLoop::validate(const Request& r) const {
   if (need > pool_.num_pages())
     return invalid_argument("the prompt has " + std::to_string(r.prompt.size()) + " tokens and needs " +
                             std::to_string(need) + " KV pages but the cache holds only " +
-                            std::to_string(pool_.num_pages()) + " (raise --kv-memory)");
+                            std::to_string(pool_.num_pages()) + " (" + kMoreKvMemory + ")");
   // The sampling ranges have one owner (src/engine/request.h); the API dialects check theirs first.
   if (auto e = validate_sampling(r.sampling, r.max_tokens, r.n, vocab_))
     return invalid_argument(std::string(request_field_name(e->field)) + " " + e->message);
@@ -566,8 +567,8 @@ Result<std::unique_ptr<StepLoop>> make_step_loop(std::unique_ptr<Backend> backen
   try {
     kv = model->allocate_kv(pages, o.page_size);
   } catch (const std::exception& e) {
-    return resource_exhausted("cannot allocate the KV cache (" + std::to_string(pages) +
-                              " pages): " + e.what());
+    return resource_exhausted("cannot allocate the KV cache (" + std::to_string(pages) + " pages, " +
+                              memory_size(size_t(pages) * sz.bytes_per_page) + "): " + e.what());
   }
   spdlog::debug("engine: {} KV pages of {} tokens ({} bytes each), context {}", pages, o.page_size,
                 sz.bytes_per_page, max_len);

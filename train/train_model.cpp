@@ -99,9 +99,9 @@ class DecoderTrainModel final : public TrainModel {
       values_ = be_.alloc(size_t(total) * sizeof(float));
       grads_ = be_.alloc(size_t(total) * sizeof(float));
       if (mixed()) compute_ = be_.alloc(size_t(total) * dtype_size(adt_));
-    } catch (const std::bad_alloc&) {
+    } catch (const std::bad_alloc& e) {
       return resource_exhausted("out of memory allocating " + std::to_string(total) +
-                                " parameters and their gradients for training");
+                                " parameters and their gradients for training: " + e.what());
     }
     num_values_ = total;
     for (size_t i = 0; i < shapes.size(); ++i) {
@@ -286,10 +286,10 @@ class DecoderTrainModel final : public TrainModel {
     n_ = N;
     try {
       layout(chunk_rows(loss));
-    } catch (const std::bad_alloc&) {
+    } catch (const std::bad_alloc& e) {
       laid_out_n_ = -1;
       return resource_exhausted("out of memory laying out the activations of a " + std::to_string(b.batch) +
-                                " x " + std::to_string(b.seq_len) + " training batch");
+                                " x " + std::to_string(b.seq_len) + " training batch: " + e.what());
     }
     be_.upload(ids_, b.tokens.data());
     be_.upload(targets_, b.targets.data());

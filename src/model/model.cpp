@@ -23,6 +23,7 @@
 #include <string>
 #include <utility>
 
+#include "src/core/out_of_memory.h"
 #include "src/dist/communicator.h"
 #include "src/model/rope.h"
 #include "src/model/safetensors.h"
@@ -132,9 +133,11 @@ class DecoderModel final : public Model {
       Tensor shape_only(nullptr, dt, dims, be_.device());
       try {
         owned_.push_back(be_.alloc(shape_only.nbytes()));
-      } catch (const std::bad_alloc&) {
+      } catch (const std::bad_alloc& e) {
         return resource_exhausted("out of memory allocating " + std::string((*parts.begin())->name) + " " +
-                                  shape_only.shape_str());
+                                  shape_only.shape_str() + " (the weights take " +
+                                  memory_size(size_t(cfg_.num_parameters()) * dtype_size(dt)) + ", " +
+                                  memory_size(weight_bytes_) + " of them loaded): " + e.what());
       }
       out = owned_.back().as(dt, dims);
       weight_bytes_ += out.nbytes();
@@ -290,9 +293,9 @@ class DecoderModel final : public Model {
     const int64_t S = l.max_seqs, P = (int64_t(l.max_model_len) + l.page_size - 1) / l.page_size;
     try {
       ws_.reserve(be_, cfg_, WorkspaceShape{std::max<int64_t>(S, l.max_tokens), S, P, S});
-    } catch (const std::bad_alloc&) {
+    } catch (const std::bad_alloc& e) {
       return resource_exhausted("out of memory allocating the step buffers for " + std::to_string(S) +
-                                " sequences of " + std::to_string(l.max_model_len) + " tokens");
+                                " sequences of " + std::to_string(l.max_model_len) + " tokens: " + e.what());
     }
     return {};
   }

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "backend/op_test_util.h"
+#include "src/core/out_of_memory.h"
 #include "tools/test_util.h"
 
 namespace astrai::test {
@@ -188,10 +189,31 @@ void memory_available_is_positive_and_bounded(Backend& be) {
   if (be.device() != Device::cpu) CHECK(after <= avail - int64_t(take) / 2);
 }
 
+// More than any machine's memory or address space: the allocation fails with an OutOfMemory
+// (a std::bad_alloc) that says how much was asked, and on a GPU how much was free; the backend then
+// allocates as before.
+void alloc_beyond_memory_says_what_did_not_fit(Backend& be) {
+  const size_t ask = size_t(1) << 50;  // 1 PiB
+  bool threw = false;
+  try {
+    Buffer b = be.alloc(ask);
+  } catch (const OutOfMemory& e) {
+    threw = true;
+    CHECK_THAT(e.what(), Catch::Contains("out of") && Catch::Contains("1048576.00 GiB asked"));
+    if (be.device() == Device::cuda) CHECK_THAT(e.what(), Catch::Contains(" GiB free"));
+  }
+  CHECK(threw);
+  Buffer ok = be.alloc(size_t(1) << 20);
+  CHECK(ok.data() != nullptr);
+  CHECK(be.memory_available() > 0);
+}
+
 }  // namespace
 
 ASTRAI_BACKEND_TEST("memory_available reports free memory the KV cache can be sized from",
                     memory_available_is_positive_and_bounded)
+ASTRAI_BACKEND_TEST("alloc beyond the memory throws OutOfMemory, saying what did not fit",
+                    alloc_beyond_memory_says_what_did_not_fit)
 ASTRAI_BACKEND_TEST("embedding copies the table row of each id", embedding_copies_rows)
 ASTRAI_BACKEND_TEST("swiglu on the two halves of a fused gate_up buffer is silu(gate) * up",
                     swiglu_on_fused_halves)
