@@ -57,6 +57,9 @@
 #            the default STEPS)
 #   tests    the backend [gpu] cases and the gpu suite's forward / graph / step-loop cases; the
 #            backend's attention cases again under each of TEST_SWITCHES (';'-separated)
+#   faults   bad settings and exhausted device memory on the GPU: each case's exit status and its
+#            last error lines (a crash, a signal or a hang is the defect; a clear error is the aim;
+#            not in the default STEPS)
 #   sanitize compute-sanitizer memcheck, racecheck and synccheck over the backend's decode, ragged
 #            prefill, extend and mixed-step attention cases (not in the default STEPS; SANITIZE_TOOLS,
 #            space-separated, and SANITIZE_CASES, ';'-separated test-name parts, pick some), then
@@ -328,6 +331,35 @@ if want tests; then
   done
   run_to 150 astrai_gpu_tests "forward*,decode steps*,the step loop's*,cuda *" > "$out/gpu_tests.log" 2>&1
   log "gpu tests: exit $? $(grep -E 'test cases' "$out/gpu_tests.log" | tail -1)"
+fi
+if want faults; then
+  # fault NAME SECONDS CMD...: CMD's exit status (124: still running at SECONDS) and its error lines.
+  fault() {
+    local name=$1 t=$2; shift 2
+    run_to $t "$@" > "$out/fault_$name.txt" 2>&1
+    local rc=$?
+    log "fault $name: exit $rc | $(grep -aiE 'error|abort|terminate|segmentation|fault|what\(\)|cuda' "$out/fault_$name.txt" | grep -v '^\s*$' | tail -3 | cut -c1-240 | tr '\n' '|')"
+  }
+  printf '{"id": "a", "prompt": "hello there", "max_tokens": 8}\n{"id": "b", "prompt": "and again", "max_tokens": 8}\n' > $tmp/two.jsonl
+  fault pool4 90 astrai bench serve --model $M/llama-1b --concurrency 4 --requests 8 --prompt-tokens 128 --max-tokens 64 \
+    --server-option max-pages=4
+  fault pool12 90 astrai bench serve --model $M/llama-1b --concurrency 4 --requests 8 --prompt-tokens 128 --max-tokens 64 \
+    --server-option max-pages=12
+  fault batch100k 120 astrai bench serve --model $M/llama-1b --concurrency 4 --requests 8 --prompt-tokens 128 --max-tokens 16 \
+    --server-option max-batch-size=100000
+  fault fraction 40 astrai serve --device cuda --model $M/llama-1b --kv-memory-fraction 1.5 --port 0
+  fault tp4 40 astrai serve --device cuda --model $M/llama-1b --tp 4 --port 0
+  fault modellen 60 astrai serve --device cuda --model $M/llama-1b --max-model-len 100000000 --port 0
+  fault kv500g 60 astrai generate --device cuda --model $M/llama-1b --input $tmp/two.jsonl --output $tmp/o1.jsonl --kv-memory 500GiB
+  fault decode100k 90 astrai bench decode --device cuda --model $M/llama-1b --batch 100000 --prompt-len 16 --tokens 2
+  # Device memory taken by another process: a server holding 97% of what was free, then a load.
+  astrai serve --device cuda --model $M/llama-1b --kv-memory-fraction 0.97 --port 18183 > "$out/fault_holder.txt" 2>&1 &
+  holder=$!
+  for i in $(seq 60); do python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:18183/health')" 2>/dev/null && break; sleep 1; done
+  nvidia-smi --query-gpu=memory.used,memory.total --format=csv >> "$out/fault_holder.txt"
+  fault oom8b 90 astrai generate --device cuda --model $M/qwen3-8b --input $tmp/two.jsonl --output $tmp/o2.jsonl
+  fault oomserve 60 astrai serve --device cuda --model $M/qwen3-8b --port 0
+  kill $holder; wait $holder; log "holder: exit $?"
 fi
 if want sanitize; then
   # compute-sanitizer over the backend's attention cases (the decode kernel's cp.async ring, ldmatrix
