@@ -1,9 +1,11 @@
 // Row-wise and element-wise ops: embedding lookup, SwiGLU, add, row gather, dtype conversion; and
 // prefetch_l2 (Backend::prefetch's hint).
-// SwiGLU and add run as rows_map (gpu/rows_map.cuh), embedding a row of blocks per token (16-byte
-// copies where the rows allow); the rest one thread per element in grid-stride loops. Rows addressed through
+// SwiGLU and add run as rows_map (gpu/rows_map.cuh), embedding and the row gather as one kernel, a
+// row of blocks per row copied (16-byte copies where the rows allow); the rest one thread per element
+// in grid-stride loops. Rows addressed through
 // Rows so that column slices (gate/up halves of one buffer, q/k/v slices of qkv) work without copies.
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <span>
 #include <string>
@@ -23,34 +25,47 @@ constexpr int kThreads = 256;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < (n); \
        e += int64_t(gridDim.x) * blockDim.x)
 
-// Row t of out = row ids[t] of the table: blockIdx.y walks tokens, the threads of blockIdx.x the row
-// in units of U (uint4: 16 bytes, where every row allows it; else T). An id outside the table leaves
-// a row of `nan` (NaN in every element): the model validates ids on the host, and a NaN is visible
-// downstream where a clamped id would be silently wrong.
-template <typename T, typename U>
-__global__ void embedding_kernel(const T* __restrict__ table, int64_t V, const int32_t* __restrict__ ids,
-                                 Rows out, U nan) {
+// Row t of out = row ids[t] of src (embedding: of the table; gather_rows: of the hidden rows):
+// blockIdx.y walks out's rows, the threads of blockIdx.x a row in units of U (uint4: 16 bytes, where
+// every row allows it; else T). An id outside src leaves, with kFill, a row of `fill` (the embedding's
+// NaN in every element: the model validates ids on the host, and a NaN is visible downstream where a
+// clamped id would be silently wrong), else out's row as it was.
+template <typename T, typename U, bool kFill>
+__global__ void row_gather_kernel(Rows src, const int32_t* __restrict__ ids, Rows out, U fill) {
+  pdl_launch_dependents();  // after gather_rows, the LM head's GEMV may start loading its weights
   const int64_t units = out.width * int64_t(sizeof(T)) / int64_t(sizeof(U));
   for (int64_t t = blockIdx.y; t < out.n_rows; t += gridDim.y) {
     const int32_t id = ids[t];
-    const bool ok = id >= 0 && id < V;
-    const U* src = reinterpret_cast<const U*>(table + (ok ? int64_t(id) : 0) * out.width);
-    U* dst = reinterpret_cast<U*>(row_ptr<T>(out, t));
+    const bool ok = id >= 0 && id < src.n_rows;
+    if (!kFill && !ok) continue;
+    const U* s = reinterpret_cast<const U*>(row_ptr<T>(src, ok ? id : 0));
+    U* d = reinterpret_cast<U*>(row_ptr<T>(out, t));
     for (int64_t u = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; u < units;
          u += int64_t(gridDim.x) * blockDim.x)
-      dst[u] = ok ? src[u] : nan;
+      d[u] = ok ? s[u] : fill;
   }
 }
 
-template <typename T, typename U>
-void launch_embedding(cudaStream_t stream, const Tensor& table, const Tensor& ids, const Rows& out, U nan) {
-  const int64_t units = out.width * int64_t(sizeof(T)) / int64_t(sizeof(U));
-  const int threads = int(std::clamp<int64_t>((units + 31) / 32 * 32, 32, 256));
-  const dim3 grid(unsigned(std::min<int64_t>((units + threads - 1) / threads, 1024)),
-                  unsigned(std::min<int64_t>(out.n_rows, 65535)));
-  embedding_kernel<T, U>
-      <<<grid, threads, 0, stream>>>(table.ptr<T>(), table.shape[0], ids.ptr<int32_t>(), out, nan);
-  ASTRAI_CUDA_LAUNCH_CHECK(embedding_kernel);
+// row_gather_kernel over 16-byte units where src's and out's rows allow it, else elements of T.
+template <typename T, bool kFill>
+void launch_row_gather(cudaStream_t stream, const Rows& src, const int32_t* ids, const Rows& out, T fill) {
+  auto launch = [&](auto unit) {
+    using U = decltype(unit);
+    const int64_t units = out.width * int64_t(sizeof(T)) / int64_t(sizeof(U));
+    const int threads = int(std::clamp<int64_t>((units + 31) / 32 * 32, 32, 256));
+    const dim3 grid(unsigned(std::min<int64_t>((units + threads - 1) / threads, 1024)),
+                    unsigned(std::min<int64_t>(out.n_rows, 65535)));
+    row_gather_kernel<T, U, kFill><<<grid, threads, 0, stream>>>(src, ids, out, unit);
+    ASTRAI_CUDA_LAUNCH_CHECK(row_gather_kernel);
+  };
+  if (rows_aligned16(src) && rows_aligned16(out)) {
+    uint4 fill16;
+    for (size_t i = 0; i < sizeof(uint4) / sizeof(T); ++i)
+      std::memcpy(reinterpret_cast<char*>(&fill16) + i * sizeof(T), &fill, sizeof(T));
+    launch(fill16);
+  } else {
+    launch(fill);
+  }
 }
 
 // silu(g) * up with HF's bf16 rounding: silu(g) rounds to T before the product.
@@ -64,17 +79,6 @@ struct SwigluOp {
 struct AddOp {
   __device__ void operator()(const float (&in)[2], float (&out)[1]) const { out[0] = in[0] + in[1]; }
 };
-
-// Copies by element size (2 or 4 bytes as uint16 / uint32); a row index outside x leaves out alone.
-template <typename U>
-__global__ void gather_rows_kernel(Rows x, const int32_t* __restrict__ rows, Rows out, int64_t n) {
-  pdl_launch_dependents();  // the LM head's GEMV may start loading its weights
-  ASTRAI_GRID_STRIDE(e, n) {
-    const int64_t r = e / out.width, i = e % out.width;
-    const int32_t src = rows[r];
-    if (src >= 0 && src < x.n_rows) out.row<U>(r)[i] = x.row<U>(src)[i];
-  }
-}
 
 // One thread a move; a move outside ids or draws does nothing (the host validated them).
 __global__ void take_tokens_kernel(int32_t* __restrict__ ids, int64_t T, const int32_t* __restrict__ moves,
@@ -163,19 +167,12 @@ void embedding(cudaStream_t stream, const Tensor& table, const Tensor& ids, Tens
                                                         std::to_string(T) + " ids of width " +
                                                         std::to_string(H));
   if (T == 0 || H == 0) return;
-  const bool bf = table.dtype == DType::bf16;
-  if ((H * int64_t(dtype_size(table.dtype))) % 16 == 0 && reinterpret_cast<uintptr_t>(table.data) % 16 == 0 &&
-      rows_aligned16(ov)) {
-    const uint32_t nan = bf ? 0x7fc07fc0u : 0x7fc00000u;  // NaN in each bf16 half / in the f32
-    if (bf)
-      launch_embedding<bf16>(stream, table, ids, ov, make_uint4(nan, nan, nan, nan));
-    else
-      launch_embedding<float>(stream, table, ids, ov, make_uint4(nan, nan, nan, nan));
-  } else if (bf) {
-    launch_embedding<bf16>(stream, table, ids, ov, __float2bfloat16(std::numeric_limits<float>::quiet_NaN()));
-  } else {
-    launch_embedding<float>(stream, table, ids, ov, std::numeric_limits<float>::quiet_NaN());
-  }
+  const Rows tv = rows_of(table, "embedding");
+  constexpr float nan = std::numeric_limits<float>::quiet_NaN();
+  if (table.dtype == DType::bf16)
+    launch_row_gather<bf16, true>(stream, tv, ids.ptr<int32_t>(), ov, __float2bfloat16(nan));
+  else
+    launch_row_gather<float, true>(stream, tv, ids.ptr<int32_t>(), ov, nan);
 }
 
 void swiglu(cudaStream_t stream, const Tensor& gate, const Tensor& up, Tensor out) {
@@ -226,17 +223,14 @@ void gather_rows(cudaStream_t stream, const Tensor& x, const Tensor& rows, Tenso
   ASTRAI_GPU_CHECK(
       ov.n_rows == R && ov.width == xv.width,
       "gather_rows: out " + out.shape_str() + " for " + std::to_string(R) + " rows of " + x.shape_str());
-  const int64_t n = R * ov.width;
-  if (n == 0) return;
+  if (R == 0 || ov.width == 0) return;
   const size_t es = dtype_size(x.dtype);
   ASTRAI_GPU_CHECK(es == 2 || es == 4, "gather_rows: element size must be 2 or 4 bytes");
+  // Copies by element size (2 or 4 bytes as uint16 / uint32); a row index outside x leaves out alone.
   if (es == 2)
-    gather_rows_kernel<uint16_t>
-        <<<grid_for(n, kThreads), kThreads, 0, stream>>>(xv, rows.ptr<int32_t>(), ov, n);
+    launch_row_gather<uint16_t, false>(stream, xv, rows.ptr<int32_t>(), ov, uint16_t(0));
   else
-    gather_rows_kernel<uint32_t>
-        <<<grid_for(n, kThreads), kThreads, 0, stream>>>(xv, rows.ptr<int32_t>(), ov, n);
-  ASTRAI_CUDA_LAUNCH_CHECK(gather_rows_kernel);
+    launch_row_gather<uint32_t, false>(stream, xv, rows.ptr<int32_t>(), ov, uint32_t(0));
 }
 
 void convert(cudaStream_t stream, const Tensor& src, Tensor dst) {

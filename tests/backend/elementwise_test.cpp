@@ -110,19 +110,23 @@ void gather_rows_in_order(Backend& be) {
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
   Rng rng(seed);
-  const int64_t T = rng.randint(1, 40), H = rng.randint(1, 900), R = rng.randint(1, 12);
-  std::vector<int32_t> rows(static_cast<size_t>(R));
-  for (auto& r : rows) r = rng.randint(0, int(T) - 1);
-  auto rt = to_device(be, rows, {R});
-  // The compute dtype (activations) and f32 (logits) both gather bit for bit.
-  for (DType dt : {be.compute_dtype(), DType::f32}) {
-    auto xh = rng.vec(size_t(T * H));
-    auto x = to_device(be, xh, {T, H}, dt);
-    auto out = poisoned(be, {R, H}, dt);
-    be.gather_rows(x.t, rt.t, out.t);
-    auto got = to_host(be, out.t);
-    for (int64_t i = 0; i < R; ++i)
-      for (int64_t j = 0; j < H; ++j) REQUIRE(got[i * H + j] == xh[rows[i] * H + j]);
+  // A multiple of 8 wide (the GPU's 16-byte copies) and any width (its one-element path).
+  for (const int64_t H : {8 * rng.randint(1, 300), rng.randint(1, 900)}) {
+    const int64_t T = rng.randint(1, 40), R = rng.randint(1, 12);
+    INFO("T " << T << ", H " << H << ", R " << R);
+    std::vector<int32_t> rows(static_cast<size_t>(R));
+    for (auto& r : rows) r = rng.randint(0, int(T) - 1);
+    auto rt = to_device(be, rows, {R});
+    // The compute dtype (activations) and f32 (logits) both gather bit for bit.
+    for (DType dt : {be.compute_dtype(), DType::f32}) {
+      auto xh = rng.vec(size_t(T * H));
+      auto x = to_device(be, xh, {T, H}, dt);
+      auto out = poisoned(be, {R, H}, dt);
+      be.gather_rows(x.t, rt.t, out.t);
+      auto got = to_host(be, out.t);
+      for (int64_t i = 0; i < R; ++i)
+        for (int64_t j = 0; j < H; ++j) REQUIRE(got[i * H + j] == xh[rows[i] * H + j]);
+    }
   }
 }
 
