@@ -795,6 +795,15 @@ int decode_warps_env() {
   }();
   return v;
 }
+// The warps of a few-block one-split step's blocks (few_blocks_one_split): sixteen, so that each
+// warp's share of the keys (and the chain of tiles it streams) is half what eight warps take. On the
+// H200 (llama-1b at batch 1, bench decode at the 1,023-key class bound, A B B A in one call): +0.9%
+// at 512 keys (1,044.9-1,045.6 against 1,034.2-1,037.8 tok/s), +2.2% at 960 (1,015.7-1,017.3 against
+// 994.6-995.5). ASTRAI_DECODE_FEW_WARPS=8 (for A/B timing): eight, as before.
+int decode_few_warps() {
+  static const int v = env_is("ASTRAI_DECODE_FEW_WARPS", "8") ? 8 : 16;
+  return v;
+}
 // decode_launch_for with its warps and ring picked for `blocks` (sequence, KV head) blocks: four
 // warps (kWideDecodeWarps) with three-stage rings while the blocks fit one wave of that kernel's
 // resident blocks (the splits then fill the wave with fewer, longer blocks, each reading twice the
@@ -813,7 +822,11 @@ DecodeLaunch decode_ring(int64_t group, int64_t blocks, int64_t max_kv_len) {
   if (forced == 8) return decode_launch_for<D, kRope, kWideRing, 8>(group);
   if (forced == 4) return decode_launch_for<D, kRope, kWideRing, kWideDecodeWarps>(group);
   if (forced == 0 && few_blocks_one_split(D, blocks, max_kv_len) && decode_few_one_split()) {
-    DecodeLaunch few = decode_launch_for<D, kRope, kWideRing, 8>(group);
+    DecodeLaunch few;
+    if constexpr (D == 64) {  // the only head_dim that takes this path
+      if (decode_few_warps() == 16) few = decode_launch_for<D, kRope, kWideRing, 16>(group);
+    }
+    if (few.kernel == nullptr) few = decode_launch_for<D, kRope, kWideRing, 8>(group);
     few.one_split = true;
     if (few.kernel != nullptr) return few;
   }

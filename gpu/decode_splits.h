@@ -24,7 +24,8 @@ constexpr int kDecodeShortKeys = 1024;
 constexpr int64_t kFewDecodeBlocks = 8;
 
 // Whether a decode step of `blocks` (sequence, KV head) blocks at head_dim D whose longest context
-// is max_kv_len takes eight-warp blocks and one split (attention.cu's decode_ring): at head_dim 64,
+// is max_kv_len takes wide blocks (sixteen warps since the twenty-eighth session, eight before) and one
+// split (attention.cu's decode_ring and decode_few_warps): at head_dim 64,
 // at most kFewDecodeBlocks blocks under kDecodeShortKeys keys. Each block then streams its
 // sequence's keys alone, and no combine kernel follows (its kernel boundary costs more than the
 // longer key loop at these lengths). Measured on the H200 (bench decode overlapped, graphs at the
