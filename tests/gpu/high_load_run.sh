@@ -155,23 +155,29 @@ step_pair() {
 want compare && step_pair compare ncu_step "${COMPARE_SPECS:-llama-1b 32 512}"
 # The same step as the device ran it: its span, the gaps between kernels, the time by kind.
 want timeline && step_pair timeline trace_step "${TIMELINE_SPECS:-llama-1b 32 512}"
+# serve_run NAME SECONDS CMD...: CMD (an `astrai bench serve`, behind env where it sets switches), its
+# levels bounded at 40 s, its server's log kept as $out/NAME.log and its output in $out/NAME.txt;
+# then whatever server it left is stopped. Sets rc (CMD's exit status) and rows (its table's rows).
+serve_run() {
+  local name=$1 t=$2; shift 2
+  run_to $t "$@" --level-seconds 40 --server-log "$out/$name.log" > "$out/$name.txt" 2>&1
+  rc=$?; pkill -f "astrai serve" 2>/dev/null; sleep 1
+  rows=$(grep -E '^ +[0-9]+ +[0-9]' "$out/$name.txt" | tr -s ' ')
+}
 if want serve; then
   IFS=';' read -ra sw <<< "${SERVE_SWITCHES:-X=1}"
   for s in "${sw[@]}"; do
     tag=$(echo "$s" | tr -c 'A-Za-z0-9=\n' '_')
-    run_to 120 env $s astrai bench serve --model $M/llama-1b --concurrency 32 --requests 320 --prompt-tokens 128 --max-tokens 256 \
-      --level-seconds 40 --server-log "$out/serve_llama-1b_$tag.log" > "$out/serve_llama-1b_$tag.txt" 2>&1
-    rc=$?; pkill -f "astrai serve" 2>/dev/null; sleep 1
-    log "serve llama-1b [$s]: exit $rc $(grep -E '^ +[0-9]+ +[0-9]' "$out/serve_llama-1b_$tag.txt" | tr -s ' ')"
+    serve_run serve_llama-1b_$tag 120 env $s astrai bench serve --model $M/llama-1b --concurrency 32 --requests 320 \
+      --prompt-tokens 128 --max-tokens 256
+    log "serve llama-1b [$s]: exit $rc $rows"
   done
 fi
 if want serve1; then
   for spec in "llama-1b 256" "qwen3-8b 128"; do
     set -- $spec
-    run_to 120 astrai bench serve --model $M/$1 --concurrency 1 --requests 16 --prompt-tokens 128 --max-tokens $2 \
-      --level-seconds 40 --server-log "$out/serve1_$1.log" > "$out/serve1_$1.txt" 2>&1
-    rc=$?; pkill -f "astrai serve" 2>/dev/null; sleep 1
-    log "serve $1, one stream: exit $rc $(grep -E '^ +[0-9]+ +[0-9]' "$out/serve1_$1.txt" | tr -s ' ')"
+    serve_run serve1_$1 120 astrai bench serve --model $M/$1 --concurrency 1 --requests 16 --prompt-tokens 128 --max-tokens $2
+    log "serve $1, one stream: exit $rc $rows"
   done
 fi
 if want serve8b; then
@@ -181,10 +187,9 @@ if want serve8b; then
     for o in "${so[@]}"; do
       tag=$(echo "$s $o" | tr -c 'A-Za-z0-9=\n' '_')
       opts=(); for kv in $o; do opts+=(--server-option "$kv"); done
-      run_to 150 env ASTRAI_STEP_PROFILE=1 $s astrai bench serve --model $M/qwen3-8b --concurrency 1000 --requests 1000 --prompt-tokens 128 \
-        --max-tokens 128 --level-seconds 40 "${opts[@]}" --server-log "$out/serve_qwen3-8b_$tag.log" > "$out/serve_qwen3-8b_$tag.txt" 2>&1
-      rc=$?; pkill -f "astrai serve" 2>/dev/null; sleep 1
-      log "serve qwen3-8b [$s] [$o]: exit $rc $(grep -E '^ +[0-9]+ +[0-9]' "$out/serve_qwen3-8b_$tag.txt" | tr -s ' ') | $(grep -o 'decode: .*' "$out/serve_qwen3-8b_$tag.log" | cut -c1-120) | $(grep -o 'mixed: .*' "$out/serve_qwen3-8b_$tag.log" | cut -c1-120)"
+      serve_run serve_qwen3-8b_$tag 150 env ASTRAI_STEP_PROFILE=1 $s astrai bench serve --model $M/qwen3-8b --concurrency 1000 \
+        --requests 1000 --prompt-tokens 128 --max-tokens 128 "${opts[@]}"
+      log "serve qwen3-8b [$s] [$o]: exit $rc $rows | $(grep -o 'decode: .*' "$out/serve_qwen3-8b_$tag.log" | cut -c1-120) | $(grep -o 'mixed: .*' "$out/serve_qwen3-8b_$tag.log" | cut -c1-120)"
     done
   done
 fi
