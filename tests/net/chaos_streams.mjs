@@ -91,6 +91,11 @@ function wsSocket(ids, drop, cancel) {
     ws.on('message', (data) => {
       const f = JSON.parse(data.toString());
       const i = Number(f.id);
+      // A cancel can cross the generation's done frame on the wire (the generation ended before the
+      // server read the cancel): the server then answers that no such generation runs, as
+      // docs/api.md says. Only that answer, for a generation already done, is expected.
+      if (f.type === 'error' && cancel.has(i) && results[i] !== undefined &&
+          f.message === 'no running generation with this id') return;
       if (f.type === 'error') return reject(new Error('error frame: ' + data));
       if (f.type === 'token') {
         if (f.token_id !== null) counted[i]++;
