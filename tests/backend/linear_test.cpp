@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "backend/op_test_util.h"
+#include "src/backend/cpu/ops.h"
 #include "tools/test_util.h"
 
 namespace astrai::test {
@@ -266,6 +267,40 @@ TEST_CASE("linear on the cpu gives a row the same bits alone, in any batch, at a
   check_rows_batch_invariant(8 * rng.randint(16, 40), rng.randint(200, 400), false, rng);
   check_rows_batch_invariant(rng.randint(100, 300) | 1, rng.randint(4000, 6000), true,
                              rng);  // threaded at M = 1
+}
+
+// Each instruction-set path of the CPU's linear (its own tile shape, 4 x 3 to 6 x 4) gives the
+// baseline's bits, at edge tiles of every shape, K tails, a bias, strided rows, and threaded; the
+// paths this CPU lacks are refused.
+TEST_CASE("linear on the cpu gives the same bits on every instruction-set path", "[unit]") {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Rng rng(seed);
+  const cpu::LinearPath paths[] = {cpu::LinearPath::avx2, cpu::LinearPath::avx512};
+  for (int round = 0; round < 6; ++round) {
+    const int64_t M = round < 4 ? rng.randint(1, 80) : rng.randint(100, 140), K = rng.randint(1, 300),
+                  N = round < 4 ? rng.randint(1, 60) : rng.randint(500, 900), lda = K + rng.randint(0, 5);
+    const bool with_bias = round % 2 == 0;
+    auto xh = rng.vec(size_t(M * lda)), wh = rng.vec(size_t(N * K)), bh = rng.vec(size_t(N));
+    Tensor x(xh.data(), DType::f32, {M, K}), w(wh.data(), DType::f32, {N, K}), b(bh.data(), DType::f32, {N});
+    x.stride[0] = lda;
+    auto run = [&](cpu::LinearPath path) {
+      std::vector<float> out(size_t(M * N), std::nanf(""));
+      cpu::linear(x, w, with_bias ? &b : nullptr, Tensor(out.data(), DType::f32, {M, N}), path);
+      return out;
+    };
+    const auto want = run(cpu::LinearPath::baseline);
+    for (cpu::LinearPath path : paths) {
+      INFO("M " << M << " K " << K << " N " << N << " lda " << lda << " bias " << with_bias << " path "
+                << int(path));
+      if (!cpu::linear_path_available(path)) {
+        REQUIRE_THROWS_WITH(run(path), Catch::Contains("instruction set"));
+        continue;
+      }
+      const auto got = run(path);
+      REQUIRE(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0);
+    }
+  }
 }
 
 ASTRAI_BACKEND_TEST("linear matches a float64 loop for odd sizes, with and without bias", linear_odd_sizes)

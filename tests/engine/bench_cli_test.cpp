@@ -1,5 +1,5 @@
-// `astrai bench prefill`, `bench decode` and `bench serve` end to end on the CPU: the JSON line and the
-// errors.
+// `astrai bench prefill`, `bench decode`, `bench serve` and `bench linear` end to end on the CPU: the JSON
+// line and the errors.
 #include <simdjson.h>
 
 #include <catch2/catch.hpp>
@@ -200,5 +200,26 @@ TEST_CASE("bench decode --overlap draws the tokens the step-by-step loop draws",
     INFO(bad.out << bad.err);
     CHECK(bad.exit_code != 0);
     CHECK_THAT(bad.err, Catch::Contains("--overlap excludes " + std::string(other + 1)));
+  }
+}
+
+TEST_CASE("bench linear: one JSON line per shape with OpenBLAS's time and each path's; bad shapes refused",
+          "[integration]") {
+  const CommandResult r = run_command(astrai_bin() + " bench linear --shapes 3x20x17,9x33x64 --repeat 2");
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  simdjson::dom::parser parser;
+  const simdjson::dom::element doc = parser.parse(last_line(r.out));
+  CHECK(std::string_view(doc["bench"]) == "linear");
+  CHECK(int64_t(doc["M"]) == 9);
+  CHECK(int64_t(doc["N"]) == 33);
+  CHECK(int64_t(doc["K"]) == 64);
+  CHECK(double(doc["openblas_ms"]) > 0);
+  CHECK(double(doc["baseline_ms"]) > 0);  // every CPU has the baseline path
+  for (const char* bad : {"3x20", "0x4x4", "3x4x4x5", "3x4x4,"}) {
+    const CommandResult b = run_command(astrai_bin() + " bench linear --shapes " + bad);
+    INFO(bad << ": " << b.err);
+    CHECK(b.exit_code != 0);
+    CHECK_THAT(b.err, Catch::Contains("is not MxNxK"));
   }
 }

@@ -9,15 +9,18 @@
 // sgemm round differently, and sgemm's full 16-row tiles differ from its edge tiles, so a row's
 // result depends on M. Here each element is a dot product over K in kLanes interleaved partial sums
 // (lane l adds k = l, l + kLanes, ... in order; a K tail is zero-padded), summed in a fixed tree,
-// then added to the bias: a plain multiply and add per term (no FMA contraction: the host target
-// has none, and the AVX2 clone below asks only for avx2), so the vector and scalar code paths and
-// every tile shape give identical bits. Tiles of kTileM rows x kTileN columns share their loads;
-// the edge tiles run the same per-element code.
+// then added to the bias: a plain multiply and add per term (no FMA contraction, though the AVX-512
+// path's target has FMA), so every instruction-set path and every tile shape gives identical bits.
+// Tiles of MR rows x NR columns share their loads; the edge tiles run the same per-element code.
 //
-// Threads: N is split into one column block per OpenMP thread (OpenBLAS runs single-threaded for
-// the backward, set by CpuBackend: one threading runtime instead of two spinning against each
-// other); small GEMMs (a tiny model's decode step) run on the calling thread alone, where a
-// fork/join would cost more than the math.
+// Instruction sets: one path per set, the same code compiled under its target with the tile that
+// fits its registers (MR x NR accumulators, NR weight vectors and one x vector live at once):
+// AVX-512VL's 32 vector registers take 6 x 4 tiles, AVX2's 16 take 3 x 3, the baseline (SSE2, an
+// 8-lane vector in two registers) 4 x 3. The path is chosen once from the CPU's features (no ifunc:
+// ThreadSanitizer builds run the same paths). On the development VM (AMD EPYC, one thread) the 4 x 3
+// tile in AVX2's registers spilled and ran large prefill GEMMs at half OpenBLAS's rate; table in
+// docs/performance.md.
+//
 #include <cblas.h>
 #include <omp.h>
 
@@ -45,25 +48,9 @@ constexpr int64_t kParallelMacs = 1 << 20;
 #define ASTRAI_NO_FP_CONTRACT __attribute__((optimize("fp-contract=off")))
 #endif
 
-// An AVX2 clone and a baseline one, picked at load time by an ifunc resolver. Not under
-// ThreadSanitizer: clang 14 instruments that resolver, which the dynamic loader runs before the
-// TSan runtime has started, so the binary crashed at load; a TSan build checks synchronisation, and
-// the baseline code has the same threads and the same bits.
-#if defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define ASTRAI_UNDER_TSAN 1
-#endif
-#endif
-#if defined(__SANITIZE_THREAD__) || defined(ASTRAI_UNDER_TSAN)
-#define ASTRAI_AVX2_CLONES
-#else
-#define ASTRAI_AVX2_CLONES __attribute__((target_clones("avx2", "default")))
-#endif
-
 constexpr int kLanes = 8;
 using Lanes = float __attribute__((vector_size(kLanes * sizeof(float))));
-constexpr int64_t kTileM = 4, kTileN = 3;
-// Rows of x kept hot in cache while a thread sweeps its columns of w.
+// Rows of x kept hot in cache while a thread sweeps its columns of w (rounded down to whole tiles).
 constexpr int64_t kBlockM = 64;
 
 [[gnu::always_inline]] inline Lanes load_lanes(const float* p) {
@@ -78,6 +65,17 @@ constexpr int64_t kBlockM = 64;
   return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
+// What a path computes: columns [n0, n1) of out for all M rows.
+struct Columns {
+  int64_t M, K, n0, n1;
+  const float* x;
+  int64_t lda;
+  const float* w;
+  const float* bias;
+  float* out;
+  int64_t ldc;
+};
+
 // out[m, n] for the MR x NR tile at x (rows m), w (rows n), bias (at n) and out (at [m, n]).
 template <int64_t MR, int64_t NR>
 [[gnu::always_inline]] inline void tile(int64_t K, const float* x, int64_t lda, const float* w,
@@ -85,11 +83,12 @@ template <int64_t MR, int64_t NR>
   Lanes acc[MR][NR] = {};
   const int64_t K8 = K / kLanes * kLanes;
   for (int64_t k = 0; k < K8; k += kLanes) {
-    Lanes xv[MR], wv[NR];
-    for (int64_t i = 0; i < MR; ++i) xv[i] = load_lanes(x + i * lda + k);
+    Lanes wv[NR];
     for (int64_t j = 0; j < NR; ++j) wv[j] = load_lanes(w + j * K + k);
-    for (int64_t i = 0; i < MR; ++i)
-      for (int64_t j = 0; j < NR; ++j) acc[i][j] += xv[i] * wv[j];
+    for (int64_t i = 0; i < MR; ++i) {
+      const Lanes xv = load_lanes(x + i * lda + k);
+      for (int64_t j = 0; j < NR; ++j) acc[i][j] += xv * wv[j];
+    }
   }
   if (K8 < K) {
     float xt[MR][kLanes] = {}, wt[NR][kLanes] = {};
@@ -105,49 +104,85 @@ template <int64_t MR, int64_t NR>
     }
 }
 
-// An edge tile of mr <= kTileM rows: the same per-element code at a smaller compile-time shape.
-template <int64_t NR>
-[[gnu::always_inline]] inline void tile_rows(int64_t mr, int64_t K, const float* x, int64_t lda,
+// An edge tile of mr <= MR rows and nr <= NR columns: the same per-element code at that shape.
+template <int64_t MR, int64_t NR>
+[[gnu::always_inline]] inline void edge_tile(int64_t mr, int64_t nr, int64_t K, const float* x, int64_t lda,
                                              const float* w, const float* bias, float* out, int64_t ldc) {
-  static_assert(kTileM == 4);
-  switch (mr) {
-    case 4: tile<4, NR>(K, x, lda, w, bias, out, ldc); break;
-    case 3: tile<3, NR>(K, x, lda, w, bias, out, ldc); break;
-    case 2: tile<2, NR>(K, x, lda, w, bias, out, ldc); break;
-    default: tile<1, NR>(K, x, lda, w, bias, out, ldc); break;
+  if constexpr (NR > 1) {
+    if (nr < NR) return edge_tile<MR, NR - 1>(mr, nr, K, x, lda, w, bias, out, ldc);
   }
+  if constexpr (MR > 1) {
+    if (mr < MR) return edge_tile<MR - 1, NR>(mr, nr, K, x, lda, w, bias, out, ldc);
+  }
+  tile<MR, NR>(K, x, lda, w, bias, out, ldc);
 }
 
-// Columns [n0, n1) of out for all M rows. Cloned for AVX2 (chosen at load time where the CPU has it);
-// every clone computes the same bits.
-ASTRAI_AVX2_CLONES ASTRAI_NO_FP_CONTRACT void linear_columns(int64_t M, int64_t K, int64_t n0, int64_t n1,
-                                                             const float* x, int64_t lda, const float* w,
-                                                             const float* bias, float* out, int64_t ldc) {
-  static_assert(kTileN == 3);
-  for (int64_t mb = 0; mb < M; mb += kBlockM) {
-    const int64_t me = std::min(M, mb + kBlockM);
-    for (int64_t n = n0; n < n1; n += kTileN) {
-      const int64_t nr = std::min(kTileN, n1 - n);
-      const float* wn = w + n * K;
-      const float* bn = bias ? bias + n : nullptr;
-      for (int64_t m = mb; m < me; m += kTileM) {
-        const int64_t mr = std::min(kTileM, me - m);
-        const float* xm = x + m * lda;
-        float* om = out + m * ldc + n;
-        if (nr == 3)
-          tile_rows<3>(mr, K, xm, lda, wn, bn, om, ldc);
-        else if (nr == 2)
-          tile_rows<2>(mr, K, xm, lda, wn, bn, om, ldc);
-        else
-          tile_rows<1>(mr, K, xm, lda, wn, bn, om, ldc);
-      }
+template <int64_t MR, int64_t NR>
+[[gnu::always_inline]] inline void columns(const Columns& c) {
+  constexpr int64_t block_m = kBlockM / MR * MR;
+  for (int64_t mb = 0; mb < c.M; mb += block_m) {
+    const int64_t me = std::min(c.M, mb + block_m);
+    for (int64_t n = c.n0; n < c.n1; n += NR) {
+      const int64_t nr = std::min(NR, c.n1 - n);
+      const float* wn = c.w + n * c.K;
+      const float* bn = c.bias ? c.bias + n : nullptr;
+      for (int64_t m = mb; m < me; m += MR)
+        edge_tile<MR, NR>(std::min(MR, me - m), nr, c.K, c.x + m * c.lda, c.lda, wn, bn,
+                          c.out + m * c.ldc + n, c.ldc);
     }
   }
 }
 
+// The paths (see the top of the file); every one computes the same bits.
+ASTRAI_NO_FP_CONTRACT void columns_baseline(const Columns& c) {
+  columns<4, 3>(c);
+}
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) ASTRAI_NO_FP_CONTRACT void columns_avx2(const Columns& c) {
+  columns<3, 3>(c);
+}
+__attribute__((target("avx2,avx512f,avx512vl"))) ASTRAI_NO_FP_CONTRACT void columns_avx512(const Columns& c) {
+  columns<6, 4>(c);
+}
+#endif
+
+using ColumnsFn = void (*)(const Columns&);
+
+ColumnsFn columns_fn(LinearPath path) {
+  switch (path) {
+#if defined(__x86_64__)
+    case LinearPath::avx512: return columns_avx512;
+    case LinearPath::avx2: return columns_avx2;
+#endif
+    case LinearPath::baseline: return columns_baseline;
+    default: return nullptr;
+  }
+}
+
+LinearPath best_path() {
+  static const LinearPath best = [] {
+    for (LinearPath p : {LinearPath::avx512, LinearPath::avx2})
+      if (linear_path_available(p)) return p;
+    return LinearPath::baseline;
+  }();
+  return best;
+}
+
 }  // namespace
 
-void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {
+bool linear_path_available(LinearPath path) {
+#if defined(__x86_64__)
+  switch (path) {
+    case LinearPath::avx512: return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+    case LinearPath::avx2: return __builtin_cpu_supports("avx2");
+    default: return true;
+  }
+#else
+  return path == LinearPath::best || path == LinearPath::baseline;
+#endif
+}
+
+void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out, LinearPath path) {
   check_f32(x, "linear", "x");
   check_f32(w, "linear", "w");
   check_f32(out, "linear", "out");
@@ -171,16 +206,20 @@ void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {
   const float* xp = x.ptr<float>();
   const float* wp = w.ptr<float>();
   float* op = out.ptr<float>();
+  if (path == LinearPath::best) path = best_path();
+  ASTRAI_OP_CHECK(linear_path_available(path),
+                  "linear: this CPU lacks the instruction set of the path asked for");
+  const ColumnsFn run = columns_fn(path);
   const int threads = M * N * K >= kParallelMacs ? omp_get_max_threads() : 1;
   if (threads <= 1) {
-    linear_columns(M, K, 0, N, xp, lda, wp, bp, op, ldc);
+    run({M, K, 0, N, xp, lda, wp, bp, op, ldc});
     return;
   }
   // Column blocks rounded to 16 so every thread's slice of out starts on a cache line.
   const int64_t block = ((N + threads - 1) / threads + 15) / 16 * 16;
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int t = 0; t < threads; ++t)
-    linear_columns(M, K, std::min(N, t * block), std::min(N, (t + 1) * block), xp, lda, wp, bp, op, ldc);
+    run({M, K, std::min(N, t * block), std::min(N, (t + 1) * block), xp, lda, wp, bp, op, ldc});
 }
 
 namespace {

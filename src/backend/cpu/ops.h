@@ -16,7 +16,12 @@ namespace astrai::cpu {
 void embedding(const Tensor& table, const Tensor& ids, Tensor out);
 void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor out);
 void add_rms_norm(Tensor residual, const Tensor& x, const Tensor& w, float eps, Tensor out);
-void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out);
+// linear's kernel has one path per instruction set (linear.cpp), each giving the same bits; `best`
+// is the widest this CPU has. A path the CPU lacks is refused with an error.
+enum class LinearPath { best, avx512, avx2, baseline };
+bool linear_path_available(LinearPath path);
+void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,
+            LinearPath path = LinearPath::best);
 void rope(Tensor x, const Tensor& positions, const Tensor& cos_sin);
 void swiglu(const Tensor& gate, const Tensor& up, Tensor out);
 void add(const Tensor& a, const Tensor& b, Tensor out);
