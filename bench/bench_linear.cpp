@@ -49,11 +49,11 @@ std::vector<Shape> parse_shapes(const std::string& text) {
   return out;
 }
 
-const char* path_name(cpu::LinearPath p) {
+const char* path_name(cpu::Isa p) {
   switch (p) {
-    case cpu::LinearPath::avx512: return "avx512";
-    case cpu::LinearPath::avx2: return "avx2";
-    case cpu::LinearPath::baseline: return "baseline";
+    case cpu::Isa::avx512: return "avx512";
+    case cpu::Isa::avx2: return "avx2";
+    case cpu::Isa::baseline: return "baseline";
     default: return "best";
   }
 }
@@ -63,9 +63,9 @@ void run(const BenchLinearArgs& a) {
   if (a.threads < 1) throw Error(invalid_argument("--threads must be at least 1"));
   omp_set_num_threads(a.threads);
   openblas_set_num_threads(a.threads);
-  std::vector<cpu::LinearPath> paths;
-  for (cpu::LinearPath p : {cpu::LinearPath::avx512, cpu::LinearPath::avx2, cpu::LinearPath::baseline})
-    if (cpu::linear_path_available(p)) paths.push_back(p);
+  std::vector<cpu::Isa> paths;
+  for (cpu::Isa p : {cpu::Isa::avx512, cpu::Isa::avx2, cpu::Isa::baseline})
+    if (cpu::isa_available(p)) paths.push_back(p);
   std::printf("%-22s %-9s %10s %9s %10s\n", "M x N x K", "kernel", "ms", "GFLOP/s", "/ OpenBLAS");
   bool mismatch = false;
   for (const Shape& s : shapes) {
@@ -76,7 +76,7 @@ void run(const BenchLinearArgs& a) {
     for (float& v : w) v = dist(rng);
     const Tensor xt(x.data(), DType::f32, {s.M, s.K}), wt(w.data(), DType::f32, {s.N, s.K}),
         ot(out.data(), DType::f32, {s.M, s.N});
-    cpu::linear(xt, wt, nullptr, Tensor(want.data(), DType::f32, {s.M, s.N}), cpu::LinearPath::baseline);
+    cpu::linear(xt, wt, nullptr, Tensor(want.data(), DType::f32, {s.M, s.N}), cpu::Isa::baseline);
     std::vector<double> best(paths.size() + 1, 1e30);  // the paths, then OpenBLAS
     for (int r = 0; r < std::max(1, a.repeat); ++r) {
       for (size_t i = 0; i <= paths.size(); ++i) {

@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "backend/op_test_util.h"
+#include "src/backend/cpu/ops.h"
 #include "tools/test_util.h"
 
 namespace astrai::test {
@@ -106,7 +108,7 @@ void run_batch(Backend& be, Rng& rng, BatchShape shape) {
   std::vector<int32_t> new_slots(static_cast<size_t>(T));
   std::vector<char> used(size_t(slots), 0);  // slots some sequence's keys take
   for (int s = 0; s < S; ++s) {
-    K[s] = rng.vec(size_t(seqs[s].kv_len * KVH * D));
+    K[s] = rng.vec(size_t(seqs[s].kv_len) * size_t(KVH) * size_t(D));
     V[s] = rng.vec(K[s].size());
     for (auto& x : K[s]) x = round_to(dt, x);
     for (auto& x : V[s]) x = round_to(dt, x);
@@ -170,6 +172,19 @@ void run_batch(Backend& be, Rng& rng, BatchShape shape) {
   const float scale = 1.0f / std::sqrt(float(D));
   be.paged_attention(q, k_cache.t, v_cache.t, batch, scale, out.t);
   auto got = to_host(be, out.t);
+  if (be.device() == Device::cpu) {  // every instruction-set path gives the baseline's bits
+    auto ref = poisoned(be, {T, H, D});
+    cpu::paged_attention(q, k_cache.t, v_cache.t, batch, scale, ref.t, cpu::Isa::baseline);
+    const auto want_bits = to_host(be, ref.t);
+    for (cpu::Isa isa : {cpu::Isa::avx2, cpu::Isa::avx512}) {
+      if (!cpu::isa_available(isa)) continue;
+      auto other = poisoned(be, {T, H, D});
+      cpu::paged_attention(q, k_cache.t, v_cache.t, batch, scale, other.t, isa);
+      INFO("path " << int(isa) << " D " << D << " page_size " << ps);
+      REQUIRE(std::memcmp(to_host(be, other.t).data(), want_bits.data(), want_bits.size() * sizeof(float)) ==
+              0);
+    }
+  }
 
   // The rows to check: all, or each sequence's last row (the most keys) and a random sample.
   std::vector<int> rows(static_cast<size_t>(T));
@@ -399,6 +414,57 @@ TEST_CASE("paged_attention matches float64 attention for 8k and 32k prompts and 
     return;
   }
   attention_long_cuda(*be);
+}
+
+// The CPU's promise (src/backend/cpu/attention.cpp): a row's output bits do not depend on the rows
+// it shares a step with. One sequence of L tokens as a whole prefill, as an extend of its last
+// L - c rows over c cached ones (blocks of 16 rows then start elsewhere), and its last row as a
+// decode step, each beside another sequence; the rows agree bit for bit.
+TEST_CASE("paged_attention on the cpu gives a row the same bits in a prefill, an extend and a decode step",
+          "[unit]") {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Rng rng(seed);
+  auto be = cpu_backend();
+  for (int round = 0; round < 4; ++round) {
+    const int KVH = rng.randint(1, 2), group = rng.randint(1, 3), H = KVH * group, D = rng.randint(1, 80);
+    const int ps = std::vector<int>{1, 3, 16}[size_t(rng.randint(0, 2))];
+    const int L = rng.randint(2, 70), other = rng.randint(1, 40), c = rng.randint(1, L - 1);
+    const int pages_l = (L + ps - 1) / ps, pages_o = (other + ps - 1) / ps,
+              max_pages = std::max(pages_l, pages_o);
+    const int64_t slots = int64_t(pages_l + pages_o) * ps;
+    // Sequence 0 (the one compared) on pages [0, pages_l), the other on the next ones; the cache
+    // holds both sequences' K/V already (what kv_store would have written).
+    auto kc = rng.vec(size_t(slots * KVH * D)), vc = rng.vec(kc.size());
+    auto qh = rng.vec(size_t(L + other) * size_t(H) * size_t(D), 2.0f);
+    std::vector<int32_t> table(size_t(2 * max_pages), 0);
+    for (int p = 0; p < pages_l; ++p) table[size_t(p)] = p;
+    for (int p = 0; p < pages_o; ++p) table[size_t(max_pages) + size_t(p)] = pages_l + p;
+    auto k_cache = to_device(*be, kc, {slots, KVH, D}), v_cache = to_device(*be, vc, {slots, KVH, D});
+    auto pt = to_device(*be, table, {2, max_pages});
+    // Sequence 0's query rows [first, L), then the other's whole prefill; the output rows of
+    // sequence 0.
+    auto run = [&](int first) {
+      const int q0 = L - first, T = q0 + other;
+      std::vector<float> q(size_t(T * H * D));
+      std::copy_n(qh.begin() + ptrdiff_t(first) * H * D, q0 * H * D, q.begin());
+      std::copy_n(qh.begin() + ptrdiff_t(L) * H * D, other * H * D, q.begin() + ptrdiff_t(q0) * H * D);
+      auto qt = to_device(*be, q, {T, H, D});
+      auto qs = to_device(*be, std::vector<int32_t>{0, q0, T}, {3});
+      auto kl = to_device(*be, std::vector<int32_t>{L, other}, {2});
+      AttentionBatch batch{qs.t, kl.t, pt.t, 2, max_pages, ps, std::max(q0, other), std::max(L, other)};
+      auto out = poisoned(*be, {T, H, D});
+      be->paged_attention(qt.t, k_cache.t, v_cache.t, batch, 0.125f, out.t);
+      auto all = to_host(*be, out.t);
+      return std::vector<float>(all.begin(), all.begin() + ptrdiff_t(q0) * H * D);
+    };
+    const auto whole = run(0), extend = run(c), decode = run(L - 1);
+    INFO("L " << L << " c " << c << " other " << other << " KVH " << KVH << " group " << group << " D " << D
+              << " page_size " << ps);
+    const size_t row = size_t(H) * D;
+    REQUIRE(std::memcmp(extend.data(), whole.data() + size_t(c) * row, extend.size() * sizeof(float)) == 0);
+    REQUIRE(std::memcmp(decode.data(), whole.data() + size_t(L - 1) * row, row * sizeof(float)) == 0);
+  }
 }
 
 TEST_CASE("paged_attention rejects a page table entry outside the cache", "[unit]") {

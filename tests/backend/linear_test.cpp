@@ -276,7 +276,7 @@ TEST_CASE("linear on the cpu gives the same bits on every instruction-set path",
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
   Rng rng(seed);
-  const cpu::LinearPath paths[] = {cpu::LinearPath::avx2, cpu::LinearPath::avx512};
+  const cpu::Isa paths[] = {cpu::Isa::avx2, cpu::Isa::avx512};
   for (int round = 0; round < 6; ++round) {
     const int64_t M = round < 4 ? rng.randint(1, 80) : rng.randint(100, 140), K = rng.randint(1, 300),
                   N = round < 4 ? rng.randint(1, 60) : rng.randint(500, 900), lda = K + rng.randint(0, 5);
@@ -284,16 +284,16 @@ TEST_CASE("linear on the cpu gives the same bits on every instruction-set path",
     auto xh = rng.vec(size_t(M * lda)), wh = rng.vec(size_t(N * K)), bh = rng.vec(size_t(N));
     Tensor x(xh.data(), DType::f32, {M, K}), w(wh.data(), DType::f32, {N, K}), b(bh.data(), DType::f32, {N});
     x.stride[0] = lda;
-    auto run = [&](cpu::LinearPath path) {
+    auto run = [&](cpu::Isa path) {
       std::vector<float> out(size_t(M * N), std::nanf(""));
       cpu::linear(x, w, with_bias ? &b : nullptr, Tensor(out.data(), DType::f32, {M, N}), path);
       return out;
     };
-    const auto want = run(cpu::LinearPath::baseline);
-    for (cpu::LinearPath path : paths) {
+    const auto want = run(cpu::Isa::baseline);
+    for (cpu::Isa path : paths) {
       INFO("M " << M << " K " << K << " N " << N << " lda " << lda << " bias " << with_bias << " path "
                 << int(path));
-      if (!cpu::linear_path_available(path)) {
+      if (!cpu::isa_available(path)) {
         REQUIRE_THROWS_WITH(run(path), Catch::Contains("instruction set"));
         continue;
       }

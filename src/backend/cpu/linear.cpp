@@ -7,19 +7,13 @@
 // prompt is a prefix-cache hit instead of a fresh prefill, or when the prefill is chunked
 // differently (docs/architecture.md, "What a seed promises"). OpenBLAS does not give that: sgemv (M = 1) and
 // sgemm round differently, and sgemm's full 16-row tiles differ from its edge tiles, so a row's
-// result depends on M. Here each element is a dot product over K in kLanes interleaved partial sums
-// (lane l adds k = l, l + kLanes, ... in order; a K tail is zero-padded), summed in a fixed tree,
-// then added to the bias: a plain multiply and add per term (no FMA contraction, though the AVX-512
-// path's target has FMA), so every instruction-set path and every tile shape gives identical bits.
-// Tiles of MR rows x NR columns share their loads; the edge tiles run the same per-element code.
+// result depends on M. Here each element is one of lanes.h's dot products (kLanes interleaved
+// partial sums in a fixed tree, no FMA), then added to the bias, in tiles of MR rows x NR columns
+// that share their loads; the edge tiles run the same per-element code.
 //
-// Instruction sets: one path per set, the same code compiled under its target with the tile that
-// fits its registers (MR x NR accumulators, NR weight vectors and one x vector live at once):
-// AVX-512VL's 32 vector registers take 6 x 4 tiles, AVX2's 16 take 3 x 3, the baseline (SSE2, an
-// 8-lane vector in two registers) 4 x 3. The path is chosen once from the CPU's features (no ifunc:
-// ThreadSanitizer builds run the same paths). On the development VM (AMD EPYC, one thread) the 4 x 3
-// tile in AVX2's registers spilled and ran large prefill GEMMs at half OpenBLAS's rate; table in
-// docs/performance.md.
+// Instruction sets (lanes.h): AVX-512VL's registers take 6 x 4 tiles, AVX2's 3 x 3, the
+// baseline's 4 x 3. On the development VM (AMD EPYC, one thread) the 4 x 3 tile in AVX2's registers
+// spilled and ran large prefill GEMMs at 1.6x OpenBLAS's time; table in docs/performance.md.
 //
 #include <cblas.h>
 #include <omp.h>
@@ -27,6 +21,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "src/backend/cpu/lanes.h"
 #include "src/backend/cpu/ops.h"
 #include "src/backend/cpu/rows.h"
 
@@ -36,34 +31,8 @@ namespace {
 // Below this many multiply-adds a GEMM runs on one thread.
 constexpr int64_t kParallelMacs = 1 << 20;
 
-// The helpers below pass 32-byte vectors by value; they are always inlined, so no call crosses an
-// ABI boundary and GCC's note that the AVX and SSE ABIs pass them differently does not apply.
-#pragma GCC diagnostic ignored "-Wpsabi"
-
-// Each term is one multiply and one add, never fused, even in a build for an FMA target.
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#define ASTRAI_NO_FP_CONTRACT
-#else
-#define ASTRAI_NO_FP_CONTRACT __attribute__((optimize("fp-contract=off")))
-#endif
-
-constexpr int kLanes = 8;
-using Lanes = float __attribute__((vector_size(kLanes * sizeof(float))));
 // Rows of x kept hot in cache while a thread sweeps its columns of w (rounded down to whole tiles).
 constexpr int64_t kBlockM = 64;
-
-[[gnu::always_inline]] inline Lanes load_lanes(const float* p) {
-  Lanes v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-// The fixed reduction of one element's lanes.
-[[gnu::always_inline]] inline float sum_lanes(Lanes a) {
-  static_assert(kLanes == 8);
-  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-}
 
 // What a path computes: columns [n0, n1) of out for all M rows.
 struct Columns {
@@ -76,47 +45,6 @@ struct Columns {
   int64_t ldc;
 };
 
-// out[m, n] for the MR x NR tile at x (rows m), w (rows n), bias (at n) and out (at [m, n]).
-template <int64_t MR, int64_t NR>
-[[gnu::always_inline]] inline void tile(int64_t K, const float* x, int64_t lda, const float* w,
-                                        const float* bias, float* out, int64_t ldc) {
-  Lanes acc[MR][NR] = {};
-  const int64_t K8 = K / kLanes * kLanes;
-  for (int64_t k = 0; k < K8; k += kLanes) {
-    Lanes wv[NR];
-    for (int64_t j = 0; j < NR; ++j) wv[j] = load_lanes(w + j * K + k);
-    for (int64_t i = 0; i < MR; ++i) {
-      const Lanes xv = load_lanes(x + i * lda + k);
-      for (int64_t j = 0; j < NR; ++j) acc[i][j] += xv * wv[j];
-    }
-  }
-  if (K8 < K) {
-    float xt[MR][kLanes] = {}, wt[NR][kLanes] = {};
-    for (int64_t i = 0; i < MR; ++i) std::memcpy(xt[i], x + i * lda + K8, size_t(K - K8) * sizeof(float));
-    for (int64_t j = 0; j < NR; ++j) std::memcpy(wt[j], w + j * K + K8, size_t(K - K8) * sizeof(float));
-    for (int64_t i = 0; i < MR; ++i)
-      for (int64_t j = 0; j < NR; ++j) acc[i][j] += load_lanes(xt[i]) * load_lanes(wt[j]);
-  }
-  for (int64_t i = 0; i < MR; ++i)
-    for (int64_t j = 0; j < NR; ++j) {
-      const float dot = sum_lanes(acc[i][j]);
-      out[i * ldc + j] = bias ? bias[j] + dot : dot;
-    }
-}
-
-// An edge tile of mr <= MR rows and nr <= NR columns: the same per-element code at that shape.
-template <int64_t MR, int64_t NR>
-[[gnu::always_inline]] inline void edge_tile(int64_t mr, int64_t nr, int64_t K, const float* x, int64_t lda,
-                                             const float* w, const float* bias, float* out, int64_t ldc) {
-  if constexpr (NR > 1) {
-    if (nr < NR) return edge_tile<MR, NR - 1>(mr, nr, K, x, lda, w, bias, out, ldc);
-  }
-  if constexpr (MR > 1) {
-    if (mr < MR) return edge_tile<MR - 1, NR>(mr, nr, K, x, lda, w, bias, out, ldc);
-  }
-  tile<MR, NR>(K, x, lda, w, bias, out, ldc);
-}
-
 template <int64_t MR, int64_t NR>
 [[gnu::always_inline]] inline void columns(const Columns& c) {
   constexpr int64_t block_m = kBlockM / MR * MR;
@@ -127,8 +55,8 @@ template <int64_t MR, int64_t NR>
       const float* wn = c.w + n * c.K;
       const float* bn = c.bias ? c.bias + n : nullptr;
       for (int64_t m = mb; m < me; m += MR)
-        edge_tile<MR, NR>(std::min(MR, me - m), nr, c.K, c.x + m * c.lda, c.lda, wn, bn,
-                          c.out + m * c.ldc + n, c.ldc);
+        lanes::edge_tile<MR, NR>(std::min(MR, me - m), nr, c.K, c.x + m * c.lda, c.lda, wn, c.K, bn,
+                                 c.out + m * c.ldc + n, c.ldc);
     }
   }
 }
@@ -138,51 +66,29 @@ ASTRAI_NO_FP_CONTRACT void columns_baseline(const Columns& c) {
   columns<4, 3>(c);
 }
 #if defined(__x86_64__)
-__attribute__((target("avx2"))) ASTRAI_NO_FP_CONTRACT void columns_avx2(const Columns& c) {
+ASTRAI_ISA_AVX2 void columns_avx2(const Columns& c) {
   columns<3, 3>(c);
 }
-__attribute__((target("avx2,avx512f,avx512vl"))) ASTRAI_NO_FP_CONTRACT void columns_avx512(const Columns& c) {
+ASTRAI_ISA_AVX512 void columns_avx512(const Columns& c) {
   columns<6, 4>(c);
 }
 #endif
 
 using ColumnsFn = void (*)(const Columns&);
 
-ColumnsFn columns_fn(LinearPath path) {
-  switch (path) {
+ColumnsFn columns_fn(Isa isa) {
+  switch (isa) {
 #if defined(__x86_64__)
-    case LinearPath::avx512: return columns_avx512;
-    case LinearPath::avx2: return columns_avx2;
+    case Isa::avx512: return columns_avx512;
+    case Isa::avx2: return columns_avx2;
 #endif
-    case LinearPath::baseline: return columns_baseline;
-    default: return nullptr;
+    default: return columns_baseline;
   }
-}
-
-LinearPath best_path() {
-  static const LinearPath best = [] {
-    for (LinearPath p : {LinearPath::avx512, LinearPath::avx2})
-      if (linear_path_available(p)) return p;
-    return LinearPath::baseline;
-  }();
-  return best;
 }
 
 }  // namespace
 
-bool linear_path_available(LinearPath path) {
-#if defined(__x86_64__)
-  switch (path) {
-    case LinearPath::avx512: return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
-    case LinearPath::avx2: return __builtin_cpu_supports("avx2");
-    default: return true;
-  }
-#else
-  return path == LinearPath::best || path == LinearPath::baseline;
-#endif
-}
-
-void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out, LinearPath path) {
+void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out, Isa isa) {
   check_f32(x, "linear", "x");
   check_f32(w, "linear", "w");
   check_f32(out, "linear", "out");
@@ -206,10 +112,7 @@ void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out, Li
   const float* xp = x.ptr<float>();
   const float* wp = w.ptr<float>();
   float* op = out.ptr<float>();
-  if (path == LinearPath::best) path = best_path();
-  ASTRAI_OP_CHECK(linear_path_available(path),
-                  "linear: this CPU lacks the instruction set of the path asked for");
-  const ColumnsFn run = columns_fn(path);
+  const ColumnsFn run = columns_fn(checked_isa(isa, "linear"));
   const int threads = M * N * K >= kParallelMacs ? omp_get_max_threads() : 1;
   if (threads <= 1) {
     run({M, K, 0, N, xp, lda, wp, bp, op, ldc});

@@ -1,9 +1,9 @@
 // The CPU implementations of the Backend ops (f32), one file per family:
-//   linear.cpp (batch-invariant), norm.cpp, rope.cpp, elementwise.cpp (embedding, swiglu, add, gather,
-//   convert), attention.cpp (kv_store, paged_attention), sample.cpp; the training ops beside their
-//   forwards (gemm and linear_backward in linear.cpp, rms_norm_train/backward in norm.cpp, ...) and
-//   in attention_train.cpp and cross_entropy.cpp. CpuBackend forwards to these; the argument order
-//   and shapes are those of src/backend/backend.h.
+//   linear.cpp (batch-invariant; its tiles in lanes.h, isa.cpp picks the path), norm.cpp, rope.cpp,
+//   elementwise.cpp (embedding, swiglu, add, gather, convert), attention.cpp (kv_store, paged_attention),
+//   sample.cpp; the training ops beside their forwards (gemm and linear_backward in linear.cpp,
+//   rms_norm_train/backward in norm.cpp, ...) and in attention_train.cpp and cross_entropy.cpp. CpuBackend
+//   forwards to these; the argument order and shapes are those of src/backend/backend.h.
 #pragma once
 
 #include <span>
@@ -16,18 +16,19 @@ namespace astrai::cpu {
 void embedding(const Tensor& table, const Tensor& ids, Tensor out);
 void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor out);
 void add_rms_norm(Tensor residual, const Tensor& x, const Tensor& w, float eps, Tensor out);
-// linear's kernel has one path per instruction set (linear.cpp), each giving the same bits; `best`
-// is the widest this CPU has. A path the CPU lacks is refused with an error.
-enum class LinearPath { best, avx512, avx2, baseline };
-bool linear_path_available(LinearPath path);
-void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,
-            LinearPath path = LinearPath::best);
+// The instruction-set paths of the kernels that give the same bits on every path (linear,
+// paged_attention; lanes.h). `best` is the widest this CPU has; checked_isa resolves `best` and
+// refuses (with an error naming `op`) a path this CPU lacks.
+enum class Isa { best, avx512, avx2, baseline };
+bool isa_available(Isa isa);
+Isa checked_isa(Isa isa, const char* op);
+void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out, Isa isa = Isa::best);
 void rope(Tensor x, const Tensor& positions, const Tensor& cos_sin);
 void swiglu(const Tensor& gate, const Tensor& up, Tensor out);
 void add(const Tensor& a, const Tensor& b, Tensor out);
 void kv_store(const Tensor& k, const Tensor& v, const Tensor& slots, Tensor k_cache, Tensor v_cache);
 void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                     const AttentionBatch& batch, float scale, Tensor out);
+                     const AttentionBatch& batch, float scale, Tensor out, Isa isa = Isa::best);
 void gather_rows(const Tensor& x, const Tensor& rows, Tensor out);
 void take_tokens(Tensor ids, const Tensor& moves, const Tensor& draws);
 void convert(const Tensor& src, Tensor dst);
