@@ -27,6 +27,7 @@
 #include "src/backend/cpu/lanes.h"
 #include "src/backend/cpu/ops.h"
 #include "src/backend/cpu/rows.h"
+#include "src/backend/cpu/vec.h"
 
 namespace astrai::cpu {
 namespace {
@@ -98,18 +99,8 @@ template <int64_t MR, int64_t NR, int64_t RM, int64_t DC>
   for (int64_t i = 0; i < t.nr; ++i) {
     float* row = t.scores + i * nk;
     const int64_t n = t.pos0 + i + 1;
-    row[0] *= t.scale;
-    float m = row[0];
-    for (int64_t j = 1; j < n; ++j) {
-      row[j] *= t.scale;
-      m = std::max(m, row[j]);
-    }
-    float sum = 0.0f;
-    for (int64_t j = 0; j < n; ++j) {
-      row[j] = std::exp(row[j] - m);
-      sum += row[j];
-    }
-    const float inv = 1.0f / sum;
+    for (int64_t j = 0; j < n; ++j) row[j] *= t.scale;
+    const float inv = 1.0f / exp_shifted(row, n).sum;
     for (int64_t j = 0; j < n; ++j) row[j] *= inv;
     std::fill(row + n, row + nk, 0.0f);
   }

@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <vector>
 
 #include "src/backend/cpu/ops.h"
@@ -86,21 +85,13 @@ void attention_train(const Tensor& q, const Tensor& k, const Tensor& v, const Te
     float* sc = scores.data();
     const float* qr = qv.row(r);
     const HeadRows keys = head_rows(kv, kvh), values = head_rows(vv, kvh);
-    float m = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < n; ++j) {
-      sc[j] = dot(qr, keys[b + j], D) * scale;
-      m = std::max(m, sc[j]);
-    }
-    float sum = 0.0f;
-    for (int64_t j = 0; j < n; ++j) {
-      sc[j] = std::exp(sc[j] - m);
-      sum += sc[j];
-    }
-    const float inv = 1.0f / sum;
+    for (int64_t j = 0; j < n; ++j) sc[j] = dot(qr, keys[b + j], D) * scale;
+    const ExpSum e = exp_shifted(sc, n);
+    const float inv = 1.0f / e.sum;
     float* o = ov.row(r);
     std::memset(o, 0, size_t(D) * sizeof(float));
     for (int64_t j = 0; j < n; ++j) axpy(sc[j] * inv, values[b + j], o, D);
-    lp[r] = m + std::log(sum);
+    lp[r] = e.max + std::log(e.sum);
   }
 }
 
