@@ -5,10 +5,12 @@
 // op's f32 rounding grows with. Inputs are strided column slices where the model passes slices.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 
 #include "backend/op_test_util.h"
+#include "src/backend/cpu/ops.h"
 #include "src/core/status.h"
 #include "tools/test_util.h"
 #include "train/train_model.h"
@@ -407,6 +409,65 @@ TEST_CASE("attention_train and its backward match float64 attention over packed 
   auto badt = to_device(*be, bad, {N});
   REQUIRE_THROWS_WITH(be->attention_train(q, k, v, badt.t, scale, out.t, lse.t),
                       Catch::Contains("kv_begin[1] = 2 outside [0, 1]"));
+}
+
+// The CPU's promise (src/backend/cpu/attention_train.cpp): the training forward gives the serving
+// attention's bits (what a policy is trained on is what the server sampled from), and the forward
+// and backward give the same bits on every instruction-set path.
+TEST_CASE("attention_train on the cpu gives paged_attention's bits, and the same bits on every path",
+          "[unit]") {
+  auto be = cpu_backend();
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Rng rng(seed);
+  for (int round = 0; round < 3; ++round) {
+    const int64_t N = rng.randint(1, 60), KVH = rng.randint(1, 2), H = KVH * rng.randint(1, 3),
+                  D = rng.randint(1, 70);
+    const float scale = float(1 / std::sqrt(double(D)));
+    INFO("N " << N << " H " << H << " KVH " << KVH << " D " << D);
+    auto qh = rng.vec(size_t(N * H * D), 2.0f), kh = rng.vec(size_t(N * KVH * D)), vh = rng.vec(kh.size()),
+         dh = rng.vec(qh.size());
+    auto q = to_device(*be, qh, {N, H, D}), k = to_device(*be, kh, {N, KVH, D}),
+         v = to_device(*be, vh, {N, KVH, D});
+    auto dout = to_device(*be, dh, {N, H, D});
+    auto kbt = to_device(*be, std::vector<int32_t>(size_t(N), 0), {N});  // one document
+    auto forward = [&](cpu::Isa isa) {
+      auto out = poisoned(*be, {N, H, D}), lse = poisoned(*be, {N, H});
+      cpu::attention_train(q.t, k.t, v.t, kbt.t, scale, out.t, lse.t, isa);
+      return std::pair{std::move(out), std::move(lse)};
+    };
+    auto backward = [&](cpu::Isa isa, const DeviceTensor& out, const DeviceTensor& lse) {
+      auto dq = poisoned(*be, {N, H, D}), dk = poisoned(*be, {N, KVH, D}), dv = poisoned(*be, {N, KVH, D});
+      cpu::attention_train_backward(dout.t, q.t, k.t, v.t, kbt.t, out.t, lse.t, scale, dq.t, dk.t, dv.t, isa);
+      return std::vector<std::vector<float>>{to_host(*be, dq.t), to_host(*be, dk.t), to_host(*be, dv.t)};
+    };
+    const auto [out, lse] = forward(cpu::Isa::baseline);
+    const auto grads = backward(cpu::Isa::baseline, out, lse);
+    // The serving attention over the same K/V as one sequence's prefill: pages of 16 in order.
+    const int64_t ps = 16, pages = (N + ps - 1) / ps;
+    std::vector<float> kc(size_t(pages * ps * KVH * D)), vc(kc.size());
+    std::copy(kh.begin(), kh.end(), kc.begin());
+    std::copy(vh.begin(), vh.end(), vc.begin());
+    std::vector<int32_t> table(static_cast<size_t>(pages));
+    for (int64_t p = 0; p < pages; ++p) table[size_t(p)] = int32_t(p);
+    auto kct = to_device(*be, kc, {pages * ps, KVH, D}), vct = to_device(*be, vc, {pages * ps, KVH, D});
+    auto qs = to_device(*be, std::vector<int32_t>{0, int32_t(N)}, {2});
+    auto kl = to_device(*be, std::vector<int32_t>{int32_t(N)}, {1});
+    auto pt = to_device(*be, table, {1, pages});
+    AttentionBatch batch{qs.t, kl.t, pt.t, 1, int(pages), int(ps), int(N), int(N)};
+    auto served = poisoned(*be, {N, H, D});
+    be->paged_attention(q.t, kct.t, vct.t, batch, scale, served.t);
+    const auto want = to_host(*be, out.t);
+    REQUIRE(std::memcmp(to_host(*be, served.t).data(), want.data(), want.size() * sizeof(float)) == 0);
+    for (cpu::Isa isa : {cpu::Isa::avx2, cpu::Isa::avx512}) {
+      if (!cpu::isa_available(isa)) continue;
+      INFO("path " << int(isa));
+      const auto [o2, l2] = forward(isa);
+      REQUIRE(to_host(*be, o2.t) == want);
+      REQUIRE(to_host(*be, l2.t) == to_host(*be, lse.t));
+      REQUIRE(backward(isa, o2, l2) == grads);
+    }
+  }
 }
 
 TEST_CASE(

@@ -137,18 +137,6 @@ ASTRAI_ISA_AVX512 void attend_avx512(const Task& t) {
 }
 #endif
 
-using AttendFn = void (*)(const Task&);
-
-AttendFn attend_fn(Isa isa) {
-  switch (isa) {
-#if defined(__x86_64__)
-    case Isa::avx512: return attend_avx512;
-    case Isa::avx2: return attend_avx2;
-#endif
-    default: return attend_baseline;
-  }
-}
-
 void check_cache(const Tensor& c, const char* name) {
   check_f32(c, "paged_attention", name);
   ASTRAI_OP_CHECK(c.ndim == 3 && c.is_contiguous(), std::string("paged_attention: ") + name +
@@ -230,7 +218,7 @@ void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
   const float* kc = k_cache.ptr<float>();
   const float* vc = v_cache.ptr<float>();
   const int64_t* blk_p = blk.data();
-  const AttendFn run = attend_fn(checked_isa(isa, "paged_attention"));
+  const auto run = ASTRAI_ISA_PICK(isa, "paged_attention", attend);
 
 #pragma omp parallel for schedule(dynamic, 1) if (n_tasks > 1 && work > (1 << 20))
   for (int64_t task = 0; task < n_tasks; ++task) {

@@ -3,18 +3,22 @@
 // Query row t attends to key rows [kv_begin[t], t]; packed documents and the rows of a batch are
 // separated only through kv_begin.
 //
-// Forward: one task per (query row, head); softmax two-pass over a scratch row as paged_attention
-// does (scores, max-subtracted exp and sum, weighted sum of V scaled by 1 / sum), so the training
-// forward rounds like the serving one.
+// Forward: one task per (query row, head); scores as lanes.h's dot products times the scale,
+// softmax two-pass over a scratch row, then the weighted sum of V in key order, each step the
+// arithmetic paged_attention does, so the training forward gives the serving one's bits (a test
+// holds them equal).
 // Backward: the rows split into independent segments (no query of a segment reads a key before
 // it: a segment starts at t when every row from t on has kv_begin >= t — each packed document, and
 // each batch row, is one). One task per (segment, KV head) owns dk / dv of its keys and dq of its
 // group's query heads, so tasks never write the same element.
+// Both run on lanes.h's instruction-set paths (dot products in lanes, the rest elementwise, no
+// FMA), so every path gives the same bits.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "src/backend/cpu/lanes.h"
 #include "src/backend/cpu/ops.h"
 #include "src/backend/cpu/rows.h"
 #include "src/backend/cpu/vec.h"
@@ -67,37 +71,132 @@ AttnShape check_attention(const Tensor& q, const Tensor& k, const Tensor& v, con
 
 }  // namespace
 
-void attention_train(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kv_begin, float scale,
-                     Tensor out, Tensor lse) {
-  const AttnShape s = check_attention(q, k, v, kv_begin, out, lse, "attention_train");
-  const RowView qv = rows_of(q, "attention_train"), kv = rows_of(k, "attention_train"),
-                vv = rows_of(v, "attention_train"), ov = rows_of(out, "attention_train");
-  const int32_t* kb = kv_begin.ptr<int32_t>();
-  float* lp = lse.ptr<float>();
-  const int64_t N = s.N, H = s.H, KVH = s.KVH, D = s.D, group = H / KVH;
-  int64_t work = 0;
-  for (int64_t t = 0; t < N; ++t) work += (t - kb[t] + 1) * H * D;
-#pragma omp parallel for schedule(dynamic, 8) if (work > (1 << 18))
-  for (int64_t r = 0; r < N * H; ++r) {
-    const int64_t t = r / H, h = r % H, kvh = h / group, b = kb[t], n = t - b + 1;
+namespace {
+
+struct Forward {
+  RowView q, k, v, out;
+  const int32_t* kv_begin;
+  float* lse;
+  int64_t H, D, group;
+  float scale;
+};
+
+Forward forward_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kv_begin,
+                     const Tensor& out, const Tensor& lse, const AttnShape& s, float scale, const char* op) {
+  return {rows_of(q, op),
+          rows_of(k, op),
+          rows_of(v, op),
+          rows_of(out, op),
+          kv_begin.ptr<int32_t>(),
+          lse.ptr<float>(),
+          s.H,
+          s.D,
+          s.H / s.KVH,
+          scale};
+}
+
+// Rows [r0, r1) of the forward (a row: one query row of one head).
+[[gnu::always_inline]] inline void forward_rows(const Forward& f, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t t = r / f.H, h = r % f.H, kvh = h / f.group, b = f.kv_begin[t], n = t - b + 1, D = f.D;
     thread_local std::vector<float> scores;
     if (scores.size() < size_t(n)) scores.resize(size_t(n));
     float* sc = scores.data();
-    const float* qr = qv.row(r);
-    const HeadRows keys = head_rows(kv, kvh), values = head_rows(vv, kvh);
-    for (int64_t j = 0; j < n; ++j) sc[j] = dot(qr, keys[b + j], D) * scale;
+    const float* qr = f.q.row(r);
+    const HeadRows keys = head_rows(f.k, kvh), values = head_rows(f.v, kvh);
+    for (int64_t j = 0; j < n; ++j) sc[j] = lanes::dot(qr, keys[b + j], D) * f.scale;
     const ExpSum e = exp_shifted(sc, n);
     const float inv = 1.0f / e.sum;
-    float* o = ov.row(r);
+    float* o = f.out.row(r);
     std::memset(o, 0, size_t(D) * sizeof(float));
     for (int64_t j = 0; j < n; ++j) axpy(sc[j] * inv, values[b + j], o, D);
-    lp[r] = e.max + std::log(e.sum);
+    f.lse[r] = e.max + std::log(e.sum);
   }
 }
 
+ASTRAI_NO_FP_CONTRACT void forward_baseline(const Forward& f, int64_t r0, int64_t r1) {
+  forward_rows(f, r0, r1);
+}
+#if defined(__x86_64__)
+ASTRAI_ISA_AVX2 void forward_avx2(const Forward& f, int64_t r0, int64_t r1) {
+  forward_rows(f, r0, r1);
+}
+ASTRAI_ISA_AVX512 void forward_avx512(const Forward& f, int64_t r0, int64_t r1) {
+  forward_rows(f, r0, r1);
+}
+#endif
+
+}  // namespace
+
+void attention_train(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kv_begin, float scale,
+                     Tensor out, Tensor lse, Isa isa) {
+  const AttnShape s = check_attention(q, k, v, kv_begin, out, lse, "attention_train");
+  const char* op = "attention_train";
+  const Forward f = forward_args(q, k, v, kv_begin, out, lse, s, scale, op);
+  const auto run = ASTRAI_ISA_PICK(isa, op, forward);
+  const int64_t N = s.N, H = s.H, D = s.D, rows = N * H;
+  int64_t work = 0;
+  for (int64_t t = 0; t < N; ++t) work += (t - f.kv_begin[t] + 1) * H * D;
+  constexpr int64_t kChunk = 8;  // rows a task
+#pragma omp parallel for schedule(dynamic, 1) if (work > (1 << 18))
+  for (int64_t c = 0; c < (rows + kChunk - 1) / kChunk; ++c)
+    run(f, c * kChunk, std::min(rows, (c + 1) * kChunk));
+}
+
+namespace {
+
+struct Backward {
+  Forward f;  // its operands (out and lse read, not written)
+  RowView dout, dq, dk, dv;
+};
+
+// One task of the backward: keys and query rows [s0, s1) of KV head kvh.
+[[gnu::always_inline]] inline void backward_task(const Backward& a, int64_t s0, int64_t s1, int64_t kvh) {
+  const Forward& f = a.f;
+  const int64_t H = f.H, D = f.D;
+  const HeadRows keys = head_rows(f.k, kvh), values = head_rows(f.v, kvh), dkeys = head_rows(a.dk, kvh),
+                 dvalues = head_rows(a.dv, kvh);
+  for (int64_t j = s0; j < s1; ++j) {
+    std::memset(dkeys[j], 0, size_t(D) * sizeof(float));
+    std::memset(dvalues[j], 0, size_t(D) * sizeof(float));
+  }
+  for (int64_t h = kvh * f.group; h < (kvh + 1) * f.group; ++h)
+    for (int64_t t = s0; t < s1; ++t) {
+      const int64_t r = t * H + h;
+      const float* qr = f.q.row(r);
+      const float* dor = a.dout.row(r);
+      float* dqr = a.dq.row(r);
+      std::memset(dqr, 0, size_t(D) * sizeof(float));
+      const float delta = lanes::dot(dor, f.out.row(r), D), L = f.lse[r];
+      for (int64_t j = f.kv_begin[t]; j <= t; ++j) {
+        const float* kr = keys[j];
+        const float* vr = values[j];
+        const float p = std::exp(lanes::dot(qr, kr, D) * f.scale - L);
+        const float ds = p * (lanes::dot(dor, vr, D) - delta) * f.scale;
+        axpy(ds, kr, dqr, D);
+        axpy(ds, qr, dkeys[j], D);
+        axpy(p, dor, dvalues[j], D);
+      }
+    }
+}
+
+ASTRAI_NO_FP_CONTRACT void backward_baseline(const Backward& a, int64_t s0, int64_t s1, int64_t kvh) {
+  backward_task(a, s0, s1, kvh);
+}
+#if defined(__x86_64__)
+ASTRAI_ISA_AVX2 void backward_avx2(const Backward& a, int64_t s0, int64_t s1, int64_t kvh) {
+  backward_task(a, s0, s1, kvh);
+}
+ASTRAI_ISA_AVX512 void backward_avx512(const Backward& a, int64_t s0, int64_t s1, int64_t kvh) {
+  backward_task(a, s0, s1, kvh);
+}
+#endif
+
+}  // namespace
+
 void attention_train_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& kv_begin, const Tensor& out, const Tensor& lse, float scale,
-                              Tensor dq, Tensor dk, Tensor dv) {
+                              Tensor dq, Tensor dk, Tensor dv, Isa isa) {
   const char* op = "attention_train_backward";
   const AttnShape s = check_attention(q, k, v, kv_begin, out, lse, op);
   check_f32(dout, op, "dout");
@@ -107,11 +206,11 @@ void attention_train_backward(const Tensor& dout, const Tensor& q, const Tensor&
   ASTRAI_OP_CHECK(dout.ndim == 3 && dout.shape == q.shape && dq.ndim == 3 && dq.shape == q.shape &&
                       dk.ndim == 3 && dk.shape == k.shape && dv.ndim == 3 && dv.shape == v.shape,
                   std::string(op) + ": dout/dq must be shaped as q, dk/dv as k");
-  const RowView qv = rows_of(q, op), kv = rows_of(k, op), vv = rows_of(v, op), ov = rows_of(out, op),
-                dov = rows_of(dout, op), dqv = rows_of(dq, op), dkv = rows_of(dk, op), dvv = rows_of(dv, op);
-  const int32_t* kb = kv_begin.ptr<int32_t>();
-  const float* lp = lse.ptr<float>();
-  const int64_t N = s.N, H = s.H, KVH = s.KVH, D = s.D, group = H / KVH;
+  const Backward a{forward_args(q, k, v, kv_begin, out, lse, s, scale, op), rows_of(dout, op),
+                   rows_of(dq, op), rows_of(dk, op), rows_of(dv, op)};
+  const auto run = ASTRAI_ISA_PICK(isa, op, backward);
+  const int32_t* kb = a.f.kv_begin;
+  const int64_t N = s.N, H = s.H, KVH = s.KVH, D = s.D;
 
   // Segment starts: t such that min(kv_begin[t..N)) == t.
   std::vector<int64_t> starts;
@@ -127,34 +226,8 @@ void attention_train_backward(const Tensor& dout, const Tensor& q, const Tensor&
   for (int64_t t = 0; t < N; ++t) work += (t - kb[t] + 1) * H * D;
 
 #pragma omp parallel for schedule(dynamic, 1) if (n_segs * KVH > 1 && work > (1 << 16))
-  for (int64_t task = 0; task < n_segs * KVH; ++task) {
-    const int64_t seg = task / KVH, kvh = task % KVH;
-    const int64_t s0 = starts[size_t(seg)], s1 = starts[size_t(seg) + 1];
-    const HeadRows keys = head_rows(kv, kvh), values = head_rows(vv, kvh), dkeys = head_rows(dkv, kvh),
-                   dvalues = head_rows(dvv, kvh);
-    for (int64_t j = s0; j < s1; ++j) {
-      std::memset(dkeys[j], 0, size_t(D) * sizeof(float));
-      std::memset(dvalues[j], 0, size_t(D) * sizeof(float));
-    }
-    for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h)
-      for (int64_t t = s0; t < s1; ++t) {
-        const int64_t r = t * H + h;
-        const float* qr = qv.row(r);
-        const float* dor = dov.row(r);
-        float* dqr = dqv.row(r);
-        std::memset(dqr, 0, size_t(D) * sizeof(float));
-        const float delta = dot(dor, ov.row(r), D), L = lp[r];
-        for (int64_t j = kb[t]; j <= t; ++j) {
-          const float* kr = keys[j];
-          const float* vr = values[j];
-          const float p = std::exp(dot(qr, kr, D) * scale - L);
-          const float ds = p * (dot(dor, vr, D) - delta) * scale;
-          axpy(ds, kr, dqr, D);
-          axpy(ds, qr, dkeys[j], D);
-          axpy(p, dor, dvalues[j], D);
-        }
-      }
-  }
+  for (int64_t task = 0; task < n_segs * KVH; ++task)
+    run(a, starts[size_t(task / KVH)], starts[size_t(task / KVH) + 1], task % KVH);
 }
 
 }  // namespace astrai::cpu

@@ -1,4 +1,5 @@
-// The dot-product tiles the CPU's batch-invariant kernels share (linear.cpp, attention.cpp), and
+// The dot-product tiles the CPU's batch-invariant kernels share (linear.cpp, attention.cpp,
+// attention_train.cpp), and
 // the instruction-set paths they are compiled for (Isa, ops.h).
 //
 // Each dot product over K runs in kLanes interleaved partial sums (lane l adds k = l, l + kLanes,
@@ -99,4 +100,30 @@ template <int64_t MR, int64_t NR>
   tile<MR, NR>(K, x, lda, w, ldw, bias, out, ldc);
 }
 
+// x . w over K values: one tile element's arithmetic (the bits any tile gives that element).
+[[gnu::always_inline]] inline float dot(const float* x, const float* w, int64_t K) {
+  float out;
+  tile<1, 1>(K, x, 0, w, 0, nullptr, &out, 0);
+  return out;
+}
+
+// The entry of a kernel for `isa` (checked_isa: `best` resolved, a path this CPU lacks refused with
+// an error naming `op`), among its three: name_baseline, name_avx2 and name_avx512 (x86-64 only).
+template <typename Fn>
+Fn pick_path(Isa isa, const char* op, Fn baseline, Fn avx2, Fn avx512) {
+  switch (checked_isa(isa, op)) {
+    case Isa::avx512: return avx512;
+    case Isa::avx2: return avx2;
+    default: return baseline;
+  }
+}
+
 }  // namespace astrai::cpu::lanes
+
+#if defined(__x86_64__)
+#define ASTRAI_ISA_PICK(isa, op, name) \
+  ::astrai::cpu::lanes::pick_path(isa, op, name##_baseline, name##_avx2, name##_avx512)
+#else
+#define ASTRAI_ISA_PICK(isa, op, name) \
+  ::astrai::cpu::lanes::pick_path(isa, op, name##_baseline, name##_baseline, name##_baseline)
+#endif

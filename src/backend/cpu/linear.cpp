@@ -74,18 +74,6 @@ ASTRAI_ISA_AVX512 void columns_avx512(const Columns& c) {
 }
 #endif
 
-using ColumnsFn = void (*)(const Columns&);
-
-ColumnsFn columns_fn(Isa isa) {
-  switch (isa) {
-#if defined(__x86_64__)
-    case Isa::avx512: return columns_avx512;
-    case Isa::avx2: return columns_avx2;
-#endif
-    default: return columns_baseline;
-  }
-}
-
 }  // namespace
 
 void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out, Isa isa) {
@@ -112,7 +100,7 @@ void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out, Is
   const float* xp = x.ptr<float>();
   const float* wp = w.ptr<float>();
   float* op = out.ptr<float>();
-  const ColumnsFn run = columns_fn(checked_isa(isa, "linear"));
+  const auto run = ASTRAI_ISA_PICK(isa, "linear", columns);
   const int threads = M * N * K >= kParallelMacs ? omp_get_max_threads() : 1;
   if (threads <= 1) {
     run({M, K, 0, N, xp, lda, wp, bp, op, ldc});

@@ -17,8 +17,8 @@ void embedding(const Tensor& table, const Tensor& ids, Tensor out);
 void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor out);
 void add_rms_norm(Tensor residual, const Tensor& x, const Tensor& w, float eps, Tensor out);
 // The instruction-set paths of the kernels that give the same bits on every path (linear,
-// paged_attention; lanes.h). `best` is the widest this CPU has; checked_isa resolves `best` and
-// refuses (with an error naming `op`) a path this CPU lacks.
+// paged_attention, attention_train and its backward; lanes.h). `best` is the widest this CPU has; checked_isa
+// resolves `best` and refuses (with an error naming `op`) a path this CPU lacks.
 enum class Isa { best, avx512, avx2, baseline };
 bool isa_available(Isa isa);
 Isa checked_isa(Isa isa, const char* op);
@@ -57,10 +57,10 @@ void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor dtable);
 void rope_backward(Tensor dx, const Tensor& positions, const Tensor& cos_sin);
 void swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up, Tensor dgate, Tensor dup);
 void attention_train(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kv_begin, float scale,
-                     Tensor out, Tensor lse);
+                     Tensor out, Tensor lse, Isa isa = Isa::best);
 void attention_train_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& kv_begin, const Tensor& out, const Tensor& lse, float scale,
-                              Tensor dq, Tensor dk, Tensor dv);
+                              Tensor dq, Tensor dk, Tensor dv, Isa isa = Isa::best);
 void cross_entropy(const Tensor& logits, const Tensor& targets, float label_smoothing, float grad_scale,
                    Tensor losses, Tensor dlogits);
 // Optimizer ops (optimizer.cpp).

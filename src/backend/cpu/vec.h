@@ -8,13 +8,6 @@
 
 namespace astrai::cpu {
 
-inline float dot(const float* a, const float* b, int64_t n) {
-  float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
-  return acc;
-}
-
 // The first pass of a softmax over n > 0 scores: row[j] = exp(row[j] - max), summed in order.
 struct ExpSum {
   float max, sum;
