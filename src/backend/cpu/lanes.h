@@ -1,6 +1,5 @@
 // The dot-product tiles the CPU's batch-invariant kernels share (linear.cpp, attention.cpp,
-// attention_train.cpp), and
-// the instruction-set paths they are compiled for (Isa, ops.h).
+// attention_train.cpp), and the instruction-set paths they are compiled for (Isa, ops.h).
 //
 // Each dot product over K runs in kLanes interleaved partial sums (lane l adds k = l, l + kLanes,
 // ... in order; a K tail is zero-padded), summed in a fixed tree: a plain multiply and add per
@@ -9,9 +8,9 @@
 // per path: the same always-inline template under `ASTRAI_ISA_AVX2` / `ASTRAI_ISA_AVX512` (x86-64
 // only) and with no target (the baseline), each with the tile that fits that path's registers
 // (MR x NR accumulators, NR w vectors and one x vector live at once: AVX-512VL's 32 vector
-// registers, AVX2's 16, the baseline's 16 SSE registers holding an 8-lane vector in two). The path is
-// chosen at run time from the CPU's features (no ifunc, so ThreadSanitizer builds run the same
-// paths).
+// registers, AVX2's 16, the baseline's 16 SSE registers holding an 8-lane vector in two), and
+// ASTRAI_ISA_PICK (below) picks the entry at run time from the CPU's features (no ifunc, so
+// ThreadSanitizer builds run the same paths).
 #pragma once
 
 #include <cstdint>
