@@ -18,7 +18,7 @@
 //
 // Bandwidth reference: a decode step reads every weight once and each sequence's K and V rows, so
 // it cannot beat (weight bytes + K/V bytes) / memory bandwidth. The bandwidth is measured in the
-// same run: on the CPU a plain parallel read of all weight bytes (a sum over the f32 weights), on a
+// same run: on the CPU a plain parallel read of all weight bytes (a sum of their 32-bit words), on a
 // GPU a device-to-device copy (bytes read + written). Each batch's step time is reported against
 // that floor ("x floor"; the K/V term takes the mean keys of the timed steps, prompt + (tokens + 1)
 // / 2). Not measured for a tensor-parallel group.
@@ -64,19 +64,21 @@ struct DecodeBenchOptions {
   int overlap = -1;
 };
 
-// Best of 3 timed reads of every weight byte (f32 sum, OpenMP over each tensor), in seconds.
+// Best of 3 timed reads of every weight byte (a wrapping sum of their 32-bit words, whatever the
+// dtype: f32, or the bf16 matrices a bf16 checkpoint keeps on the CPU; OpenMP over each tensor), in
+// seconds.
 double time_weight_read(const Model& model) {
   std::vector<Tensor> weights;
   model.for_each_weight([&](const Tensor& t) { weights.push_back(t); });
   double best = 1e30;
-  volatile float sink = 0;
+  volatile uint32_t sink = 0;
   for (int rep = 0; rep < 3; ++rep) {
     const auto t0 = BenchClock::now();
-    float total = 0;
+    uint32_t total = 0;
     for (const Tensor& t : weights) {
-      const float* p = t.ptr<float>();
-      const int64_t n = t.numel();
-      float s = 0;
+      const uint32_t* p = static_cast<const uint32_t*>(t.data);
+      const int64_t n = int64_t(t.nbytes() / sizeof(uint32_t));
+      uint32_t s = 0;
 #pragma omp parallel for simd reduction(+ : s) schedule(static) if (n > (1 << 16))
       for (int64_t i = 0; i < n; ++i) s += p[i];
       total += s;

@@ -98,6 +98,14 @@ class Backend {
   virtual std::string name() const = 0;
   // The dtype activations and weights use on this backend (cpu: f32, cuda: bf16).
   virtual DType compute_dtype() const = 0;
+  // The dtype a weight matrix (linear's w, embedding's table) is kept in when its checkpoint stores
+  // it as `stored`: compute_dtype() (converted on load) unless this backend's linear and embedding
+  // take `stored` as it is. The CPU keeps bf16 matrices in bf16 and widens them as it reads them
+  // (exact: the results of f32 copies, with half their memory and half the bytes a decode step reads).
+  virtual DType weight_dtype(DType stored) const {
+    (void)stored;
+    return compute_dtype();
+  }
 
   // ---- memory -------------------------------------------------------------------------------
   virtual Buffer alloc(size_t bytes) = 0;                        // zero-initialised
@@ -109,7 +117,8 @@ class Backend {
   virtual int64_t memory_available() const;
 
   // ---- forward ops -----------------------------------------------------------------------------
-  // out[t, :] = table[ids[t], :]            table [V, H], ids [T] i32, out [T, H]
+  // out[t, :] = table[ids[t], :]            table [V, H], ids [T] i32, out [T, H]; table in
+  //   weight_dtype()'s dtype, out in compute_dtype()
   virtual void embedding(const Tensor& table, const Tensor& ids, Tensor out) = 0;
 
   // out = x / sqrt(mean(x^2) + eps) * w     x, out rows of D ([R, D] or [T, heads, D]), w [D];
@@ -121,7 +130,8 @@ class Backend {
   virtual void add_rms_norm(Tensor residual, const Tensor& x, const Tensor& w, float eps, Tensor out) = 0;
 
   // out = x @ w^T (+ bias)                  x [M, K], w [N, K] (nn.Linear layout), bias [N], out [M, N]
-  //   x and out may have a row stride larger than their width (column slices); w is contiguous.
+  //   x and out may have a row stride larger than their width (column slices); w is contiguous,
+  //   in compute_dtype() or weight_dtype()'s dtype.
   virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) = 0;
 
   // In-place rotary embedding, Hugging Face rotate-half pairing: dims (i, i + D/2) rotate together.

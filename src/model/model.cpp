@@ -127,25 +127,37 @@ class DecoderModel final : public Model {
     const DType dt = be_.compute_dtype();
     const int64_t H = cfg_.hidden_size, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), F = cfg_.intermediate_size;
     WeightUploader uploader(be_);
-    // Allocates a tensor on the backend and fills it from one or more file tensors stacked along dim 0.
+    // The weights' size once loaded, for an out-of-memory error: the matrices, almost all of it, in
+    // the dtype the backend keeps the embedding's.
+    const size_t total_bytes =
+        size_t(cfg_.num_parameters()) * dtype_size(be_.weight_dtype(refs.embed->dtype));
+    // Allocates a tensor on the backend and fills it from one or more file tensors stacked along dim 0:
+    // in the compute dtype, or for a matrix (`matrix`: linear's w, the embedding) in the dtype the
+    // backend keeps its parts' dtype in (Backend::weight_dtype).
     auto make = [&](std::initializer_list<int64_t> dims, std::initializer_list<const SafeTensor*> parts,
-                    Tensor& out) -> Status {
-      Tensor shape_only(nullptr, dt, dims, be_.device());
+                    Tensor& out, bool matrix = false) -> Status {
+      DType wdt = dt;
+      if (matrix) {
+        const DType stored = (*parts.begin())->dtype;
+        bool same = true;
+        for (const SafeTensor* p : parts) same = same && p->dtype == stored;
+        wdt = same ? be_.weight_dtype(stored) : dt;
+      }
+      Tensor shape_only(nullptr, wdt, dims, be_.device());
       try {
         owned_.push_back(be_.alloc(shape_only.nbytes()));
       } catch (const std::bad_alloc& e) {
         return resource_exhausted("out of memory allocating " + std::string((*parts.begin())->name) + " " +
-                                  shape_only.shape_str() + " (the weights take " +
-                                  memory_size(size_t(cfg_.num_parameters()) * dtype_size(dt)) + ", " +
-                                  memory_size(weight_bytes_) + " of them loaded): " + e.what());
+                                  shape_only.shape_str() + " (the weights take " + memory_size(total_bytes) +
+                                  ", " + memory_size(weight_bytes_) + " of them loaded): " + e.what());
       }
-      out = owned_.back().as(dt, dims);
+      out = owned_.back().as(wdt, dims);
       weight_bytes_ += out.nbytes();
       int64_t row = 0;
       const int64_t row_elems = shape_only.ndim == 2 ? shape_only.shape[1] : 1;
       for (const SafeTensor* p : parts) {
         const int64_t rows = p->numel() / row_elems;
-        Tensor flat(out.data, dt, {shape_only.numel()}, out.device);
+        Tensor flat(out.data, wdt, {shape_only.numel()}, out.device);
         ASTRAI_RETURN_IF_ERROR(uploader.upload(flat.rows(row * row_elems, (row + rows) * row_elems), *p));
         row += rows;
       }
@@ -167,13 +179,13 @@ class DecoderModel final : public Model {
       return static_cast<const SafeTensor*>(
           &slices.emplace_back(slice_cols(*t, rank * n, (rank + 1) * n)).view);
     };
-    ASTRAI_RETURN_IF_ERROR(make({cfg_.vocab_size, H}, {refs.embed}, embed_));
+    ASTRAI_RETURN_IF_ERROR(make({cfg_.vocab_size, H}, {refs.embed}, embed_, true));
     if (cfg_.tie_word_embeddings || refs.lm_head == refs.embed || !refs.lm_head) {
       lm_head_ = embed_;  // one buffer for both
     } else if (rank != 0) {
       lm_head_ = Tensor();  // only rank 0 computes logits
     } else {
-      ASTRAI_RETURN_IF_ERROR(make({cfg_.vocab_size, H}, {refs.lm_head}, lm_head_));
+      ASTRAI_RETURN_IF_ERROR(make({cfg_.vocab_size, H}, {refs.lm_head}, lm_head_, true));
     }
     ASTRAI_RETURN_IF_ERROR(make({H}, {refs.final_norm}, final_norm_));
     layers_.resize(refs.layers.size());
@@ -183,13 +195,13 @@ class DecoderModel final : public Model {
       ASTRAI_RETURN_IF_ERROR(make({H}, {r.input_norm}, w.input_norm));
       slices.clear();
       ASTRAI_RETURN_IF_ERROR(
-          make({qd + 2 * kvd, H}, {rows_part(r.q), rows_part(r.k), rows_part(r.v)}, w.qkv));
+          make({qd + 2 * kvd, H}, {rows_part(r.q), rows_part(r.k), rows_part(r.v)}, w.qkv, true));
       if (r.q_bias && r.k_bias && r.v_bias) {
         ASTRAI_RETURN_IF_ERROR(make(
             {qd + 2 * kvd}, {rows_part(r.q_bias), rows_part(r.k_bias), rows_part(r.v_bias)}, w.qkv_bias));
         w.has_qkv_bias = true;
       }
-      ASTRAI_RETURN_IF_ERROR(make({H, qd}, {cols_part(r.o)}, w.o));
+      ASTRAI_RETURN_IF_ERROR(make({H, qd}, {cols_part(r.o)}, w.o, true));
       if (r.o_bias && rank == 0) {  // added once: the all-reduce sums the ranks' partial outputs
         ASTRAI_RETURN_IF_ERROR(make({H}, {r.o_bias}, w.o_bias));
         w.has_o_bias = true;
@@ -199,8 +211,8 @@ class DecoderModel final : public Model {
         ASTRAI_RETURN_IF_ERROR(make({cfg_.head_dim}, {r.k_norm}, w.k_norm));
       }
       ASTRAI_RETURN_IF_ERROR(make({H}, {r.post_norm}, w.post_norm));
-      ASTRAI_RETURN_IF_ERROR(make({2 * F, H}, {rows_part(r.gate), rows_part(r.up)}, w.gate_up));
-      ASTRAI_RETURN_IF_ERROR(make({H, F}, {cols_part(r.down)}, w.down));
+      ASTRAI_RETURN_IF_ERROR(make({2 * F, H}, {rows_part(r.gate), rows_part(r.up)}, w.gate_up, true));
+      ASTRAI_RETURN_IF_ERROR(make({H, F}, {cols_part(r.down)}, w.down, true));
     }
     // RoPE table, f32 on every backend (angles need the precision).
     max_pos_ = std::max<int64_t>(cfg_.max_position_embeddings, 1);

@@ -16,21 +16,23 @@ void embedding_copies_rows(Backend& be) {
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
   Rng rng(seed);
-  // A multiple of 8 wide (the GPU's 16-byte copies) and any width (its one-element path).
-  for (const int64_t H : {8 * rng.randint(1, 300), rng.randint(1, 77)}) {
-    INFO("H " << H);
-    const int64_t V = rng.randint(1, 300), T = rng.randint(1, 50);
-    auto th = rng.vec(size_t(V * H));
-    std::vector<int32_t> ids(static_cast<size_t>(T));
-    for (auto& i : ids) i = rng.randint(0, int(V) - 1);
-    auto table = to_device(be, th, {V, H});
-    auto idt = to_device(be, ids, {T});
-    auto out = poisoned(be, {T, H});
-    be.embedding(table.t, idt.t, out.t);
-    auto got = to_host(be, out.t);
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t i = 0; i < H; ++i) REQUIRE(got[t * H + i] == th[ids[t] * H + i]);
-  }
+  // A multiple of 8 wide (the GPU's 16-byte copies) and any width (its one-element path); the table
+  // in the compute dtype and as a bf16 checkpoint's table is kept (the CPU: bf16, widened).
+  for (const DType table_dtype : {be.compute_dtype(), be.weight_dtype(DType::bf16)})
+    for (const int64_t H : {8 * rng.randint(1, 300), rng.randint(1, 77)}) {
+      INFO("H " << H << " table " << dtype_name(table_dtype));
+      const int64_t V = rng.randint(1, 300), T = rng.randint(1, 50);
+      auto th = rng.vec(size_t(V * H));
+      std::vector<int32_t> ids(static_cast<size_t>(T));
+      for (auto& i : ids) i = rng.randint(0, int(V) - 1);
+      auto table = to_device(be, th, {V, H}, table_dtype);
+      auto idt = to_device(be, ids, {T});
+      auto out = poisoned(be, {T, H});
+      be.embedding(table.t, idt.t, out.t);
+      auto got = to_host(be, out.t);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t i = 0; i < H; ++i) REQUIRE(got[t * H + i] == th[ids[t] * H + i]);
+    }
 }
 
 void swiglu_on_fused_halves(Backend& be) {

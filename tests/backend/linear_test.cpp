@@ -303,6 +303,50 @@ TEST_CASE("linear on the cpu gives the same bits on every instruction-set path",
   }
 }
 
+// bf16 weights (a bf16 checkpoint's, as the CPU keeps them: Backend::weight_dtype) give the bits of
+// their f32 copies on every path: at one row, a few, past a block of rows, with K tails, edge tiles,
+// a bias, strided rows and threaded.
+TEST_CASE("linear on the cpu with bf16 weights gives the bits of their f32 copies on every path", "[unit]") {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Rng rng(seed);
+  for (int round = 0; round < 8; ++round) {
+    // Rows: one; a few; under a block of rows (60-64 by path); whole blocks (the widened panel) and a
+    // partial one; then threaded at one row and at whole blocks.
+    const int64_t M = round < 2   ? 1
+                      : round < 4 ? rng.randint(2, 12)
+                      : round < 5 ? rng.randint(13, 59)
+                      : round < 6 ? rng.randint(128, 200)
+                      : round < 7 ? 1
+                                  : rng.randint(64, 130),
+                  K = round < 6 ? rng.randint(1, 300) : 8 * rng.randint(20, 200),
+                  N = round < 6 ? rng.randint(1, 80) : rng.randint(600, 1200), lda = K + rng.randint(0, 5);
+    const bool with_bias = round % 2 == 0;
+    auto xh = rng.vec(size_t(M * lda)), wf = rng.vec(size_t(N * K)), bh = rng.vec(size_t(N));
+    std::vector<uint16_t> wb(wf.size());
+    for (size_t i = 0; i < wf.size(); ++i) {
+      wb[i] = f32_to_bf16(wf[i]);
+      wf[i] = bf16_to_f32(wb[i]);
+    }
+    Tensor x(xh.data(), DType::f32, {M, K}), w32(wf.data(), DType::f32, {N, K}),
+        w16(wb.data(), DType::bf16, {N, K}), b(bh.data(), DType::f32, {N});
+    x.stride[0] = lda;
+    auto run = [&](const Tensor& w, cpu::Isa path) {
+      std::vector<float> out(size_t(M * N), std::nanf(""));
+      cpu::linear(x, w, with_bias ? &b : nullptr, Tensor(out.data(), DType::f32, {M, N}), path);
+      return out;
+    };
+    const auto want = run(w32, cpu::Isa::baseline);
+    for (cpu::Isa path : {cpu::Isa::baseline, cpu::Isa::avx2, cpu::Isa::avx512}) {
+      if (!cpu::isa_available(path)) continue;
+      INFO("M " << M << " K " << K << " N " << N << " lda " << lda << " bias " << with_bias << " path "
+                << int(path));
+      const auto got = run(w16, path);
+      REQUIRE(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0);
+    }
+  }
+}
+
 ASTRAI_BACKEND_TEST("linear matches a float64 loop for odd sizes, with and without bias", linear_odd_sizes)
 ASTRAI_BACKEND_TEST("linear with one row (the GEMV path) matches a float64 loop", linear_one_row)
 ASTRAI_BACKEND_TEST("linear on large and aligned shapes matches a float64 loop", linear_large)

@@ -16,7 +16,8 @@ namespace astrai::test {
 namespace fs = std::filesystem;
 
 void write_random_model(const fs::path& dir, const ModelConfig& c, uint64_t seed, DType file_dtype,
-                        const std::function<void(std::vector<TensorSpec>&)>& edit, bool with_tokenizer) {
+                        const std::function<void(std::vector<TensorSpec>&)>& edit, bool with_tokenizer,
+                        bool bf16_values) {
   fs::create_directories(dir);
   write_file(dir / "config.json", c.to_json());
   if (with_tokenizer) {
@@ -45,7 +46,8 @@ void write_random_model(const fs::path& dir, const ModelConfig& c, uint64_t seed
     }
     std::uniform_real_distribution<float> u(lo, hi);
     for (int64_t j = 0; j < numel; ++j) {
-      const float v = u(rng);
+      float v = u(rng);
+      if (bf16_values) v = bf16_to_f32(f32_to_bf16(v));
       switch (file_dtype) {
         case DType::f32: static_cast<float*>(dst)[j] = v; break;
         case DType::bf16: static_cast<uint16_t*>(dst)[j] = f32_to_bf16(v); break;

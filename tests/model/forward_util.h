@@ -19,11 +19,12 @@ namespace astrai::test {
 // uniform in +-1.5/sqrt(fan_in) (activations stay O(1), attention is far from uniform), norms
 // 1 +- 0.3, biases +-0.2, embeddings +-1.
 // `edit` may change the tensor list before writing (drop one, alter a shape) for the bad-model tests.
-// with_tokenizer also writes the built-in byte-level tokenizer files.
+// with_tokenizer also writes the built-in byte-level tokenizer files. bf16_values: every value
+// rounded to bf16 first, so an f32 file holds exactly what the bf16 file of the same seed holds.
 void write_random_model(const std::filesystem::path& dir, const ModelConfig& config, uint64_t seed,
                         DType file_dtype = DType::f32,
                         const std::function<void(std::vector<TensorSpec>&)>& edit = nullptr,
-                        bool with_tokenizer = false);
+                        bool with_tokenizer = false, bool bf16_values = false);
 
 // Logits [ids.size(), vocab] from tests/model/reference.py (float64 PyTorch).
 std::vector<double> reference_logits(const std::filesystem::path& model_dir, const std::vector<int32_t>& ids);

@@ -25,6 +25,7 @@ class CpuBackend final : public Backend {
     return "cpu (f32, OpenBLAS, " + std::to_string(threads_) + " threads)";
   }
   DType compute_dtype() const override { return DType::f32; }
+  DType weight_dtype(DType stored) const override { return stored == DType::bf16 ? DType::bf16 : DType::f32; }
 
   Buffer alloc(size_t bytes) override { return Buffer::host(bytes); }
   void upload(Tensor dst, const void* host_src) override {

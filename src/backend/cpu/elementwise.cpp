@@ -9,7 +9,8 @@
 namespace astrai::cpu {
 
 void embedding(const Tensor& table, const Tensor& ids, Tensor out) {
-  check_f32(table, "embedding", "table");
+  ASTRAI_OP_CHECK(table.dtype == DType::f32 || table.dtype == DType::bf16,
+                  "embedding: table must be f32 or bf16, got " + std::string(dtype_name(table.dtype)));
   check_i32(ids, "embedding", "ids");
   check_f32(out, "embedding", "out");
   ASTRAI_OP_CHECK(table.ndim == 2 && table.is_contiguous(), "embedding: table must be a contiguous [V, H]");
@@ -22,8 +23,15 @@ void embedding(const Tensor& table, const Tensor& ids, Tensor out) {
   for (int64_t t = 0; t < T; ++t)
     ASTRAI_OP_CHECK(id[t] >= 0 && id[t] < V, "embedding: token id " + std::to_string(id[t]) +
                                                  " outside [0, " + std::to_string(V) + ")");
-  for (int64_t t = 0; t < T; ++t)
-    std::memcpy(ov.row(t), table.ptr<float>() + int64_t(id[t]) * H, size_t(H) * sizeof(float));
+  for (int64_t t = 0; t < T; ++t) {
+    if (table.dtype == DType::f32) {
+      std::memcpy(ov.row(t), table.ptr<float>() + int64_t(id[t]) * H, size_t(H) * sizeof(float));
+    } else {  // bf16 bits widened: exact
+      const uint16_t* src = table.ptr<uint16_t>() + int64_t(id[t]) * H;
+      float* dst = ov.row(t);
+      for (int64_t i = 0; i < H; ++i) dst[i] = bf16_to_f32(src[i]);
+    }
+  }
 }
 
 // silu(g) = g * sigmoid(g) = g / (1 + exp(-g)); exp(-g) overflows to inf for g << 0, giving 0.

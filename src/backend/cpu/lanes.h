@@ -46,6 +46,32 @@ using Lanes = float __attribute__((vector_size(kLanes * sizeof(float))));
   return v;
 }
 
+// Eight bf16 values (raw bits, as dtype.h stores them) widened to f32: exact, so a tile over bf16
+// weights gives the bits the same tile gives over f32 copies of them. Written element by element,
+// which GCC turns into one vpmovzxwd from memory and a shift on the AVX2 and AVX-512 paths
+// (__builtin_convertvector of a 16-byte vector it builds from two 8-byte halves, three more
+// instructions).
+[[gnu::always_inline]] inline Lanes load(const uint16_t* p) {
+  static_assert(kLanes == 8);
+  using Words = uint32_t __attribute__((vector_size(kLanes * sizeof(uint32_t))));
+  Words w = {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]};
+  w <<= 16;
+  Lanes v;
+  std::memcpy(&v, &w, sizeof v);
+  return v;
+}
+
+// The first n < kLanes values of p widened to f32 into t (the rest left as they are): a K tail.
+[[gnu::always_inline]] inline void load_tail(float* t, const float* p, int64_t n) {
+  std::memcpy(t, p, size_t(n) * sizeof(float));
+}
+[[gnu::always_inline]] inline void load_tail(float* t, const uint16_t* p, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t bits = uint32_t(p[i]) << 16;
+    std::memcpy(t + i, &bits, sizeof bits);
+  }
+}
+
 [[gnu::always_inline]] inline void store(float* p, Lanes v) {
   std::memcpy(p, &v, sizeof v);
 }
@@ -57,9 +83,10 @@ using Lanes = float __attribute__((vector_size(kLanes * sizeof(float))));
 }
 
 // out[i * ldc + j] = bias[j] + x_i . w_j (no bias: the dot alone) for the MR x NR tile of rows x_i
-// (x + i * lda) and w_j (w + j * ldw), each of K values.
-template <int64_t MR, int64_t NR>
-[[gnu::always_inline]] inline void tile(int64_t K, const float* x, int64_t lda, const float* w, int64_t ldw,
+// (x + i * lda) and w_j (w + j * ldw), each of K values. TW: the weights' element, float or
+// uint16_t (bf16 bits, widened as they load: the same bits as over their f32 copies).
+template <int64_t MR, int64_t NR, typename TW = float>
+[[gnu::always_inline]] inline void tile(int64_t K, const float* x, int64_t lda, const TW* w, int64_t ldw,
                                         const float* bias, float* out, int64_t ldc) {
   Lanes acc[MR][NR] = {};
   const int64_t K8 = K / kLanes * kLanes;
@@ -74,7 +101,7 @@ template <int64_t MR, int64_t NR>
   if (K8 < K) {
     float xt[MR][kLanes] = {}, wt[NR][kLanes] = {};
     for (int64_t i = 0; i < MR; ++i) std::memcpy(xt[i], x + i * lda + K8, size_t(K - K8) * sizeof(float));
-    for (int64_t j = 0; j < NR; ++j) std::memcpy(wt[j], w + j * ldw + K8, size_t(K - K8) * sizeof(float));
+    for (int64_t j = 0; j < NR; ++j) load_tail(wt[j], w + j * ldw + K8, K - K8);
     for (int64_t i = 0; i < MR; ++i)
       for (int64_t j = 0; j < NR; ++j) acc[i][j] += load(xt[i]) * load(wt[j]);
   }
@@ -86,17 +113,17 @@ template <int64_t MR, int64_t NR>
 }
 
 // An edge tile of mr <= MR rows and nr <= NR columns: the same per-element code at that shape.
-template <int64_t MR, int64_t NR>
+template <int64_t MR, int64_t NR, typename TW = float>
 [[gnu::always_inline]] inline void edge_tile(int64_t mr, int64_t nr, int64_t K, const float* x, int64_t lda,
-                                             const float* w, int64_t ldw, const float* bias, float* out,
+                                             const TW* w, int64_t ldw, const float* bias, float* out,
                                              int64_t ldc) {
   if constexpr (NR > 1) {
-    if (nr < NR) return edge_tile<MR, NR - 1>(mr, nr, K, x, lda, w, ldw, bias, out, ldc);
+    if (nr < NR) return edge_tile<MR, NR - 1, TW>(mr, nr, K, x, lda, w, ldw, bias, out, ldc);
   }
   if constexpr (MR > 1) {
-    if (mr < MR) return edge_tile<MR - 1, NR>(mr, nr, K, x, lda, w, ldw, bias, out, ldc);
+    if (mr < MR) return edge_tile<MR - 1, NR, TW>(mr, nr, K, x, lda, w, ldw, bias, out, ldc);
   }
-  tile<MR, NR>(K, x, lda, w, ldw, bias, out, ldc);
+  tile<MR, NR, TW>(K, x, lda, w, ldw, bias, out, ldc);
 }
 
 // x . w over K values: one tile element's arithmetic (the bits any tile gives that element).

@@ -19,7 +19,10 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <type_traits>
+#include <vector>
 
 #include "src/backend/cpu/lanes.h"
 #include "src/backend/cpu/ops.h"
@@ -34,51 +37,92 @@ constexpr int64_t kParallelMacs = 1 << 20;
 // Rows of x kept hot in cache while a thread sweeps its columns of w (rounded down to whole tiles).
 constexpr int64_t kBlockM = 64;
 
-// What a path computes: columns [n0, n1) of out for all M rows.
+// What a path computes: columns [n0, n1) of out for all M rows. TW: w's element (float, or
+// uint16_t for bf16 bits).
+template <typename TW>
 struct Columns {
   int64_t M, K, n0, n1;
   const float* x;
   int64_t lda;
-  const float* w;
+  const TW* w;
   const float* bias;
   float* out;
   int64_t ldc;
 };
 
-template <int64_t MR, int64_t NR>
-[[gnu::always_inline]] inline void columns(const Columns& c) {
+template <int64_t MR, int64_t NR, typename TW>
+[[gnu::always_inline]] inline void columns(const Columns<TW>& c) {
   constexpr int64_t block_m = kBlockM / MR * MR;
+  // bf16 weights: a full block of rows (a prefill) widens each tile's NR weight rows once into an
+  // f32 panel that its row tiles share; fewer rows (decode) widen them as the tiles load them. The
+  // same bits either way (widening is exact). On the development VM (AVX-512, one thread) the
+  // panel took bf16 weights from 8-16% over f32's time to 1.5-3.5% at 128 and 512 rows, and was
+  // slower than widening in the tiles at 8 rows (docs/performance.md).
+  constexpr bool kBf16 = !std::is_same_v<TW, float>;
+  std::vector<float> panel(kBf16 && c.M >= block_m ? size_t(NR * c.K) : 0);
   for (int64_t mb = 0; mb < c.M; mb += block_m) {
     const int64_t me = std::min(c.M, mb + block_m);
     for (int64_t n = c.n0; n < c.n1; n += NR) {
       const int64_t nr = std::min(NR, c.n1 - n);
-      const float* wn = c.w + n * c.K;
+      const TW* wn = c.w + n * c.K;
       const float* bn = c.bias ? c.bias + n : nullptr;
+      if constexpr (kBf16) {
+        if (me - mb == block_m) {
+          uint32_t* bits = reinterpret_cast<uint32_t*>(panel.data());  // f32 bits: bf16's in the high half
+          for (int64_t i = 0; i < nr * c.K; ++i) bits[i] = uint32_t(wn[i]) << 16;  // rows n.. are contiguous
+          for (int64_t m = mb; m < me; m += MR)
+            lanes::edge_tile<MR, NR>(MR, nr, c.K, c.x + m * c.lda, c.lda, panel.data(), c.K, bn,
+                                     c.out + m * c.ldc + n, c.ldc);
+          continue;
+        }
+      }
       for (int64_t m = mb; m < me; m += MR)
-        lanes::edge_tile<MR, NR>(std::min(MR, me - m), nr, c.K, c.x + m * c.lda, c.lda, wn, c.K, bn,
-                                 c.out + m * c.ldc + n, c.ldc);
+        lanes::edge_tile<MR, NR, TW>(std::min(MR, me - m), nr, c.K, c.x + m * c.lda, c.lda, wn, c.K, bn,
+                                     c.out + m * c.ldc + n, c.ldc);
     }
   }
 }
 
-// The paths (see the top of the file); every one computes the same bits.
-ASTRAI_NO_FP_CONTRACT void columns_baseline(const Columns& c) {
-  columns<4, 3>(c);
-}
+// The paths (see the top of the file), for weights of element TW; every one computes the same bits,
+// and bf16 weights the bits of their f32 copies.
+template <typename TW>
+struct Paths {
+  ASTRAI_NO_FP_CONTRACT static void columns_baseline(const Columns<TW>& c) { columns<4, 3>(c); }
 #if defined(__x86_64__)
-ASTRAI_ISA_AVX2 void columns_avx2(const Columns& c) {
-  columns<3, 3>(c);
-}
-ASTRAI_ISA_AVX512 void columns_avx512(const Columns& c) {
-  columns<6, 4>(c);
-}
+  ASTRAI_ISA_AVX2 static void columns_avx2(const Columns<TW>& c) {
+    columns<3, 3>(c);
+  }
+  ASTRAI_ISA_AVX512 static void columns_avx512(const Columns<TW>& c) {
+    columns<6, 4>(c);
+  }
 #endif
+};
+
+// Splits the columns over threads (large GEMMs) and runs `run` on each slice.
+template <typename TW, typename Run>
+void run_columns(Run run, Columns<TW> c) {
+  const int threads = c.M * c.n1 * c.K >= kParallelMacs ? omp_get_max_threads() : 1;
+  if (threads <= 1) {
+    run(c);
+    return;
+  }
+  // Column blocks rounded to 16 so every thread's slice of out starts on a cache line.
+  const int64_t N = c.n1, block = ((N + threads - 1) / threads + 15) / 16 * 16;
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int t = 0; t < threads; ++t) {
+    Columns<TW> s = c;
+    s.n0 = std::min(N, t * block);
+    s.n1 = std::min(N, (t + 1) * block);
+    run(s);
+  }
+}
 
 }  // namespace
 
 void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out, Isa isa) {
   check_f32(x, "linear", "x");
-  check_f32(w, "linear", "w");
+  ASTRAI_OP_CHECK(w.dtype == DType::f32 || w.dtype == DType::bf16,
+                  "linear: w must be f32 or bf16, got " + std::string(dtype_name(w.dtype)));
   check_f32(out, "linear", "out");
   ASTRAI_OP_CHECK(x.ndim == 2 && w.ndim == 2 && out.ndim == 2, "linear: x, w, out must be 2-D");
   const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
@@ -97,20 +141,13 @@ void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out, Is
     bp = bias->ptr<float>();
   }
   const int64_t lda = M > 1 ? x.stride[0] : K, ldc = M > 1 ? out.stride[0] : N;
-  const float* xp = x.ptr<float>();
-  const float* wp = w.ptr<float>();
-  float* op = out.ptr<float>();
-  const auto run = ASTRAI_ISA_PICK(isa, "linear", columns);
-  const int threads = M * N * K >= kParallelMacs ? omp_get_max_threads() : 1;
-  if (threads <= 1) {
-    run({M, K, 0, N, xp, lda, wp, bp, op, ldc});
-    return;
-  }
-  // Column blocks rounded to 16 so every thread's slice of out starts on a cache line.
-  const int64_t block = ((N + threads - 1) / threads + 15) / 16 * 16;
-#pragma omp parallel for schedule(static) num_threads(threads)
-  for (int t = 0; t < threads; ++t)
-    run({M, K, std::min(N, t * block), std::min(N, (t + 1) * block), xp, lda, wp, bp, op, ldc});
+  if (w.dtype == DType::bf16)
+    run_columns(
+        ASTRAI_ISA_PICK(isa, "linear", Paths<uint16_t>::columns),
+        Columns<uint16_t>{M, K, 0, N, x.ptr<float>(), lda, w.ptr<uint16_t>(), bp, out.ptr<float>(), ldc});
+  else
+    run_columns(ASTRAI_ISA_PICK(isa, "linear", Paths<float>::columns),
+                Columns<float>{M, K, 0, N, x.ptr<float>(), lda, w.ptr<float>(), bp, out.ptr<float>(), ldc});
 }
 
 namespace {
