@@ -203,8 +203,10 @@ TEST_CASE("bench decode --overlap draws the tokens the step-by-step loop draws",
   }
 }
 
-TEST_CASE("bench linear: one JSON line per shape with OpenBLAS's time and each path's; bad shapes refused",
-          "[integration]") {
+TEST_CASE(
+    "bench linear: one JSON line per shape with OpenBLAS's time and each path's (f32 and bf16 weights); "
+    "bad shapes refused",
+    "[integration]") {
   const CommandResult r = run_command(astrai_bin() + " bench linear --shapes 3x20x17,9x33x64 --repeat 2");
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
@@ -216,6 +218,7 @@ TEST_CASE("bench linear: one JSON line per shape with OpenBLAS's time and each p
   CHECK(int64_t(doc["K"]) == 64);
   CHECK(double(doc["openblas_ms"]) > 0);
   CHECK(double(doc["baseline_ms"]) > 0);  // every CPU has the baseline path
+  CHECK(double(doc["baseline_bf16_ms"]) > 0);
   for (const char* bad : {"3x20", "0x4x4", "3x4x4x5", "3x4x4,"}) {
     const CommandResult b = run_command(astrai_bin() + " bench linear --shapes " + bad);
     INFO(bad << ": " << b.err);
