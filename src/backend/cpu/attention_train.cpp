@@ -10,7 +10,9 @@
 // Backward: the rows split into independent segments (no query of a segment reads a key before
 // it: a segment starts at t when every row from t on has kv_begin >= t — each packed document, and
 // each batch row, is one). One task per (segment, KV head) owns dk / dv of its keys and dq of its
-// group's query heads, so tasks never write the same element.
+// group's query heads, so tasks never write the same element. A task walks tiles of query rows x
+// keys (the score tiles lanes.h's, each gradient row loaded once a tile), every element summed in
+// the order of a plain loop over heads, query rows and keys.
 // Both run on lanes.h's instruction-set paths (dot products in lanes, the rest elementwise, no
 // FMA), so every path gives the same bits.
 #include <algorithm>
@@ -150,7 +152,33 @@ struct Backward {
   RowView dout, dq, dk, dv;
 };
 
-// One task of the backward: keys and query rows [s0, s1) of KV head kvh.
+// dst[d] += coef[i] * src_i[d] for i = 0, 1, ... n - 1 in order, skipping the i where skip[i]: each
+// element's additions in the order the untiled loop made them (a multiply, then an add), the
+// element kept in a register across the n sources.
+[[gnu::always_inline]] inline void add_rows(float* dst, int64_t D, int64_t n, const float* coef,
+                                            const bool* skip, const float* const* src) {
+  const int64_t D8 = D / lanes::kLanes * lanes::kLanes;
+  for (int64_t d = 0; d < D8; d += lanes::kLanes) {
+    lanes::Lanes acc = lanes::load(dst + d);
+    for (int64_t i = 0; i < n; ++i)
+      if (!skip[i]) acc += coef[i] * lanes::load(src[i] + d);
+    lanes::store(dst + d, acc);
+  }
+  for (int64_t d = D8; d < D; ++d) {
+    float acc = dst[d];
+    for (int64_t i = 0; i < n; ++i)
+      if (!skip[i]) acc += coef[i] * src[i][d];
+    dst[d] = acc;
+  }
+}
+
+// One task of the backward: keys and query rows [s0, s1) of KV head kvh, in tiles of MR query rows
+// of one head x NR keys. Per tile: the scores q.k and dO.v as lanes.h's tiles (the dot products
+// the untiled loop took), p = exp(s scale - lse), ds = p (dO.v - delta) scale, then
+//   dq_t += ds_tj k_j  (j in order),  dk_j += ds_tj q_t,  dv_j += p_tj dO_t  (t in order),
+// each destination row loaded once a tile. For every element the terms and their order are the
+// untiled loop's (heads in order, then query rows, then keys), so the bits are too.
+template <int64_t MR, int64_t NR>
 [[gnu::always_inline]] inline void backward_task(const Backward& a, int64_t s0, int64_t s1, int64_t kvh) {
   const Forward& f = a.f;
   const int64_t H = f.H, D = f.D;
@@ -160,35 +188,63 @@ struct Backward {
     std::memset(dkeys[j], 0, size_t(D) * sizeof(float));
     std::memset(dvalues[j], 0, size_t(D) * sizeof(float));
   }
-  for (int64_t h = kvh * f.group; h < (kvh + 1) * f.group; ++h)
-    for (int64_t t = s0; t < s1; ++t) {
-      const int64_t r = t * H + h;
-      const float* qr = f.q.row(r);
-      const float* dor = a.dout.row(r);
-      float* dqr = a.dq.row(r);
-      std::memset(dqr, 0, size_t(D) * sizeof(float));
-      const float delta = lanes::dot(dor, f.out.row(r), D), L = f.lse[r];
-      for (int64_t j = f.kv_begin[t]; j <= t; ++j) {
-        const float* kr = keys[j];
-        const float* vr = values[j];
-        const float p = std::exp(lanes::dot(qr, kr, D) * f.scale - L);
-        const float ds = p * (lanes::dot(dor, vr, D) - delta) * f.scale;
-        axpy(ds, kr, dqr, D);
-        axpy(ds, qr, dkeys[j], D);
-        axpy(p, dor, dvalues[j], D);
+  for (int64_t h = kvh * f.group; h < (kvh + 1) * f.group; ++h) {
+    const HeadRows qs = head_rows(f.q, h), dos = head_rows(a.dout, h), dqs = head_rows(a.dq, h);
+    for (int64_t t0 = s0; t0 < s1; t0 += MR) {
+      const int64_t mr = std::min(MR, s1 - t0);
+      float delta[MR], L[MR];
+      int64_t first = t0;  // the block's first key
+      for (int64_t i = 0; i < mr; ++i) {
+        const int64_t r = (t0 + i) * H + h;
+        std::memset(dqs[t0 + i], 0, size_t(D) * sizeof(float));
+        delta[i] = lanes::dot(dos[t0 + i], f.out.row(r), D);
+        L[i] = f.lse[r];
+        first = std::min<int64_t>(first, f.kv_begin[t0 + i]);
+      }
+      for (int64_t j0 = first; j0 < t0 + mr; j0 += NR) {
+        const int64_t nr = std::min(NR, t0 + mr - j0);
+        float sc[MR][NR], dp[MR][NR], ds[MR][NR], pt[NR][MR], dst[NR][MR];
+        bool out_row[MR][NR], out_col[NR][MR];  // (t, j) outside t's keys
+        lanes::edge_tile<MR, NR>(mr, nr, D, qs[t0], qs.step, keys[j0], keys.step, nullptr, &sc[0][0], NR);
+        lanes::edge_tile<MR, NR>(mr, nr, D, dos[t0], dos.step, values[j0], values.step, nullptr, &dp[0][0],
+                                 NR);
+        for (int64_t i = 0; i < mr; ++i)
+          for (int64_t jj = 0; jj < nr; ++jj) {
+            const int64_t t = t0 + i, j = j0 + jj;
+            const bool outside = j < f.kv_begin[t] || j > t;
+            const float p = outside ? 0.0f : std::exp(sc[i][jj] * f.scale - L[i]);
+            ds[i][jj] = outside ? 0.0f : p * (dp[i][jj] - delta[i]) * f.scale;
+            out_row[i][jj] = out_col[jj][i] = outside;
+            pt[jj][i] = p;
+            dst[jj][i] = ds[i][jj];
+          }
+        const float* krows[NR];
+        const float* qrows[MR];
+        const float* drows[MR];
+        for (int64_t jj = 0; jj < nr; ++jj) krows[jj] = keys[j0 + jj];
+        for (int64_t i = 0; i < mr; ++i) {
+          qrows[i] = qs[t0 + i];
+          drows[i] = dos[t0 + i];
+        }
+        for (int64_t i = 0; i < mr; ++i) add_rows(dqs[t0 + i], D, nr, ds[i], out_row[i], krows);
+        for (int64_t jj = 0; jj < nr; ++jj) {
+          add_rows(dkeys[j0 + jj], D, mr, dst[jj], out_col[jj], qrows);
+          add_rows(dvalues[j0 + jj], D, mr, pt[jj], out_col[jj], drows);
+        }
       }
     }
+  }
 }
 
 ASTRAI_NO_FP_CONTRACT void backward_baseline(const Backward& a, int64_t s0, int64_t s1, int64_t kvh) {
-  backward_task(a, s0, s1, kvh);
+  backward_task<4, 3>(a, s0, s1, kvh);
 }
 #if defined(__x86_64__)
 ASTRAI_ISA_AVX2 void backward_avx2(const Backward& a, int64_t s0, int64_t s1, int64_t kvh) {
-  backward_task(a, s0, s1, kvh);
+  backward_task<3, 3>(a, s0, s1, kvh);
 }
 ASTRAI_ISA_AVX512 void backward_avx512(const Backward& a, int64_t s0, int64_t s1, int64_t kvh) {
-  backward_task(a, s0, s1, kvh);
+  backward_task<6, 4>(a, s0, s1, kvh);
 }
 #endif
 
