@@ -3,10 +3,9 @@
 // Query row t attends to key rows [kv_begin[t], t]; packed documents and the rows of a batch are
 // separated only through kv_begin.
 //
-// Forward: one task per (query row, head); scores as lanes.h's dot products times the scale,
-// softmax two-pass over a scratch row, then the weighted sum of V in key order, each step the
-// arithmetic paged_attention does, so the training forward gives the serving one's bits (a test
-// holds them equal).
+// Forward: paged_attention's own tiles (attend.h) over one page holding a document's contiguous
+// keys, one task per (block of up to 16 rows that share kv_begin, head), which also store each
+// row's log-sum-exp; so the training forward gives the serving one's bits (a test holds them equal).
 // Backward: the rows split into independent segments (no query of a segment reads a key before
 // it: a segment starts at t when every row from t on has kv_begin >= t — each packed document, and
 // each batch row, is one). One task per (segment, KV head) owns dk / dv of its keys and dq of its
@@ -20,6 +19,7 @@
 #include <cstring>
 #include <vector>
 
+#include "src/backend/cpu/attend.h"
 #include "src/backend/cpu/lanes.h"
 #include "src/backend/cpu/ops.h"
 #include "src/backend/cpu/rows.h"
@@ -97,37 +97,6 @@ Forward forward_args(const Tensor& q, const Tensor& k, const Tensor& v, const Te
           scale};
 }
 
-// Rows [r0, r1) of the forward (a row: one query row of one head).
-[[gnu::always_inline]] inline void forward_rows(const Forward& f, int64_t r0, int64_t r1) {
-  for (int64_t r = r0; r < r1; ++r) {
-    const int64_t t = r / f.H, h = r % f.H, kvh = h / f.group, b = f.kv_begin[t], n = t - b + 1, D = f.D;
-    thread_local std::vector<float> scores;
-    if (scores.size() < size_t(n)) scores.resize(size_t(n));
-    float* sc = scores.data();
-    const float* qr = f.q.row(r);
-    const HeadRows keys = head_rows(f.k, kvh), values = head_rows(f.v, kvh);
-    for (int64_t j = 0; j < n; ++j) sc[j] = lanes::dot(qr, keys[b + j], D) * f.scale;
-    const ExpSum e = exp_shifted(sc, n);
-    const float inv = 1.0f / e.sum;
-    float* o = f.out.row(r);
-    std::memset(o, 0, size_t(D) * sizeof(float));
-    for (int64_t j = 0; j < n; ++j) axpy(sc[j] * inv, values[b + j], o, D);
-    f.lse[r] = e.max + std::log(e.sum);
-  }
-}
-
-ASTRAI_NO_FP_CONTRACT void forward_baseline(const Forward& f, int64_t r0, int64_t r1) {
-  forward_rows(f, r0, r1);
-}
-#if defined(__x86_64__)
-ASTRAI_ISA_AVX2 void forward_avx2(const Forward& f, int64_t r0, int64_t r1) {
-  forward_rows(f, r0, r1);
-}
-ASTRAI_ISA_AVX512 void forward_avx512(const Forward& f, int64_t r0, int64_t r1) {
-  forward_rows(f, r0, r1);
-}
-#endif
-
 }  // namespace
 
 void attention_train(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& kv_begin, float scale,
@@ -135,14 +104,49 @@ void attention_train(const Tensor& q, const Tensor& k, const Tensor& v, const Te
   const AttnShape s = check_attention(q, k, v, kv_begin, out, lse, "attention_train");
   const char* op = "attention_train";
   const Forward f = forward_args(q, k, v, kv_begin, out, lse, s, scale, op);
-  const auto run = ASTRAI_ISA_PICK(isa, op, forward);
-  const int64_t N = s.N, H = s.H, D = s.D, rows = N * H;
+  const auto run = ASTRAI_ISA_PICK(isa, op, tiles::attend);
+  const int64_t N = s.N, H = s.H;
+  // Blocks of up to kQueryBlock consecutive rows that share kv_begin (a packed document's rows do):
+  // each block's rows see keys [kv_begin, t], as a prefill of that document sees its own.
+  std::vector<int64_t> starts;
+  for (int64_t t = 0; t < N; ++t)
+    if (starts.empty() || t - starts.back() == tiles::kQueryBlock || f.kv_begin[t] != f.kv_begin[t - 1])
+      starts.push_back(t);
+  starts.push_back(N);
+  const int64_t n_blocks = int64_t(starts.size()) - 1;
   int64_t work = 0;
-  for (int64_t t = 0; t < N; ++t) work += (t - f.kv_begin[t] + 1) * H * D;
-  constexpr int64_t kChunk = 8;  // rows a task
-#pragma omp parallel for schedule(dynamic, 1) if (work > (1 << 18))
-  for (int64_t c = 0; c < (rows + kChunk - 1) / kChunk; ++c)
-    run(f, c * kChunk, std::min(rows, (c + 1) * kChunk));
+  for (int64_t t = 0; t < N; ++t) work += (t - f.kv_begin[t] + 1) * H * s.D;
+#pragma omp parallel for schedule(dynamic, 1) if (n_blocks * H > 1 && work > (1 << 18))
+  for (int64_t task = 0; task < n_blocks * H; ++task) {
+    const int64_t t0 = starts[size_t(task / H)], t1 = starts[size_t(task / H) + 1], h = task % H;
+    const int64_t b = f.kv_begin[t0], nr = t1 - t0;
+    const HeadRows qs = head_rows(f.q, h), outs = head_rows(f.out, h), keys = head_rows(f.k, h / f.group),
+                   values = head_rows(f.v, h / f.group);
+    thread_local std::vector<float> scores;
+    const int64_t n_keys = t1 - b;  // the block's last row sees keys [b, t1 - 1]
+    if (scores.size() < size_t(nr * n_keys)) scores.resize(size_t(nr * n_keys));
+    static const int32_t kOnePage = 0;  // the keys are contiguous: one page holding them all
+    tiles::Task t;
+    t.q = qs[t0];
+    t.ldq = qs.step;
+    t.nr = nr;
+    t.pos0 = t0 - b;
+    t.n_keys = n_keys;
+    t.D = s.D;
+    t.pages = &kOnePage;
+    t.page_size = n_keys;
+    t.k = keys[b];
+    t.v = values[b];
+    t.ld_k = keys.step;
+    t.ld_v = values.step;
+    t.out = outs[t0];
+    t.ldo = outs.step;
+    t.scale = f.scale;
+    t.scores = scores.data();
+    t.lse = f.lse + t0 * H + h;
+    t.ld_lse = H;
+    run(t);
+  }
 }
 
 namespace {
