@@ -19,16 +19,13 @@
 // start at -0 unchanged. Scores and the V products are register tiles (lanes.h's instruction-set
 // paths), each path giving the same bits.
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "src/backend/attention_shapes.h"
 #include "src/backend/cpu/attend.h"
-#include "src/backend/cpu/lanes.h"
 #include "src/backend/cpu/ops.h"
 #include "src/backend/cpu/rows.h"
-#include "src/backend/cpu/vec.h"
 
 namespace astrai::cpu {
 namespace {

@@ -23,7 +23,6 @@
 #include "src/backend/cpu/lanes.h"
 #include "src/backend/cpu/ops.h"
 #include "src/backend/cpu/rows.h"
-#include "src/backend/cpu/vec.h"
 
 namespace astrai::cpu {
 namespace {
