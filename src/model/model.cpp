@@ -73,10 +73,11 @@ struct LayerWeights {
   bool has_qkv_bias = false, has_o_bias = false;
 };
 
-// Copies file tensors into backend tensors of the compute dtype. Equal dtypes upload as they are.
-// Otherwise the backend's own `convert` does the work: on the CPU it reads the mapped file directly
-// into the destination (in parallel, no staging copy); on a device the file's bytes go up in
-// bounded chunks through one device staging buffer (kept for the whole load) and are converted there.
+// Copies file tensors into backend tensors (the compute dtype, or a matrix's Backend::weight_dtype).
+// On the CPU the backend's `convert` reads the mapped file directly into the destination (in
+// parallel, no staging copy), converting or, for equal dtypes, copying. On a device equal dtypes
+// upload as they are; other file bytes go up in bounded chunks through one device staging buffer
+// (kept for the whole load) and are converted there.
 class WeightUploader {
  public:
   explicit WeightUploader(Backend& be) : be_(be) {}
@@ -87,7 +88,7 @@ class WeightUploader {
     if (dst.numel() != n)
       return internal_error(src.file + ": tensor '" + src.name + "' does not fit its destination");
     Tensor flat(dst.data, dst.dtype, {n}, dst.device);
-    if (src.dtype == dst.dtype) {
+    if (src.dtype == dst.dtype && dst.device != Device::cpu) {
       be_.upload(flat, src.data);
       return {};
     }

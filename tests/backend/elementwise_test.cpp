@@ -182,6 +182,15 @@ void convert_rounds_and_widens(Backend& be) {
     // Round to nearest even, exactly as the host conversion does.
     for (int64_t i = 0; i < n; ++i) REQUIRE(got[i] == round_to(t, xh[i]));
   }
+  // Equal dtypes copy: small, and in the CPU's threaded 1 MiB slices (five, the last one partial).
+  for (const int64_t m : {int64_t(rng.randint(1, 5000)), int64_t((4 << 20) / 2 + rng.randint(1, 99999))}) {
+    INFO("copy of " << m << " bf16");
+    auto src_h = rng.vec(size_t(m));
+    auto src = to_device(be, src_h, {m}, DType::bf16);
+    auto dst = poisoned(be, {m}, DType::bf16);
+    be.convert(src.t, dst.t);
+    REQUIRE(to_host(be, dst.t) == src_h);
+  }
 }
 
 void memory_available_is_positive_and_bounded(Backend& be) {
@@ -227,7 +236,8 @@ ASTRAI_BACKEND_TEST("swiglu of every finite bf16 gate is silu within a step of b
                     swiglu_of_every_bf16_gate)
 ASTRAI_BACKEND_TEST("add sums element-wise", add_sums)
 ASTRAI_BACKEND_TEST("gather_rows picks rows in the given order, repeats allowed", gather_rows_in_order)
-ASTRAI_BACKEND_TEST("convert rounds f32 to bf16 / f16 to nearest and widens back", convert_rounds_and_widens)
+ASTRAI_BACKEND_TEST("convert rounds f32 to bf16 / f16 to nearest, widens back and copies equal dtypes",
+                    convert_rounds_and_widens)
 ASTRAI_BACKEND_TEST("take_tokens moves each drawn token into its row; download_async brings it back",
                     take_tokens_moves_drawn_tokens)
 

@@ -1,5 +1,6 @@
 // Row-wise and element-wise ops: embedding lookup, SwiGLU, add, row gather, dtype conversion; the
 // backward of embedding (scatter-add) and SwiGLU.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -193,7 +194,16 @@ void convert(const Tensor& src, Tensor dst) {
       "convert: src " + src.shape_str() + " and dst " + dst.shape_str() + " must be contiguous, same size");
   const int64_t n = src.numel();
   if (src.dtype == dst.dtype) {
-    std::memcpy(dst.data, src.data, src.nbytes());
+    // A bf16 checkpoint's matrices load through here (the CPU keeps them bf16): a copy in 1 MiB
+    // slices over the threads, so fresh pages fault and zero on every core, as the converting loop
+    // below does.
+    constexpr int64_t kSlice = int64_t(1) << 20;
+    const int64_t bytes = int64_t(src.nbytes()), slices = (bytes + kSlice - 1) / kSlice;
+#pragma omp parallel for schedule(static) if (slices > 4)
+    for (int64_t i = 0; i < slices; ++i) {
+      const int64_t b = i * kSlice, e = std::min(bytes, b + kSlice);
+      std::memcpy(static_cast<char*>(dst.data) + b, static_cast<const char*>(src.data) + b, size_t(e - b));
+    }
     return;
   }
   // Weight loading converts whole checkpoints here (bf16 files into f32): the common pair gets a
