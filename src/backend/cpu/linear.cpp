@@ -56,7 +56,7 @@ template <int64_t MR, int64_t NR, typename TW>
   // bf16 weights: a full block of rows (a prefill) widens each tile's NR weight rows once into an
   // f32 panel that its row tiles share; fewer rows (decode) widen them as the tiles load them. The
   // same bits either way (widening is exact). On the development VM (AVX-512, one thread) the
-  // panel took bf16 weights from 8-16% over f32's time to 1.5-3.5% at 128 and 512 rows, and was
+  // panel took bf16 weights from 8-16% over f32's time to 2-4% at 128 and 512 rows, and was
   // slower than widening in the tiles at 8 rows (docs/performance.md).
   constexpr bool kBf16 = !std::is_same_v<TW, float>;
   std::vector<float> panel(kBf16 && c.M >= block_m ? size_t(NR * c.K) : 0);
