@@ -133,12 +133,12 @@ class DecoderModel final : public Model {
     const size_t total_bytes =
         size_t(cfg_.num_parameters()) * dtype_size(be_.weight_dtype(refs.embed->dtype));
     // Allocates a tensor on the backend and fills it from one or more file tensors stacked along dim 0:
-    // in the compute dtype, or for a matrix (`matrix`: linear's w, the embedding) in the dtype the
-    // backend keeps its parts' dtype in (Backend::weight_dtype).
+    // a vector (a norm, a bias) in the compute dtype, a matrix (2-D: linear's w, the embedding) in
+    // the dtype the backend keeps its parts' dtype in (Backend::weight_dtype).
     auto make = [&](std::initializer_list<int64_t> dims, std::initializer_list<const SafeTensor*> parts,
-                    Tensor& out, bool matrix = false) -> Status {
+                    Tensor& out) -> Status {
       DType wdt = dt;
-      if (matrix) {
+      if (dims.size() == 2) {
         const DType stored = (*parts.begin())->dtype;
         bool same = true;
         for (const SafeTensor* p : parts) same = same && p->dtype == stored;
@@ -180,13 +180,13 @@ class DecoderModel final : public Model {
       return static_cast<const SafeTensor*>(
           &slices.emplace_back(slice_cols(*t, rank * n, (rank + 1) * n)).view);
     };
-    ASTRAI_RETURN_IF_ERROR(make({cfg_.vocab_size, H}, {refs.embed}, embed_, true));
+    ASTRAI_RETURN_IF_ERROR(make({cfg_.vocab_size, H}, {refs.embed}, embed_));
     if (cfg_.tie_word_embeddings || refs.lm_head == refs.embed || !refs.lm_head) {
       lm_head_ = embed_;  // one buffer for both
     } else if (rank != 0) {
       lm_head_ = Tensor();  // only rank 0 computes logits
     } else {
-      ASTRAI_RETURN_IF_ERROR(make({cfg_.vocab_size, H}, {refs.lm_head}, lm_head_, true));
+      ASTRAI_RETURN_IF_ERROR(make({cfg_.vocab_size, H}, {refs.lm_head}, lm_head_));
     }
     ASTRAI_RETURN_IF_ERROR(make({H}, {refs.final_norm}, final_norm_));
     layers_.resize(refs.layers.size());
@@ -196,13 +196,13 @@ class DecoderModel final : public Model {
       ASTRAI_RETURN_IF_ERROR(make({H}, {r.input_norm}, w.input_norm));
       slices.clear();
       ASTRAI_RETURN_IF_ERROR(
-          make({qd + 2 * kvd, H}, {rows_part(r.q), rows_part(r.k), rows_part(r.v)}, w.qkv, true));
+          make({qd + 2 * kvd, H}, {rows_part(r.q), rows_part(r.k), rows_part(r.v)}, w.qkv));
       if (r.q_bias && r.k_bias && r.v_bias) {
         ASTRAI_RETURN_IF_ERROR(make(
             {qd + 2 * kvd}, {rows_part(r.q_bias), rows_part(r.k_bias), rows_part(r.v_bias)}, w.qkv_bias));
         w.has_qkv_bias = true;
       }
-      ASTRAI_RETURN_IF_ERROR(make({H, qd}, {cols_part(r.o)}, w.o, true));
+      ASTRAI_RETURN_IF_ERROR(make({H, qd}, {cols_part(r.o)}, w.o));
       if (r.o_bias && rank == 0) {  // added once: the all-reduce sums the ranks' partial outputs
         ASTRAI_RETURN_IF_ERROR(make({H}, {r.o_bias}, w.o_bias));
         w.has_o_bias = true;
@@ -212,8 +212,8 @@ class DecoderModel final : public Model {
         ASTRAI_RETURN_IF_ERROR(make({cfg_.head_dim}, {r.k_norm}, w.k_norm));
       }
       ASTRAI_RETURN_IF_ERROR(make({H}, {r.post_norm}, w.post_norm));
-      ASTRAI_RETURN_IF_ERROR(make({2 * F, H}, {rows_part(r.gate), rows_part(r.up)}, w.gate_up, true));
-      ASTRAI_RETURN_IF_ERROR(make({H, F}, {cols_part(r.down)}, w.down, true));
+      ASTRAI_RETURN_IF_ERROR(make({2 * F, H}, {rows_part(r.gate), rows_part(r.up)}, w.gate_up));
+      ASTRAI_RETURN_IF_ERROR(make({H, F}, {cols_part(r.down)}, w.down));
     }
     // RoPE table, f32 on every backend (angles need the precision).
     max_pos_ = std::max<int64_t>(cfg_.max_position_embeddings, 1);

@@ -6,6 +6,7 @@
 
 #include "src/backend/cpu/ops.h"
 #include "src/backend/cpu/rows.h"
+#include "src/backend/cpu/vec.h"
 
 namespace astrai::cpu {
 
@@ -27,10 +28,8 @@ void embedding(const Tensor& table, const Tensor& ids, Tensor out) {
   for (int64_t t = 0; t < T; ++t) {
     if (table.dtype == DType::f32) {
       std::memcpy(ov.row(t), table.ptr<float>() + int64_t(id[t]) * H, size_t(H) * sizeof(float));
-    } else {  // bf16 bits widened: exact
-      const uint16_t* src = table.ptr<uint16_t>() + int64_t(id[t]) * H;
-      float* dst = ov.row(t);
-      for (int64_t i = 0; i < H; ++i) dst[i] = bf16_to_f32(src[i]);
+    } else {
+      widen_bf16(table.ptr<uint16_t>() + int64_t(id[t]) * H, ov.row(t), H);
     }
   }
 }
@@ -209,10 +208,12 @@ void convert(const Tensor& src, Tensor dst) {
   // Weight loading converts whole checkpoints here (bf16 files into f32): the common pair gets a
   // loop the compiler vectorises, the others the general per-element path.
   if (src.dtype == DType::bf16 && dst.dtype == DType::f32) {
-    const auto* in = static_cast<const uint16_t*>(src.data);
-    auto* out = static_cast<uint32_t*>(dst.data);  // f32 bits: bf16 bits in the high half
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) out[i] = uint32_t(in[i]) << 16;
+    constexpr int64_t kChunk = 65536;
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+    for (int64_t c = 0; c < chunks; ++c)
+      widen_bf16(static_cast<const uint16_t*>(src.data) + c * kChunk,
+                 static_cast<float*>(dst.data) + c * kChunk, std::min(kChunk, n - c * kChunk));
     return;
   }
 #pragma omp parallel for schedule(static) if (n > 65536)

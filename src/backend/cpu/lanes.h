@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "src/backend/cpu/ops.h"
+#include "src/backend/cpu/vec.h"
 
 // The helpers below pass 32-byte vectors by value; they are always inlined, so no call crosses an
 // ABI boundary and GCC's note that the AVX and SSE ABIs pass them differently does not apply.
@@ -66,10 +67,7 @@ using Lanes = float __attribute__((vector_size(kLanes * sizeof(float))));
   std::memcpy(t, p, size_t(n) * sizeof(float));
 }
 [[gnu::always_inline]] inline void load_tail(float* t, const uint16_t* p, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t bits = uint32_t(p[i]) << 16;
-    std::memcpy(t + i, &bits, sizeof bits);
-  }
+  widen_bf16(p, t, n);
 }
 
 [[gnu::always_inline]] inline void store(float* p, Lanes v) {

@@ -19,7 +19,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -68,8 +67,7 @@ template <int64_t MR, int64_t NR, typename TW>
       const float* bn = c.bias ? c.bias + n : nullptr;
       if constexpr (kBf16) {
         if (me - mb == block_m) {
-          uint32_t* bits = reinterpret_cast<uint32_t*>(panel.data());  // f32 bits: bf16's in the high half
-          for (int64_t i = 0; i < nr * c.K; ++i) bits[i] = uint32_t(wn[i]) << 16;  // rows n.. are contiguous
+          widen_bf16(wn, panel.data(), nr * c.K);  // rows n.. are contiguous
           for (int64_t m = mb; m < me; m += MR)
             lanes::edge_tile<MR, NR>(MR, nr, c.K, c.x + m * c.lda, c.lda, panel.data(), c.K, bn,
                                      c.out + m * c.ldc + n, c.ldc);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 
@@ -21,6 +22,13 @@ inline ExpSum exp_shifted(float* row, int64_t n) {
     sum += row[j];
   }
   return {m, sum};
+}
+
+// out[i] = in[i] for i < n, bf16 bits widened to f32 (exact: they become the high half). One loop for
+// every widening of bf16 on the CPU (weights as they load, the embedding's rows, linear's panels);
+// always inlined so that it vectorises under the caller's instruction set.
+[[gnu::always_inline]] inline void widen_bf16(const uint16_t* in, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = std::bit_cast<float>(uint32_t(in[i]) << 16);
 }
 
 // y += alpha * x
