@@ -133,12 +133,12 @@ BatchResult run_batch(Model& model, int B, const DecodeBenchOptions& o) {
   const ModelConfig& cfg = model.config();
   const int page_size = 16;
   const int total_len = prompt_len + steps;
-  if (total_len > cfg.max_position_embeddings)
+  if (total_len > cfg.max_context())
     throw Error(invalid_argument("--prompt-len + --tokens exceeds the model's context of " +
-                                 std::to_string(cfg.max_position_embeddings)));
-  if (max_model_len > cfg.max_position_embeddings)
+                                 std::to_string(cfg.max_context())));
+  if (max_model_len > cfg.max_context())
     throw Error(invalid_argument("--max-model-len exceeds the model's context of " +
-                                 std::to_string(cfg.max_position_embeddings)));
+                                 std::to_string(cfg.max_context())));
   const int pages_per_seq = (total_len + page_size - 1) / page_size;
   const int budget = 512;  // prefill tokens per step
   StepLimits limits;

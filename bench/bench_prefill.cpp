@@ -67,9 +67,9 @@ double prefill_flops(const ModelConfig& c, int64_t L) {
 
 PrefillResult run_prompt(Model& model, int L, int chunk, int reps, uint64_t seed) {
   const ModelConfig& cfg = model.config();
-  if (L > cfg.max_position_embeddings)
+  if (L > cfg.max_context())
     throw Error(invalid_argument("--prompt-len " + std::to_string(L) + " exceeds the model's context of " +
-                                 std::to_string(cfg.max_position_embeddings)));
+                                 std::to_string(cfg.max_context())));
   const int page_size = 16, step_tokens = chunk > 0 ? std::min(chunk, L) : L;
   StepLimits limits;
   limits.max_seqs = 1;

@@ -134,8 +134,7 @@ void run(const TrainBenchOptions& o) {
   const std::string name = o.model.empty() ? o.preset : o.model;
   const std::filesystem::path dir = resolve_model_dir(name, o.seed).value();
   const ModelConfig cfg = ModelConfig::load(dir).value();
-  if (o.seq_len > cfg.max_position_embeddings)
-    throw Error(invalid_argument("--seq-len beyond the model's max_position_embeddings"));
+  if (o.seq_len > cfg.max_context()) throw Error(invalid_argument("--seq-len beyond the model's context"));
   const WeightStore store = WeightStore::open(dir).value();
   std::vector<train::TrainBatch> batches;
   std::mt19937_64 rng(o.seed + 1);

@@ -255,11 +255,7 @@ RouteResult tokenize(const HttpRequest& req, ServerState& st) {
   JsonWriter w;
   w.begin_object().key("tokens").begin_array();
   for (int32_t id : ids) w.value(int(id));
-  w.end_array()
-      .key("count")
-      .value(int(ids.size()))
-      .key("max_model_len")
-      .value(st.engine->model_config().max_position_embeddings);
+  w.end_array().key("count").value(int(ids.size())).key("max_model_len").value(st.engine->max_model_len());
   w.end_object();
   return RouteResult{json_response(w.take()), std::nullopt};
 }
@@ -403,9 +399,8 @@ RouteResult route(const HttpRequest& req, ServerState& st) {
       {"/flush_cache", "POST", flush_cache},
       {"/v1/models", "GET",
        [](const HttpRequest&, ServerState& s) {
-         return RouteResult{
-             json_response(models_body(s.model_name, s.engine->model_config().max_position_embeddings)),
-             std::nullopt};
+         return RouteResult{json_response(models_body(s.model_name, s.engine->max_model_len())),
+                            std::nullopt};
        }},
       {"/stats", "GET",
        [](const HttpRequest&, ServerState& s) {

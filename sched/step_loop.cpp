@@ -542,10 +542,10 @@ Result<std::unique_ptr<StepLoop>> make_step_loop(std::unique_ptr<Backend> backen
   if (o.max_queue < 1) return invalid_argument("max queue must be at least 1");
   if (o.max_prefill_tokens < 0) return invalid_argument("max prefill tokens must be >= 0 (0: unlimited)");
   const ModelConfig& cfg = model->config();
-  const int64_t max_pos = cfg.max_position_embeddings;
+  const int64_t max_pos = cfg.max_context();
   if (o.max_model_len > max_pos)
     return invalid_argument("max model length " + std::to_string(o.max_model_len) +
-                            " exceeds the model's max_position_embeddings " + std::to_string(max_pos));
+                            " exceeds the model's context of " + std::to_string(max_pos) + " positions");
   const int max_len = int(o.max_model_len > 0 ? o.max_model_len : max_pos);
   // Step buffers first, so that the KV cache is sized from what they leave.
   StepLimits limits;

@@ -63,6 +63,7 @@ class StepLoop {
   void cancel(RequestId id);  // thread-safe; frees pages at the next step
   EngineStats stats() const { return metrics_.snapshot(); }
   const ModelConfig& model_config() const { return runner_.model().config(); }
+  int max_model_len() const { return max_model_len_; }
   // Finishes every request still in flight as cancelled, refuses new ones, joins the thread.
   void shutdown();
   // Pool / cache consistency, checked on the loop's thread (tests).

@@ -129,7 +129,7 @@ class DecoderTrainModel final : public TrainModel {
     bind(mixed() ? compute_ : values_, adt_, offsets, value_layers_, value_globals_);
     bind(grads_, DType::f32, offsets, grad_layers_, grad_globals_);
 
-    max_pos_ = std::max<int64_t>(cfg_.max_position_embeddings, 1);
+    max_pos_ = std::max<int64_t>(cfg_.max_context(), 1);
     const std::vector<float> table = rope_cos_sin_table(cfg_, max_pos_);
     rope_buf_ = be_.alloc(table.size() * sizeof(float));
     cos_sin_ = rope_buf_.as(DType::f32, {max_pos_, cfg_.head_dim});
@@ -277,7 +277,7 @@ class DecoderTrainModel final : public TrainModel {
       if (tgt != kIgnore && (tgt < 0 || tgt >= cfg_.vocab_size))
         return bad("target " + std::to_string(tgt) + at + " is neither a token id nor kIgnore (-100)");
       if (pos < 0 || pos >= max_pos_)
-        return bad("position " + std::to_string(pos) + at + " outside [0, max_position_embeddings " +
+        return bad("position " + std::to_string(pos) + at + " outside the model's context [0, " +
                    std::to_string(max_pos_) + ")");
       if (ds < 0 || ds > t)
         return bad("doc_start " + std::to_string(ds) + at + " is not in [0, " + std::to_string(t) + "]");

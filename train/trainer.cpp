@@ -189,10 +189,10 @@ Result<TrainSummary> run_training(const TrainRunOptions& o) {
     ASTRAI_ASSIGN_OR_RETURN(model_dir, resolve_model_dir(c.preset, c.seed));
   }
   ASTRAI_ASSIGN_OR_RETURN(const ModelConfig mconfig, ModelConfig::load(model_dir));
-  if (c.seq_len > mconfig.max_position_embeddings)
+  if (c.seq_len > mconfig.max_context())
     return invalid_argument("seq_len: " + std::to_string(c.seq_len) +
                             " is longer than the model's context of " +
-                            std::to_string(mconfig.max_position_embeddings) + " (max_position_embeddings)");
+                            std::to_string(mconfig.max_context()) + " (max_position_embeddings)");
   ASTRAI_ASSIGN_OR_RETURN(const std::unique_ptr<Tokenizer> tok, Tokenizer::load(model_dir));
   ASTRAI_ASSIGN_OR_RETURN(const WeightStore weights, WeightStore::open(model_dir));
   // Data.

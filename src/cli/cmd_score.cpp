@@ -93,9 +93,9 @@ void parse_line(simdjson::dom::parser& parser, const std::string& line, const To
   }
   if (item.tokens.size() < 2)
     return fail("needs at least 2 tokens to score, got " + std::to_string(item.tokens.size()));
-  if (int64_t(item.tokens.size()) > cfg.max_position_embeddings)
+  if (int64_t(item.tokens.size()) > cfg.max_context())
     return fail(std::to_string(item.tokens.size()) + " tokens is longer than the model's context of " +
-                std::to_string(cfg.max_position_embeddings));
+                std::to_string(cfg.max_context()));
 }
 
 std::string result_line(const Item& it) {

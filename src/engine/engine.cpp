@@ -27,6 +27,9 @@ EngineStats Engine::stats() const {
 const ModelConfig& Engine::model_config() const {
   return loop_->model_config();
 }
+int64_t Engine::max_model_len() const {
+  return loop_->max_model_len();
+}
 void Engine::shutdown() {
   loop_->shutdown();
 }

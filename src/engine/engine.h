@@ -37,6 +37,9 @@ class Engine {
   void cancel(RequestId id);  // thread-safe; frees pages at the next step
   EngineStats stats() const;
   const ModelConfig& model_config() const;
+  // The longest sequence a request may reach: --max-model-len, else the model's context
+  // (ModelConfig::max_context()).
+  int64_t max_model_len() const;
   // Finishes every request still in flight as cancelled, refuses new ones, joins the step loop.
   void shutdown();
   // Runs the KV pool / prefix cache consistency checks on the step-loop thread and returns the first

@@ -9,8 +9,7 @@ namespace astrai {
 
 EnginePort engine_port(Engine& engine) {
   return EnginePort{[&engine](Request r) { return engine.submit(std::move(r)); },
-                    [&engine](RequestId id) { engine.cancel(id); },
-                    engine.model_config().max_position_embeddings};
+                    [&engine](RequestId id) { engine.cancel(id); }, engine.max_model_len()};
 }
 
 Result<std::unique_ptr<Generation>> Generation::start(Engine& engine, const Tokenizer& tok,

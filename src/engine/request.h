@@ -158,7 +158,7 @@ struct EngineOptions {
   int max_batch_size = 0;         // sequences per step; 0: the device's (512 on a GPU, 256 on the CPU)
   int max_queue = 1024;           // waiting requests; past it submit fails (resource_exhausted)
   bool prefix_cache = true;
-  int max_model_len = 0;  // 0: config.max_position_embeddings
+  int max_model_len = 0;  // 0: ModelConfig::max_context()
   // Model-level stop ids besides config.eos_token_ids (e.g. Tokenizer::special_tokens().stop_ids,
   // which include generation_config.json's); ignored, like eos, by Request::ignore_eos.
   std::vector<int32_t> stop_ids;

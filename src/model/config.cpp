@@ -2,6 +2,7 @@
 
 #include <simdjson.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -147,8 +148,21 @@ Status parse_rope_scaling(const Fields& rs, RopeScaling& out) {
     ASTRAI_RETURN_IF_ERROR(rs.get_double("high_freq_factor", out.high_freq_factor, true));
     return rs.get_int("original_max_position_embeddings", out.original_max_position_embeddings, true);
   }
+  if (type == "yarn") {
+    out.type = RopeScaling::Type::yarn;
+    out.original_max_position_embeddings = 0;
+    ASTRAI_RETURN_IF_ERROR(rs.get_double("factor", out.factor, true));
+    ASTRAI_RETURN_IF_ERROR(
+        rs.get_int("original_max_position_embeddings", out.original_max_position_embeddings));
+    ASTRAI_RETURN_IF_ERROR(rs.get_double("beta_fast", out.beta_fast));
+    ASTRAI_RETURN_IF_ERROR(rs.get_double("beta_slow", out.beta_slow));
+    ASTRAI_RETURN_IF_ERROR(rs.get_double("attention_factor", out.attention_factor));
+    ASTRAI_RETURN_IF_ERROR(rs.get_double("mscale", out.mscale));
+    ASTRAI_RETURN_IF_ERROR(rs.get_double("mscale_all_dim", out.mscale_all_dim));
+    return rs.get_bool("truncate", out.truncate);
+  }
   return unsupported(rs.src() + ": rope_scaling type '" + type +
-                     "' is not supported (supported: default, linear, llama3)");
+                     "' is not supported (supported: default, linear, llama3, yarn)");
 }
 
 Result<std::string> read_file_text(const std::filesystem::path& p) {
@@ -318,6 +332,23 @@ Status ModelConfig::validate() const {
     if (rope_scaling.original_max_position_embeddings <= 0)
       return invalid_argument("rope_scaling: original_max_position_embeddings must be positive");
   }
+  if (rope_scaling.type == RopeScaling::Type::yarn) {
+    const RopeScaling& rs = rope_scaling;
+    if (rs.original_max_position_embeddings < 0)
+      return invalid_argument("rope_scaling: original_max_position_embeddings must be positive");
+    if (!(rs.beta_fast > 0) || !(rs.beta_slow > 0) || !std::isfinite(rs.beta_fast) ||
+        !std::isfinite(rs.beta_slow))
+      return invalid_argument("rope_scaling: yarn needs positive beta_fast and beta_slow");
+    if (!(rs.attention_factor >= 0) || !(rs.mscale >= 0) || !(rs.mscale_all_dim >= 0) ||
+        !std::isfinite(rs.attention_factor + rs.mscale + rs.mscale_all_dim))
+      return invalid_argument(
+          "rope_scaling: yarn's attention_factor, mscale and mscale_all_dim must not be negative");
+    const double original =
+        double(rs.original_max_position_embeddings > 0 ? rs.original_max_position_embeddings
+                                                       : max_position_embeddings);
+    if (original * rs.factor > double(int64_t(1) << 26))
+      return invalid_argument("rope_scaling: yarn extends the context to an implausible length");
+  }
   // Guard against sizes whose products overflow the int64 arithmetic of shapes.
   constexpr int64_t kMaxDim = int64_t(1) << 24;
   if (vocab_size > kMaxDim || hidden_size > kMaxDim || intermediate_size > kMaxDim || num_layers > 4096 ||
@@ -345,6 +376,15 @@ int64_t ModelConfig::num_parameters() const {
   int64_t n = vocab_size * H + num_layers * layer + H;
   if (!tie_word_embeddings) n += vocab_size * H;
   return n;
+}
+
+int64_t ModelConfig::max_context() const {
+  if (rope_scaling.type != RopeScaling::Type::yarn) return max_position_embeddings;
+  const int64_t original = rope_scaling.original_max_position_embeddings > 0
+                               ? rope_scaling.original_max_position_embeddings
+                               : max_position_embeddings;
+  const double extended = std::min(double(original) * rope_scaling.factor, 9.0e15);  // validate() caps it
+  return std::max(max_position_embeddings, int64_t(extended));
 }
 
 std::string ModelConfig::to_json() const {
@@ -401,6 +441,19 @@ std::string ModelConfig::to_json() const {
           .value(rope_scaling.original_max_position_embeddings)
           .end_object();
       break;
+    case RopeScaling::Type::yarn: {
+      const RopeScaling& rs = rope_scaling;
+      w.begin_object().key("rope_type").value("yarn").key("factor").value(rs.factor);
+      if (rs.original_max_position_embeddings > 0)
+        w.key("original_max_position_embeddings").value(rs.original_max_position_embeddings);
+      w.key("beta_fast").value(rs.beta_fast).key("beta_slow").value(rs.beta_slow);
+      if (rs.attention_factor > 0) w.key("attention_factor").value(rs.attention_factor);
+      if (rs.mscale > 0) w.key("mscale").value(rs.mscale);
+      if (rs.mscale_all_dim > 0) w.key("mscale_all_dim").value(rs.mscale_all_dim);
+      if (!rs.truncate) w.key("truncate").value(false);
+      w.end_object();
+      break;
+    }
   }
   w.key("tie_word_embeddings").value(tie_word_embeddings);
   if (!is_qwen2 && !is_mistral) w.key("attention_bias").value(attention_bias);

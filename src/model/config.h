@@ -14,11 +14,19 @@
 namespace astrai {
 
 struct RopeScaling {
-  enum class Type { none, linear, llama3 } type = Type::none;
+  enum class Type { none, linear, llama3, yarn } type = Type::none;
   double factor = 1.0;
   // llama3
   double low_freq_factor = 1.0, high_freq_factor = 4.0;
+  // llama3; yarn (0 there: the config's max_position_embeddings)
   int64_t original_max_position_embeddings = 8192;
+  // yarn: the ramp between interpolated and kept frequencies runs from beta_fast to beta_slow
+  // rotations over the original context (bounds rounded outwards unless truncate is false); cos and
+  // sin are scaled by attention_factor (0: 0.1 ln(factor) + 1, or with mscale and mscale_all_dim
+  // the ratio of two such terms, as transformers derives it).
+  double beta_fast = 32.0, beta_slow = 1.0;
+  double attention_factor = 0.0, mscale = 0.0, mscale_all_dim = 0.0;
+  bool truncate = true;
 };
 
 struct ModelConfig {
@@ -54,6 +62,9 @@ struct ModelConfig {
   std::string to_json() const;
   Status validate() const;
 
+  // The longest sequence the model takes: max_position_embeddings, or with YaRN the original
+  // context times the factor where that is longer (as vLLM derives it: Qwen3's 32,768 x 4).
+  int64_t max_context() const;
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }
   int64_t num_parameters() const;

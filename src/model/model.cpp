@@ -216,7 +216,7 @@ class DecoderModel final : public Model {
       ASTRAI_RETURN_IF_ERROR(make({H, F}, {cols_part(r.down)}, w.down));
     }
     // RoPE table, f32 on every backend (angles need the precision).
-    max_pos_ = std::max<int64_t>(cfg_.max_position_embeddings, 1);
+    max_pos_ = std::max<int64_t>(cfg_.max_context(), 1);
     const std::vector<float> table = rope_cos_sin_table(cfg_, max_pos_);
     owned_.push_back(be_.alloc(table.size() * sizeof(float)));
     cos_sin_ = owned_.back().as(DType::f32, {max_pos_, cfg_.head_dim});
@@ -542,7 +542,7 @@ class DecoderModel final : public Model {
         return bad("kv_len of sequence " + std::to_string(s) + " is shorter than its query run");
       if (L > max_pos_)
         return bad("sequence " + std::to_string(s) + " reaches position " + std::to_string(L - 1) +
-                   ", beyond max_position_embeddings " + std::to_string(max_pos_));
+                   ", beyond the model's context of " + std::to_string(max_pos_) + " positions");
       if (cfg_.sliding_window > 0 && L > cfg_.sliding_window)
         return unsupported("sliding-window attention beyond " + std::to_string(cfg_.sliding_window) +
                            " tokens is not supported");

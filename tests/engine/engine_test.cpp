@@ -27,6 +27,35 @@ TEST_CASE("engine create rejects bad options with invalid_argument", "[integrati
   CHECK(Engine::create(nullptr, nullptr, EngineOptions{}).status().code() == ErrorCode::invalid_argument);
 }
 
+TEST_CASE("engine's max_model_len is --max-model-len, else the model's context", "[integration]") {
+  const auto dir = model_dir("tiny");
+  auto make = [&](int max_model_len) {
+    EngineOptions o;
+    o.max_pages = 64;
+    o.max_model_len = max_model_len;
+    auto lm = load_model(dir);
+    return Engine::create(std::move(lm.backend), std::move(lm.model), o).value();
+  };
+  auto whole = make(0);
+  CHECK(whole->max_model_len() == whole->model_config().max_context());
+  auto short_one = make(24);
+  CHECK(short_one->max_model_len() == 24);
+  // A prompt that reaches it is refused, one below it runs to the end of the context.
+  Request r;
+  r.prompt = std::vector<int32_t>(24, 7);
+  r.max_tokens = 100;
+  r.ignore_eos = true;
+  r.sampling.temperature = 0;
+  CHECK(short_one->submit(r).status().code() == ErrorCode::invalid_argument);
+  r.prompt.resize(20);
+  Stream s = short_one->submit(r).value();
+  TokenEvent ev;
+  int generated = 0;
+  while (s.wait(ev))
+    if (ev.token >= 0) ++generated;
+  CHECK(generated == 4);
+}
+
 TEST_CASE("engine serves a greedy request, reports stats and shuts down", "[integration]") {
   const auto dir = model_dir("tiny");
   auto ref = load_model(dir);

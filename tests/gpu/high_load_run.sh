@@ -11,6 +11,8 @@
 #            "model batches prompt") replaces those shapes; DECODE_ROUNDS=N runs the switches N
 #            times, every other round in reverse order (A B B A ...)
 #   e2e      tests/gpu/e2e_vs_transformers.py on a copy of llama-1b (LM head x6)
+#   yarn     tests/model/reference.py's YaRN against transformers', then e2e_vs_transformers.py on a
+#            qwen3-0.6b with YaRN over a 256-token original context (not in the default STEPS)
 #   profile  ncu of one graphed decode step of qwen3-8b at batch 64 and 256 (PROFILE_BATCHES; `bench decode
 #            --profile-step 2`, each graph node timed alone, clocks as found)
 #   compare  for each of COMPARE_SPECS (';'-separated "model batch prompt", default llama-1b 32 512): ncu
@@ -106,6 +108,45 @@ if want e2e; then
   rm -rf $M/e2e-llama-1b; cp -r $M/llama-1b $M/e2e-llama-1b  # the script rewrites the weights it is given
   run_to 120 python3 tests/gpu/e2e_vs_transformers.py $M/e2e-llama-1b $out/e2e_llama-1b 6 > "$out/e2e_llama-1b.txt" 2>&1
   log "e2e llama-1b: exit $? $(tail -6 $out/e2e_llama-1b.txt | tr '\n' ' ' | cut -c1-500)"
+fi
+if want yarn; then
+  # YaRN against transformers: the oracle of tests/model/reference.py against transformers' own
+  # inv_freq and attention factor, then astrai on a qwen3-0.6b whose config asks for YaRN over a
+  # 256-token original context (factor 4; max_position_embeddings 512, so the 1,000 scored tokens
+  # reach into the context YaRN opens).
+  Y=$M/e2e-qwen3-yarn; rm -rf $Y
+  astrai init --preset qwen3-0.6b --out $Y --dtype bf16 --device cpu > "$out/yarn_init.log" 2>&1
+  python3 - $Y/config.json <<'PY' > "$out/yarn_oracle.txt" 2>&1
+import json, sys, torch
+sys.path.insert(0, "tests/model")
+import reference
+from transformers import AutoConfig
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+p = sys.argv[1]
+c = json.load(open(p))
+c["max_position_embeddings"] = 512
+c["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256}
+json.dump(c, open(p, "w"), indent=2)
+def compare(rs, mpe):
+  try:
+    cfg = dict(c, rope_scaling=rs, max_position_embeddings=mpe)
+    cfg.pop("rope_parameters", None)
+    hf = AutoConfig.for_model(**{k: v for k, v in cfg.items() if k != "architectures"})
+    inv, af = ROPE_INIT_FUNCTIONS["yarn"](hf, "cpu")
+    ours = reference.yarn_inv_freq(cfg, rs, cfg["head_dim"])
+    print(rs, "max|d inv_freq|", float((inv.float() - ours).abs().max()), "rel",
+          float(((inv.float() - ours).abs() / ours).max()), "attention factor", af,
+          reference.rope_attention_factor(cfg))
+  except Exception as e:
+    print(rs, "FAILED:", type(e).__name__, e)
+compare(c["rope_scaling"], 512)
+compare({"rope_type": "yarn", "factor": 8.0, "beta_fast": 16, "beta_slow": 2, "mscale": 0.6, "mscale_all_dim": 1.3,
+         "truncate": False}, 100)
+compare({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}, 40960)
+PY
+  log "yarn oracle: exit $? $(tr '\n' ' ' < $out/yarn_oracle.txt | cut -c1-900)"
+  run_to 150 python3 tests/gpu/e2e_vs_transformers.py $Y $out/e2e_qwen3_yarn 6 > "$out/e2e_qwen3_yarn.txt" 2>&1
+  log "e2e qwen3-0.6b yarn: exit $? $(tail -6 $out/e2e_qwen3_yarn.txt | tr '\n' ' ' | cut -c1-500)"
 fi
 # ncu_step SECONDS NAME CMD...: ncu times each kernel of CMD's profiled range (a graphed step: `bench
 # decode --profile-step`, torch_decode.py --profile-step) alone, at the board's own clocks, as CSV

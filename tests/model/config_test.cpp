@@ -297,7 +297,7 @@ TEST_CASE("rope_scaling variants: linear, default, legacy type key, unknown type
   ModelConfig def =
       ModelConfig::from_json(with_key(kMistral7B, "rope_scaling", R"({"rope_type": "default"})")).value();
   CHECK(def.rope_scaling.type == RopeScaling::Type::none);
-  for (const char* t : {"yarn", "dynamic", "longrope", "ntk"}) {
+  for (const char* t : {"dynamic", "longrope", "ntk"}) {
     std::string e = error_of(with_key(kLlama32_1B, "rope_scaling",
                                       std::string(R"({"rope_type": ")") + t + R"(", "factor": 2.0})"));
     CHECK_THAT(e, Catch::Contains("my/config.json") && Catch::Contains(std::string("'") + t + "'") &&
@@ -310,6 +310,73 @@ TEST_CASE("rope_scaling variants: linear, default, legacy type key, unknown type
   CHECK_THAT(error_of(with_key(kLlama32_1B, "rope_scaling", R"({"rope_type": "linear"})")),
              Catch::Contains("factor"));
   CHECK_THAT(error_of(with_key(kLlama32_1B, "rope_scaling", "3")), Catch::Contains("rope_scaling"));
+}
+
+TEST_CASE(
+    "YaRN rope scaling: Qwen3's long-context settings, both config spellings, the context it opens, errors",
+    "[unit]") {
+  // Qwen3's model card: add this to config.json for 131,072 tokens.
+  const char* qwen_yarn =
+      R"({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})";
+  ModelConfig y = ModelConfig::from_json(with_key(kQwen3_06B, "rope_scaling", qwen_yarn)).value();
+  CHECK(y.rope_scaling.type == RopeScaling::Type::yarn);
+  CHECK(y.rope_scaling.factor == 4.0);
+  CHECK(y.rope_scaling.original_max_position_embeddings == 32768);
+  CHECK(y.rope_scaling.beta_fast == 32.0);
+  CHECK(y.rope_scaling.beta_slow == 1.0);
+  CHECK(y.rope_scaling.attention_factor == 0.0);
+  CHECK(y.rope_scaling.truncate);
+  CHECK(y.max_position_embeddings == 40960);
+  CHECK(y.max_context() == 131072);
+  // transformers v5 puts it, with rope_theta, in rope_parameters.
+  ModelConfig v5 =
+      ModelConfig::from_json(with_key(with_key(kQwen3_06B, "rope_theta", ""), "rope_parameters",
+                                      R"({"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 2.0,)"
+                                      R"( "original_max_position_embeddings": 32768, "beta_fast": 16,)"
+                                      R"( "mscale": 0.7, "mscale_all_dim": 1.0, "truncate": false})"))
+          .value();
+  CHECK(v5.rope_theta == 1000000.0);
+  CHECK(v5.rope_scaling.type == RopeScaling::Type::yarn);
+  CHECK(v5.rope_scaling.beta_fast == 16.0);
+  CHECK(v5.rope_scaling.mscale == 0.7);
+  CHECK(v5.rope_scaling.mscale_all_dim == 1.0);
+  CHECK_FALSE(v5.rope_scaling.truncate);
+  CHECK(v5.max_context() == 65536);
+  // Without original_max_position_embeddings the ramp is over max_position_embeddings, and the
+  // context is that times the factor; a factor below 1 never shortens it.
+  ModelConfig bare =
+      ModelConfig::from_json(with_key(kQwen3_06B, "rope_scaling", R"({"type": "yarn", "factor": 2.0})"))
+          .value();
+  CHECK(bare.rope_scaling.original_max_position_embeddings == 0);
+  CHECK(bare.max_context() == 81920);
+  CHECK(ModelConfig::from_json(with_key(kQwen3_06B, "rope_scaling", R"({"type": "yarn", "factor": 0.5})"))
+            .value()
+            .max_context() == 40960);
+  // Only YaRN opens a longer context: the other types keep max_position_embeddings.
+  CHECK(ModelConfig::from_json(kLlama32_1B).value().max_context() == 131072);
+  CHECK(ModelConfig::from_json(with_key(kMistral7B, "rope_scaling", R"({"type": "linear", "factor": 4.0})"))
+            .value()
+            .max_context() == ModelConfig::from_json(kMistral7B).value().max_position_embeddings);
+
+  CHECK_THAT(error_of(with_key(kQwen3_06B, "rope_scaling", R"({"rope_type": "yarn"})")),
+             Catch::Contains("factor"));
+  CHECK_THAT(error_of(with_key(kQwen3_06B, "rope_scaling", R"({"rope_type": "yarn", "factor": -1})")),
+             Catch::Contains("factor must be positive"));
+  CHECK_THAT(
+      error_of(with_key(kQwen3_06B, "rope_scaling", R"({"rope_type": "yarn", "factor": 4, "beta_fast": 0})")),
+      Catch::Contains("beta_fast"));
+  CHECK_THAT(
+      error_of(with_key(kQwen3_06B, "rope_scaling", R"({"rope_type": "yarn", "factor": 4, "mscale": -1})")),
+      Catch::Contains("mscale"));
+  CHECK_THAT(error_of(with_key(kQwen3_06B, "rope_scaling", R"({"rope_type": "yarn", "factor": 1e12})")),
+             Catch::Contains("implausible"));
+  CHECK_THAT(error_of(with_key(kQwen3_06B, "rope_scaling",
+                               R"({"rope_type": "yarn", "factor": 4, "truncate": "no"})")),
+             Catch::Contains("truncate"));
+  CHECK_THAT(
+      error_of(with_key(kQwen3_06B, "rope_scaling",
+                        R"({"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": -5})")),
+      Catch::Contains("original_max_position_embeddings"));
 }
 
 TEST_CASE("unsupported architectures, activations and MLP biases are errors naming them", "[unit]") {
@@ -396,6 +463,12 @@ TEST_CASE("to_json round-trips every field through our parser", "[unit]") {
       ModelConfig::from_json(with_key(kMistral7B, "rope_scaling", R"({"type": "linear", "factor": 4.0})"))
           .value());
   configs.push_back(ModelConfig::from_json(with_key(kLlama32_1B, "eos_token_id", "[1, 2]")).value());
+  for (const char* yarn :
+       {R"({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})",
+        R"({"rope_type": "yarn", "factor": 40, "beta_fast": 24, "beta_slow": 2, "mscale": 0.707,)"
+        R"( "mscale_all_dim": 1.0, "truncate": false})",
+        R"({"rope_type": "yarn", "factor": 2, "attention_factor": 1.5})"})
+    configs.push_back(ModelConfig::from_json(with_key(kQwen3_06B, "rope_scaling", yarn)).value());
   configs.push_back(ModelConfig::from_json(with_key(kLlama32_1B, "attention_bias", "true")).value());
   for (const ModelConfig& c : configs) {
     INFO(c.to_json());
@@ -416,6 +489,13 @@ TEST_CASE("to_json round-trips every field through our parser", "[unit]") {
     CHECK(r.rope_scaling.low_freq_factor == c.rope_scaling.low_freq_factor);
     CHECK(r.rope_scaling.high_freq_factor == c.rope_scaling.high_freq_factor);
     CHECK(r.rope_scaling.original_max_position_embeddings == c.rope_scaling.original_max_position_embeddings);
+    CHECK(r.rope_scaling.beta_fast == c.rope_scaling.beta_fast);
+    CHECK(r.rope_scaling.beta_slow == c.rope_scaling.beta_slow);
+    CHECK(r.rope_scaling.attention_factor == c.rope_scaling.attention_factor);
+    CHECK(r.rope_scaling.mscale == c.rope_scaling.mscale);
+    CHECK(r.rope_scaling.mscale_all_dim == c.rope_scaling.mscale_all_dim);
+    CHECK(r.rope_scaling.truncate == c.rope_scaling.truncate);
+    CHECK(r.max_context() == c.max_context());
     CHECK(r.tie_word_embeddings == c.tie_word_embeddings);
     CHECK(r.attention_bias == c.attention_bias);
     CHECK(r.o_proj_bias == c.o_proj_bias);

@@ -153,6 +153,36 @@ ModelConfig mistral_linear() {
   return c;
 }
 
+// Qwen3 with YaRN over a short original context, so that the ramp runs inside the head's
+// frequencies (dims 0-5 of 16 blend) and the prompt (200-260 tokens) reaches past
+// max_position_embeddings into the context YaRN opens (80 x 4 = 320 positions).
+ModelConfig qwen3_yarn() {
+  ModelConfig c = qwen3_style_config();
+  c.rope_theta = 10000.0;
+  c.max_position_embeddings = 160;
+  c.rope_scaling.type = RopeScaling::Type::yarn;
+  c.rope_scaling.factor = 4.0;
+  c.rope_scaling.original_max_position_embeddings = 80;
+  return c;
+}
+
+// DeepSeek-style YaRN: the attention factor as the ratio of two mscale terms, other rotation
+// bounds, no rounding of the ramp's ends, the ramp over max_position_embeddings.
+ModelConfig llama_yarn_mscale() {
+  ModelConfig c = llama3_scaled();
+  c.rope_scaling = RopeScaling{};
+  c.rope_scaling.type = RopeScaling::Type::yarn;
+  c.rope_scaling.factor = 8.0;
+  c.rope_scaling.original_max_position_embeddings = 0;
+  c.rope_scaling.beta_fast = 16.0;
+  c.rope_scaling.beta_slow = 2.0;
+  c.rope_scaling.mscale = 0.6;
+  c.rope_scaling.mscale_all_dim = 1.3;
+  c.rope_scaling.truncate = false;
+  c.max_position_embeddings = 100;
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("forward of the tiny preset matches the PyTorch reference (prefill, decode, chunks)",
@@ -172,6 +202,23 @@ TEST_CASE("forward of a Qwen2-style model (q/k/v bias, GQA 4, tied) matches the 
 TEST_CASE("forward with Llama-3 rope scaling, o_proj bias and bf16 weights matches the reference",
           "[integration][slow]") {
   check_against_reference(llama3_scaled(), DType::bf16);
+}
+
+TEST_CASE(
+    "forward of a Qwen3 model with YaRN rope scaling past max_position_embeddings matches the reference",
+    "[integration]") {
+  const ModelConfig c = qwen3_yarn();
+  REQUIRE(c.max_context() == 320);
+  check_against_reference(c, DType::f32);
+}
+
+TEST_CASE(
+    "forward with DeepSeek-style YaRN (mscale ratio, untruncated ramp) and bf16 weights matches the "
+    "reference",
+    "[integration][slow]") {
+  const ModelConfig c = llama_yarn_mscale();
+  REQUIRE(c.max_context() == 800);
+  check_against_reference(c, DType::bf16);
 }
 
 TEST_CASE("forward of a Mistral model with linear rope scaling and f16 weights matches the reference",

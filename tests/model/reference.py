@@ -8,7 +8,8 @@ Written from the transformers modeling code's semantics (not from astrai's code)
               repeat_kv for GQA, softmax(q k^T * head_dim^-0.5 + causal mask) v, o_proj
   MLP         down(silu(gate(x)) * up(x))
   RoPE table  as transformers builds it, in float32 even for a float64 model: inv_freq
-              (default / linear / llama3), angle = position * inv_freq, cos and sin of it.
+              (default / linear / llama3 / yarn), angle = position * inv_freq, cos and sin of it
+              (times YaRN's attention factor).
 Everything else runs in float64 on weights widened exactly from F32 / BF16 / F16.
 
   reference.py logits MODEL_DIR IDS.json OUT.bin   IDS.json: a list of token ids, or a list of such
@@ -75,9 +76,49 @@ def rope_inv_freq(cfg, head_dim):
         smoothed = (1 - smooth) * llama / factor + smooth * llama
         medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
         inv_freq = torch.where(medium, smoothed, llama)
+    elif kind == "yarn":
+        inv_freq = yarn_inv_freq(cfg, rs, head_dim)
     elif kind != "default":
         raise SystemExit("reference.py: unsupported rope type %r" % kind)
     return inv_freq
+
+
+# YaRN as transformers computes it (the factor as given; the ramp over the original context).
+def yarn_inv_freq(cfg, rs, dim):
+    base, factor = cfg.get("rope_theta", 10000.0), rs["factor"]
+    orig = rs.get("original_max_position_embeddings") or cfg["max_position_embeddings"]
+    beta_fast, beta_slow = rs.get("beta_fast") or 32, rs.get("beta_slow") or 1
+
+    def correction_dim(rotations):
+        return (dim * math.log(orig / (rotations * 2 * math.pi))) / (2 * math.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if rs.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+    pos_freqs = base ** (torch.arange(0, dim, 2).float() / dim)
+    extrapolation, interpolation = 1.0 / pos_freqs, 1.0 / (factor * pos_freqs)
+    keep = 1 - ramp
+    return interpolation * (1 - keep) + extrapolation * keep
+
+
+def rope_attention_factor(cfg):
+    rs = cfg.get("rope_scaling") or {}
+    if rs.get("rope_type", rs.get("type")) != "yarn":
+        return 1.0
+    if rs.get("attention_factor"):
+        return rs["attention_factor"]
+    factor = rs["factor"]
+
+    def mscale(m):
+        return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
+
+    if rs.get("mscale") and rs.get("mscale_all_dim"):
+        return mscale(rs["mscale"]) / mscale(rs["mscale_all_dim"])
+    return mscale(1)
 
 
 def rope_cos_sin(cfg, head_dim, n):
@@ -85,7 +126,8 @@ def rope_cos_sin(cfg, head_dim, n):
     pos = torch.arange(n, dtype=torch.int64).float()
     freqs = (inv_freq[:, None] @ pos[None, :]).transpose(0, 1)  # [n, D/2], float32
     emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos().double(), emb.sin().double()
+    af = rope_attention_factor(cfg)
+    return (emb.cos() * af).double(), (emb.sin() * af).double()
 
 
 def rotate_half(x):
