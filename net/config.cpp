@@ -162,6 +162,10 @@ std::vector<ConfigKey> make_keys() {
       "qwen3 | deepseek_r1 | none | auto (qwen3 when the tokenizer has <think> and </think> tokens)",
       true,
       str_key(&ServeConfig::reasoning_parser, {"auto", "qwen3", "deepseek_r1", "none"}, "reasoning_parser"));
+  add("generation_config",
+      "auto: sampling fields a request leaves out default to the model's generation_config.json "
+      "(temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens) | none: to the built-in ones",
+      true, str_key(&ServeConfig::generation_config, {"auto", "none"}, "generation_config"));
   add("access_log", "Log one line per request", true,
       [](ServeConfig& c, const std::string& v) { return parse_bool("access_log", v, c.access_log); });
   // Chat-template budgets (chat_template_limits.h): templates come with model files, untrusted.

@@ -39,6 +39,9 @@ struct ServeConfig {
   // Splits think-block text off the answer: qwen3 | deepseek_r1 | none | auto (qwen3 when the
   // tokenizer has <think> and </think> as added tokens). See net/reasoning_parser.h.
   std::string reasoning_parser = "auto";
+  // auto: a request's sampling fields default to those the model's generation_config.json sets
+  // (src/engine/sampling_defaults.h); none: to the built-in ones.
+  std::string generation_config = "auto";
   // The model's chat template runs under these (template_max_steps, ..._output, ..._memory, ..._depth).
   ChatTemplateLimits template_limits;
   EngineOptions engine;

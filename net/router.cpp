@@ -89,6 +89,13 @@ std::optional<ApiError> check_model(const std::string& model, const ServerState&
                   "model", "invalid_request_error", "model_not_found"};
 }
 
+// A generation request's fields start from the model's sampling defaults (generation_config.json),
+// which the fields the client sends then override.
+void seed_defaults(CommonParams& c, const ServerState& st) {
+  st.sampling_defaults.apply(c.sampling);
+  if (st.sampling_defaults.max_tokens) c.max_tokens = *st.sampling_defaults.max_tokens;
+}
+
 GenerationSpec spec_from(const CommonParams& c) {
   GenerationSpec s;
   s.sampling = c.sampling;
@@ -136,6 +143,7 @@ std::optional<ApiError> take_slot(ServerState& st, GenerationJob& job) {
 
 RouteResult chat_completions(const HttpRequest& req, ServerState& st) {
   ChatRequest cr;
+  seed_defaults(cr.common, st);
   if (auto e = parse_chat_request(req.body, cr)) return error(*e, Dialect::openai);
   if (auto e = check_model(cr.common.model, st)) return error(*e, Dialect::openai);
   std::string prompt;
@@ -154,6 +162,7 @@ RouteResult chat_completions(const HttpRequest& req, ServerState& st) {
 
 RouteResult completions(const HttpRequest& req, ServerState& st) {
   CompletionRequest cr;
+  seed_defaults(cr.common, st);
   if (auto e = parse_completion_request(req.body, cr)) return error(*e, Dialect::openai);
   if (auto e = check_model(cr.common.model, st)) return error(*e, Dialect::openai);
   GenerationJob job;
@@ -181,6 +190,7 @@ RouteResult completions(const HttpRequest& req, ServerState& st) {
 
 RouteResult messages(const HttpRequest& req, ServerState& st) {
   MessagesRequest mr;
+  seed_defaults(mr.common, st);
   if (auto e = parse_messages_request(req.body, mr, true)) return error(*e, Dialect::anthropic);
   if (auto e = check_model(mr.common.model, st)) return error(*e, Dialect::anthropic);
   std::string prompt;
@@ -199,6 +209,7 @@ RouteResult messages(const HttpRequest& req, ServerState& st) {
 
 RouteResult responses(const HttpRequest& req, ServerState& st) {
   ResponsesRequest rr;
+  seed_defaults(rr.common, st);
   if (auto e = parse_responses_request(req.body, rr)) return error(*e, Dialect::openai);
   if (auto e = check_model(rr.common.model, st)) return error(*e, Dialect::openai);
   std::string prompt;
@@ -422,6 +433,7 @@ RouteResult route(const HttpRequest& req, ServerState& st) {
 std::optional<ApiError> websocket_generate_job(std::string_view frame, ServerState& st, GenerationJob& job) {
   if (auto e = not_ready(st)) return e;
   ChatRequest cr;
+  seed_defaults(cr.common, st);
   if (auto e = parse_chat_request(frame, cr)) return e;
   if (auto e = check_model(cr.common.model, st)) return e;
   std::string prompt;

@@ -14,6 +14,7 @@
 #include "net/reasoning_parser.h"
 #include "net/server_metrics.h"
 #include "src/engine/engine.h"
+#include "src/engine/sampling_defaults.h"
 #include "src/tokenizer/tokenizer.h"
 
 namespace astrai::net {
@@ -29,6 +30,7 @@ struct ServerState {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<Engine> engine;
   ReasoningParser reasoning = ReasoningParser::none;  // config.reasoning_parser, resolved at load
+  SamplingDefaults sampling_defaults;                 // config.generation_config, read at load
   std::atomic<bool> ready{false};
   std::atomic<bool> load_failed{false};
   std::string load_error;  // written before load_failed is released

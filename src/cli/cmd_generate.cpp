@@ -7,6 +7,7 @@
 #include "src/cli/commands.h"
 #include "src/engine/loader.h"
 #include "src/engine/offline.h"
+#include "src/engine/sampling_defaults.h"
 
 namespace astrai::cli {
 namespace {
@@ -26,6 +27,7 @@ struct GenerateArgs {
   bool no_cuda_graphs = false;
   bool no_overlap = false;
   int tp = 1;
+  std::string generation_config = "auto";
 };
 
 Result<std::vector<int32_t>> parse_ids(const std::string& s) {
@@ -46,7 +48,7 @@ Result<std::vector<int32_t>> parse_ids(const std::string& s) {
   return ids;
 }
 
-void run(const GenerateArgs& a) {
+void run(const GenerateArgs& a, const CLI::App& sub) {
   apply_common_options(a.common);
   EngineOptions eo;
   eo.page_size = a.page_size;
@@ -58,17 +60,31 @@ void run(const GenerateArgs& a) {
   if (a.no_overlap) eo.overlap = 0;
   if (!a.kv_memory.empty()) eo.kv_memory_bytes = parse_byte_size(a.kv_memory).value();
   OfflineOptions oo;
-  oo.max_tokens = a.max_tokens;
-  oo.sampling.temperature = a.temperature;
-  oo.sampling.top_p = a.top_p;
-  oo.sampling.top_k = a.top_k;
-  oo.sampling.min_p = a.min_p;
-  if (a.seed >= 0) oo.sampling.seed = uint64_t(a.seed);
   oo.stop_ids = parse_ids(a.stop_token_ids).value();
   oo.ignore_eos = a.ignore_eos;
   oo.resume = a.resume;
   oo.progress = !a.no_progress;
   auto le = load_engine(a.model, a.common.device, eo, a.tp).value();
+  // A line's fields win over the flags, the flags over the model's generation_config.json, and that
+  // over the built-in defaults.
+  auto given = [&](const char* flag) { return sub.count(flag) > 0; };
+  oo.max_tokens = a.max_tokens;
+  if (a.generation_config == "auto") {
+    std::vector<std::string> warnings;
+    const SamplingDefaults d = read_sampling_defaults(le.dir, &warnings).value();
+    for (const std::string& w : warnings) spdlog::warn("{}", w);
+    d.apply(oo.sampling);
+    if (d.max_tokens) oo.max_tokens = *d.max_tokens;
+    if (!d.empty())
+      spdlog::info("sampling defaults from generation_config.json: {} (flags and lines override them)",
+                   d.describe());
+  }
+  if (given("--max-tokens")) oo.max_tokens = a.max_tokens;
+  if (given("--temperature")) oo.sampling.temperature = a.temperature;
+  if (given("--top-p")) oo.sampling.top_p = a.top_p;
+  if (given("--top-k")) oo.sampling.top_k = a.top_k;
+  if (given("--min-p")) oo.sampling.min_p = a.min_p;
+  if (a.seed >= 0) oo.sampling.seed = uint64_t(a.seed);
   const auto sum = run_offline_generate(*le.engine, *le.tokenizer, a.input, a.output, oo).value();
   le.engine->shutdown();
   std::fprintf(stderr,
@@ -129,7 +145,13 @@ void register_generate(CLI::App& app) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   add_common_options(*sub, a->common);
-  sub->callback([a] { run(*a); });
+  sub->add_option(
+         "--generation-config", a->generation_config,
+         "auto: defaults the flags and lines leave out come from the model's generation_config.json "
+         "(temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens); none: built-in ones")
+      ->check(CLI::IsMember({"auto", "none"}))
+      ->capture_default_str();
+  sub->callback([a, sub] { run(*a, *sub); });
 }
 
 }  // namespace

@@ -189,6 +189,56 @@ TEST_CASE("generate takes prompt_ids lines and writes the generated token_ids of
   CHECK(ids_of(d["token_ids"]) == g);
 }
 
+TEST_CASE("generate's defaults: a line's fields, then the flags, then the model's generation_config.json",
+          "[integration]") {
+  // A copy of the tiny model whose generation_config.json sets top_k 1 (greedy) and max_new_tokens 6.
+  TempDir t("gen");
+  const std::filesystem::path dir = t / "model";
+  std::filesystem::copy(model_dir("tiny"), dir, std::filesystem::copy_options::recursive);
+  std::string gen = read_file(dir / "generation_config.json");
+  gen = gen.substr(0, gen.rfind('}')) + R"(, "top_k": 1, "max_new_tokens": 6})";
+  write_file(dir / "generation_config.json", gen);
+  auto ref = load_model(dir);
+  const std::vector<int32_t> prompt = {5, 17, 99, 3, 250, 42};
+  const auto greedy6 = full_forward_greedy(*ref.model, prompt, 6);
+  write_file(t / "in.jsonl",
+             R"({"id": "a", "prompt_ids": [5, 17, 99, 3, 250, 42], "seed": 1, "ignore_eos": true})"
+             "\n"
+             R"({"id": "b", "prompt_ids": [5, 17, 99, 3, 250, 42], "seed": 1, "ignore_eos": true,)"
+             R"( "top_k": 0, "max_tokens": 6})"
+             "\n");
+  simdjson::dom::parser p;
+  auto run = [&](const std::string& flags) {
+    const CommandResult r = run_command(gen_cmd(dir, t, "--no-progress " + flags));
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    std::vector<std::vector<int32_t>> ids;
+    for (const std::string& line : lines_of(read_file(t / "out.jsonl"))) {
+      INFO(line);
+      std::vector<int32_t> v;
+      for (auto x : simdjson::dom::array(p.parse(line)["token_ids"])) v.push_back(int32_t(int64_t(x)));
+      ids.push_back(v);
+    }
+    REQUIRE(ids.size() == 2);
+    return std::make_pair(ids, r.out + r.err);  // the log goes to stdout
+  };
+  // The model's top_k 1 and 6 tokens for line a; line b's own top_k 0 samples.
+  const auto [model, log] = run("");
+  CHECK(model[0] == greedy6);
+  CHECK(model[1] != greedy6);
+  CHECK(model[1].size() == 6);
+  CHECK(log.find("sampling defaults from generation_config.json: top_k 1, max_tokens 6") !=
+        std::string::npos);
+  // Flags win over the file: --top-k 0 samples line a as line b's own field does, --max-tokens 4.
+  const auto flags = run("--top-k 0 --max-tokens 4").first;
+  CHECK(flags[0].size() == 4);
+  CHECK(flags[0] == std::vector<int32_t>(model[1].begin(), model[1].begin() + 4));
+  // --generation-config none: the built-in defaults (top_k off, 256 tokens).
+  const auto none = run("--generation-config none").first;
+  CHECK(none[0].size() == 256);
+  CHECK(std::vector<int32_t>(none[0].begin(), none[0].begin() + 6) == model[1]);
+}
+
 TEST_CASE("generate --resume skips ids already written and appends the rest", "[integration]") {
   const auto dir = model_dir("tiny");
   TempDir t("gen");
