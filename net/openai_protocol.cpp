@@ -350,6 +350,13 @@ MaybeError parse_completion_request(std::string_view body, CompletionRequest& ou
   });
   if (err) return err;
   if (!have_prompt) return bad_field("prompt", "is required");
+  // The legacy API's echo with logprobs reports the prompt tokens' logprobs too (what evaluation
+  // harnesses read for a loglikelihood). The engine does not compute those, and the generated
+  // tokens' alone would pass for them, so the request is refused rather than answered short.
+  if (out.echo && out.logprobs >= 0)
+    return bad_field("logprobs",
+                     "with echo would include the prompt tokens' logprobs, which this server does not "
+                     "compute; drop echo or logprobs (astrai score gives a text's token logprobs)");
   return std::nullopt;
 }
 

@@ -99,10 +99,24 @@ TEST_CASE("malformed JSON and non-objects are 400s without a field", "[unit]") {
 
 TEST_CASE("completion prompts: a string or token ids", "[unit]") {
   CompletionRequest a;
-  REQUIRE_FALSE(parse_completion_request(R"({"prompt": "abc", "echo": true, "logprobs": 2})", a));
+  REQUIRE_FALSE(parse_completion_request(R"({"prompt": "abc", "echo": true, "logprobs": null})", a));
   CHECK(a.prompt_text == "abc");
   CHECK(a.echo);
-  CHECK(a.logprobs == 2);
+  CHECK(a.logprobs == -1);
+  CompletionRequest lp;
+  REQUIRE_FALSE(parse_completion_request(R"({"prompt": "abc", "logprobs": 2})", lp));
+  CHECK(lp.logprobs == 2);
+  // echo with logprobs asks for the prompt tokens' logprobs (a loglikelihood), which the server does
+  // not compute: refused, not answered with the generated tokens' alone.
+  for (const char* body : {R"({"prompt": "abc", "echo": true, "logprobs": 2})",
+                           R"({"logprobs": 0, "prompt": [1, 2], "echo": true, "max_tokens": 1})"}) {
+    CompletionRequest both;
+    auto e = parse_completion_request(body, both);
+    REQUIRE(e);
+    CHECK(e->status == 400);
+    CHECK(e->param == "logprobs");
+    CHECK_THAT(e->message, Catch::Contains("prompt tokens' logprobs"));
+  }
   CompletionRequest b;
   REQUIRE_FALSE(parse_completion_request(R"({"prompt": [1, 2, 3]})", b));
   CHECK(b.prompt_is_ids);
