@@ -310,6 +310,7 @@ MaybeError parse_completion_request(std::string_view body, CompletionRequest& ou
       od::array arr;
       if (v.get_array().get(arr)) return bad_field("prompt", "is not valid JSON");
       size_t i = 0;
+      bool nested = false;  // [[ids]]
       for (auto el : arr) {
         JsonValue ev;
         if (el.get(ev)) return bad_field("prompt", "is not valid JSON");
@@ -322,6 +323,26 @@ MaybeError parse_completion_request(std::string_view body, CompletionRequest& ou
           ++i;
           continue;
         }
+        if (et == od::json_type::array && i == 0) {
+          // So is a one-element list of token-id lists (what evaluation harnesses send).
+          od::array ids;
+          if (ev.get_array().get(ids)) return bad_field("prompt", "is not valid JSON");
+          size_t j = 0;
+          for (auto idv : ids) {
+            JsonValue x;
+            if (idv.get(x)) return bad_field("prompt", "is not valid JSON");
+            int64_t id = 0;
+            if (auto e = read_int(x, "prompt[0][" + std::to_string(j++) + "]", 0,
+                                  std::numeric_limits<int32_t>::max(), id))
+              return e;
+            out.prompt_ids.push_back(int32_t(id));
+          }
+          out.prompt_is_ids = true;
+          nested = true;
+          ++i;
+          continue;
+        }
+        if (nested) return bad_field("prompt", "only one prompt per request is supported");
         int64_t id = 0;
         if (auto e =
                 read_int(ev, "prompt[" + std::to_string(i) + "]", 0, std::numeric_limits<int32_t>::max(), id))
@@ -350,13 +371,6 @@ MaybeError parse_completion_request(std::string_view body, CompletionRequest& ou
   });
   if (err) return err;
   if (!have_prompt) return bad_field("prompt", "is required");
-  // The legacy API's echo with logprobs reports the prompt tokens' logprobs too (what evaluation
-  // harnesses read for a loglikelihood). The engine does not compute those, and the generated
-  // tokens' alone would pass for them, so the request is refused rather than answered short.
-  if (out.echo && out.logprobs >= 0)
-    return bad_field("logprobs",
-                     "with echo would include the prompt tokens' logprobs, which this server does not "
-                     "compute; drop echo or logprobs (astrai score gives a text's token logprobs)");
   return std::nullopt;
 }
 
@@ -651,7 +665,7 @@ namespace {
 class CompletionFormatter final : public ResponseFormatter {
  public:
   CompletionFormatter(const CompletionRequest& req, std::string model, const Tokenizer& tok,
-                      std::string prompt_text)
+                      std::string prompt_text, std::vector<int32_t> prompt_ids)
       : stream_(req.common.stream),
         include_usage_(req.common.include_usage),
         logprobs_(req.logprobs >= 0),
@@ -661,19 +675,27 @@ class CompletionFormatter final : public ResponseFormatter {
         prompt_(std::move(prompt_text)),
         id_(random_id("cmpl-")),
         created_(int64_t(std::time(nullptr))),
-        choices_(size_t(req.common.n)) {}
+        choices_(size_t(req.common.n)),
+        prompt_ids_(std::move(prompt_ids)) {}
 
   bool streaming() const override { return stream_; }
 
   std::string begin() override {
-    if (!stream_ || !echo_) return {};
+    // With logprobs the echoed prompt carries its tokens' logprobs: sent with the first deltas.
+    if (!stream_ || !echo_ || logprobs_) return {};
     std::string out;
     for (size_t c = 0; c < choices_.size(); ++c) append_sse(out, chunk(int(c), prompt_, nullptr, nullptr));
     return out;
   }
 
-  std::string on_deltas(const std::vector<ChoiceDelta>& deltas, const Generation&) override {
+  std::string on_deltas(const std::vector<ChoiceDelta>& deltas, const Generation& g) override {
     std::string out;
+    if (stream_ && echo_ && logprobs_ && !prompt_sent_ && !deltas.empty()) {
+      prompt_sent_ = true;  // every prompt logprob arrived before the first delta
+      const std::vector<TokenInfo> prompt = prompt_entries(g);
+      for (size_t c = 0; c < choices_.size(); ++c)
+        append_sse(out, chunk(int(c), prompt_, nullptr, &prompt, /*prompt_first=*/true));
+    }
     for (const auto& d : deltas) {
       auto& ch = choices_[size_t(d.choice)];
       if (!stream_) {
@@ -711,10 +733,16 @@ class CompletionFormatter final : public ResponseFormatter {
       auto& ch = choices_[c];
       w.begin_object().key("index").value(int(c)).key("text").value(echo_ ? prompt_ + ch.text : ch.text);
       w.key("logprobs");
-      if (logprobs_)
+      if (logprobs_ && echo_) {
+        // The prompt's tokens first (the first has no logprob), then the generated ones.
+        std::vector<TokenInfo> all = prompt_entries(g);
+        all.insert(all.end(), ch.tokens.begin(), ch.tokens.end());
+        write_logprobs(w, all, /*prompt_first=*/true);
+      } else if (logprobs_) {
         write_logprobs(w, ch.tokens);
-      else
+      } else {
         w.null();
+      }
       w.key("finish_reason").value(finish_name(ch.finish)).end_object();
     }
     w.end_array().key("usage");
@@ -737,22 +765,41 @@ class CompletionFormatter final : public ResponseFormatter {
     w.key("created").value(created_).key("model").value(model_);
   }
 
-  // Completions-style logprobs: parallel arrays.
-  void write_logprobs(JsonWriter& w, const std::vector<TokenInfo>& toks) const {
+  // The echoed prompt's entries: its first token (no logprob), then each later one's
+  // (Generation::prompt_logprobs).
+  std::vector<TokenInfo> prompt_entries(const Generation& g) const {
+    std::vector<TokenInfo> e;
+    if (!prompt_ids_.empty()) e.push_back(TokenInfo{prompt_ids_[0], 0, {}});
+    e.insert(e.end(), g.prompt_logprobs().begin(), g.prompt_logprobs().end());
+    return e;
+  }
+
+  // Completions-style logprobs: parallel arrays. prompt_first: toks start with the echoed prompt,
+  // whose first token has null for its logprob and alternatives (as the legacy API writes it).
+  void write_logprobs(JsonWriter& w, const std::vector<TokenInfo>& toks, bool prompt_first = false) const {
     std::vector<std::string> pieces;
     for (const auto& t : toks) pieces.push_back(tok_.decode({t.id}, false));
     w.begin_object().key("tokens").begin_array();
     for (const auto& p : pieces) w.value(p);
     w.end_array().key("token_logprobs").begin_array();
-    for (const auto& t : toks) w.value(t.logprob);
+    for (size_t i = 0; i < toks.size(); ++i) {
+      if (prompt_first && i == 0)
+        w.null();
+      else
+        w.value(toks[i].logprob);
+    }
     w.end_array().key("top_logprobs").begin_array();
-    for (const auto& t : toks) {
+    for (size_t i = 0; i < toks.size(); ++i) {
+      if (prompt_first && i == 0) {
+        w.null();
+        continue;
+      }
       w.begin_object();
-      for (const auto& a : t.top) w.key(tok_.decode({a.token}, false)).value(a.logprob);
+      for (const auto& a : toks[i].top) w.key(tok_.decode({a.token}, false)).value(a.logprob);
       w.end_object();
     }
     w.end_array().key("text_offset").begin_array();
-    size_t off = echo_ ? prompt_.size() : 0;
+    size_t off = echo_ && !prompt_first ? prompt_.size() : 0;
     for (const auto& p : pieces) {
       w.value(uint64_t(off));
       off += p.size();
@@ -761,13 +808,13 @@ class CompletionFormatter final : public ResponseFormatter {
   }
 
   std::string chunk(int index, const std::string& text, const char* finish,
-                    const std::vector<TokenInfo>* toks) const {
+                    const std::vector<TokenInfo>* toks, bool prompt_first = false) const {
     JsonWriter w;
     head(w, "text_completion");
     w.key("choices").begin_array().begin_object().key("index").value(index).key("text").value(text);
     w.key("logprobs");
     if (toks)
-      write_logprobs(w, *toks);
+      write_logprobs(w, *toks, prompt_first);
     else
       w.null();
     w.key("finish_reason");
@@ -786,14 +833,18 @@ class CompletionFormatter final : public ResponseFormatter {
   std::string id_;
   int64_t created_;
   std::vector<CompletionChoice> choices_;
+  std::vector<int32_t> prompt_ids_;  // echo with logprobs: the prompt's tokens
+  bool prompt_sent_ = false;         // streaming: the echoed prompt's chunk went out
 };
 
 }  // namespace
 
 std::unique_ptr<ResponseFormatter> make_completion_formatter(const CompletionRequest& req,
                                                              const std::string& model, const Tokenizer& tok,
-                                                             std::string prompt_text) {
-  return std::make_unique<CompletionFormatter>(req, model, tok, std::move(prompt_text));
+                                                             std::string prompt_text,
+                                                             std::vector<int32_t> prompt_ids) {
+  return std::make_unique<CompletionFormatter>(req, model, tok, std::move(prompt_text),
+                                               std::move(prompt_ids));
 }
 
 }  // namespace astrai::net

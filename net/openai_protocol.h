@@ -71,9 +71,12 @@ MaybeError parse_template_kwargs(JsonValue& v, std::string& kwargs_json);
 // `reasoning` splits think-block text off the answer (reasoning_content); default: off.
 std::unique_ptr<ResponseFormatter> make_chat_formatter(const ChatRequest& req, const std::string& model,
                                                        const Tokenizer& tok, ReasoningMode reasoning = {});
+// echo with logprobs: prompt_ids are the prompt's tokens, whose logprobs (Generation::prompt_logprobs,
+// from GenerationSpec::prompt_logprobs) the choices' logprobs start with.
 std::unique_ptr<ResponseFormatter> make_completion_formatter(const CompletionRequest& req,
                                                              const std::string& model, const Tokenizer& tok,
-                                                             std::string prompt_text);
+                                                             std::string prompt_text,
+                                                             std::vector<int32_t> prompt_ids = {});
 
 // {"object":"list","data":[{"id","object":"model","created","owned_by","max_model_len"}]}
 std::string models_body(const std::string& model, int64_t max_model_len);

@@ -182,7 +182,11 @@ RouteResult completions(const HttpRequest& req, ServerState& st) {
     job.spec.prompt = st.tokenizer->encode(cr.prompt_text, true);
   }
   if (job.spec.prompt.empty()) return error(bad_field("prompt", "must not be empty"), Dialect::openai);
-  job.fmt = make_completion_formatter(cr, st.model_name, *st.tokenizer, prompt_text);
+  // echo with logprobs: the legacy API reports the prompt tokens' logprobs too (a loglikelihood).
+  const bool prompt_logprobs = cr.echo && cr.logprobs >= 0;
+  if (prompt_logprobs) job.spec.prompt_logprobs = cr.logprobs;
+  job.fmt = make_completion_formatter(cr, st.model_name, *st.tokenizer, prompt_text,
+                                      prompt_logprobs ? job.spec.prompt : std::vector<int32_t>{});
   if (auto e = validate_common(cr.common)) return error(*e, Dialect::openai);
   if (auto e = take_slot(st, job)) return error(*e, Dialect::openai);
   return RouteResult{{}, std::move(job)};

@@ -16,10 +16,13 @@
 
 namespace astrai {
 
+struct Sequence;
+
 // One logits row and the draws to make from it. A request's first token is drawn for all n of its
 // choices from the same row (choices 1..n-1 fork from choice 0 there, sharing its prompt); every
 // other row is drawn once.
 struct SampleRow {
+  int logit_row = 0;  // the forward's logits row (Model::forward's logit_rows order)
   const SamplingParams* params = nullptr;
   const PenaltyState* penalties = nullptr;  // the sequence's (null: the request uses no penalties)
   uint64_t seed = 0;
@@ -32,6 +35,10 @@ struct SampleRow {
   // allows where the text is complete.
   const structured::Matcher* matcher = nullptr;
   const std::vector<int32_t>* stop_ids = nullptr;
+  // A prompt token's logprob (Request::prompt_logprobs) of `prompt_of`: the draw is forced to
+  // `forced` (the mask allows it alone; greedy) and reports its raw logprob and alternatives.
+  Sequence* prompt_of = nullptr;
+  int32_t forced = -1;
 };
 
 class BatchBuilder {
@@ -39,15 +46,17 @@ class BatchBuilder {
   explicit BatchBuilder(int page_size) : forward_(page_size) {}
 
   // Packs the plan's chunks in plan order (chunk i is sequence i of the batch) and lists one
-  // SampleRow per chunk that wants logits, in the same order as the batch's logit rows. A chunk
-  // that ends at a token still on the device (Sequence::drawn) takes it from `draws`, the output of
-  // the step in flight (StepRunner::last_draws).
+  // SampleRow per chunk that wants logits, in plan order, then one per prompt token whose logprob
+  // a chunk with every row's logits (Chunk::all_logits) reports (advancing its sequence's
+  // prompt_logprob_next). A chunk that ends at a token still on the device (Sequence::drawn) takes
+  // it from `draws`, the output of the step in flight (StepRunner::last_draws).
   const ForwardBatch& build(const StepPlan& plan, const Tensor& draws = {});
   std::span<const SampleRow> samples() const { return samples_; }
 
  private:
   ForwardBatchBuilder forward_;
   std::vector<SampleRow> samples_;
+  std::vector<SampleRow> prompt_rows_;  // this step's prompt logprob draws, before they join samples_
 };
 
 }  // namespace astrai

@@ -23,6 +23,26 @@ OutputProcessor::OutputProcessor(Scheduler& scheduler, Metrics& metrics, TaskMap
 
 void OutputProcessor::process(const StepPlan& plan, std::span<const SampleRow> rows,
                               std::span<const SampleResult> draws) {
+  // The prompt logprob draws follow the generation's (BatchBuilder::build); they go out first, as
+  // the prompt comes before its continuation.
+  size_t generation_draws = 0, first_prompt_row = rows.size();
+  for (size_t r = 0; r < rows.size(); ++r) {
+    if (rows[r].prompt_of) {
+      first_prompt_row = std::min(first_prompt_row, r);
+      continue;
+    }
+    generation_draws += size_t(rows[r].num_choices);
+  }
+  for (size_t r = first_prompt_row, d = generation_draws; r < rows.size(); ++r, ++d) {
+    Sequence& s = *rows[r].prompt_of;
+    if (s.finished) continue;  // cancelled while the step ran
+    TokenEvent ev;
+    ev.prompt = true;
+    ev.token = rows[r].forced;
+    ev.logprob = draws[d].logprob;
+    ev.top = draws[d].top;
+    emit(*s.task, std::move(ev));
+  }
   size_t row = 0, next = 0;
   for (const Chunk& c : plan.chunks) {
     if (!c.wants_logits) continue;
@@ -142,6 +162,7 @@ void OutputProcessor::fork(Task& t, Sequence& s0, std::span<const SampleResult> 
     s->choice = c;
     s->tokens = s0.tokens;
     s->num_prompt = s0.num_prompt;
+    s->prompt_logprob_next = s0.prompt_logprob_next;  // the prompt's logprobs went out once, from s0
     if (s0.penalties) s->penalties = std::make_unique<PenaltyState>(*s0.penalties);
     s->matcher = s0.matcher;  // before s0 takes its token: every choice starts where s0 stood
     scheduler_.share_prefix(&s0, s.get());

@@ -107,6 +107,15 @@ bool Scheduler::ensure_pages(Sequence* s, int num_tokens, StepPlan& plan) {
   return true;
 }
 
+namespace {
+
+// A sequence of a Request::prompt_logprobs request whose prompt logprobs are not all drawn yet.
+bool wants_prompt_logprobs(const Sequence& s) {
+  return s.task && s.task->req.prompt_logprobs >= 0 && s.prompt_logprob_next < s.num_prompt;
+}
+
+}  // namespace
+
 StepPlan Scheduler::plan() {
   StepPlan plan;
   int budget = cfg_.max_prefill_tokens > 0 ? cfg_.max_prefill_tokens : INT_MAX;
@@ -116,7 +125,8 @@ StepPlan Scheduler::plan() {
   };
   auto add_chunk = [&](Sequence* s, int len) {
     const int remaining = int(s->tokens.size()) - s->num_computed;
-    plan.chunks.push_back({s, s->num_computed, len, len == remaining});
+    const bool all = wants_prompt_logprobs(*s) && s->num_computed < s->num_prompt - 1;
+    plan.chunks.push_back({s, s->num_computed, len, len == remaining, all});
     plan.num_tokens += len;
     if (remaining > 1) budget -= len;
   };
@@ -137,7 +147,7 @@ StepPlan Scheduler::plan() {
     Sequence* s = waiting_.front();
     if (s->sits_out) break;  // preempted while its draw is in flight: next step (FCFS holds)
     std::vector<RadixCache::Node*> hit;
-    if (cache_) {
+    if (cache_ && !wants_prompt_logprobs(*s)) {  // those need the logits of every prompt row
       hit = cache_->match(s->tokens, (int(s->tokens.size()) - 1) / cfg_.page_size);
       for (RadixCache::Node* n : hit) {
         cache_->lock(n);
@@ -174,6 +184,21 @@ StepPlan Scheduler::plan() {
     const int len = chunk_len(s);
     if (!ensure_pages(s, s->num_computed + len, plan)) break;
     add_chunk(s, len);
+  }
+
+  // Chunks that want every row's logits keep the step within the logit rows the model reserves
+  // (max_batch_size): trimmed, the latest first, down to one row each if need be (every other chunk
+  // has at most one logit row, and a step at most max_batch_size chunks).
+  int rows = 0;
+  for (const Chunk& c : plan.chunks) rows += c.all_logits ? c.len : int(c.wants_logits);
+  for (size_t i = plan.chunks.size(); i-- > 0 && rows > cfg_.max_batch_size;) {
+    Chunk& c = plan.chunks[i];
+    if (!c.all_logits || c.len == 1) continue;
+    const int cut = std::min(c.len - 1, rows - cfg_.max_batch_size);
+    c.len -= cut;
+    c.wants_logits = c.start + c.len == int(c.seq->tokens.size());
+    plan.num_tokens -= cut;
+    rows -= cut;
   }
   return plan;
 }

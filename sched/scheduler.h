@@ -43,6 +43,9 @@ struct Chunk {
   int start;  // first token index of the chunk (== seq->num_computed when planned)
   int len;
   bool wants_logits;  // the chunk ends at the last token: sample from its last row
+  // Logits of every row (Request::prompt_logprobs while the prompt is computed); the rows of a
+  // step's chunks then stay within max_batch_size, the logit rows the model reserves.
+  bool all_logits = false;
 };
 
 struct StepPlan {

@@ -40,6 +40,9 @@ struct Sequence {
   int num_prompt = 0;
   int num_computed = 0;
   int generated = 0;
+  // Request::prompt_logprobs: the prompt position whose token's logprob is drawn next (the first
+  // has none); advanced as the draws are planned, so a recomputed chunk draws none twice.
+  int prompt_logprob_next = 1;
   // tokens.back() is kDrawnToken, draw `drawn` of the step in flight (-1: none).
   int drawn = -1;
   // Its draw in the step in flight waits for the host, without a placeholder: the scheduler plans

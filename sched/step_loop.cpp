@@ -146,6 +146,9 @@ Status StepLoop::validate(const Request& r) const {
   // The sampling ranges have one owner (src/engine/request.h); the API dialects check theirs first.
   if (auto e = validate_sampling(r.sampling, r.max_tokens, r.n, vocab_))
     return invalid_argument(std::string(request_field_name(e->field)) + " " + e->message);
+  if (r.prompt_logprobs < -1 || r.prompt_logprobs > kMaxTopLogprobs)
+    return invalid_argument("prompt_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) +
+                            "] (or -1: off), got " + std::to_string(r.prompt_logprobs));
   if (r.constraint.kind != ConstraintKind::none) {
     if (!r.constraint.grammar) return invalid_argument("the constraint has no compiled grammar");
     if (r.constraint.grammar->vocabulary().size() > vocab_)

@@ -79,19 +79,22 @@ void ensure(Backend& be, Buffer& buf, size_t bytes, bool pinned = false) {
 
 bool StepRunner::fill_masks(std::span<const SampleRow> rows) {
   bool any = false;
-  for (const SampleRow& r : rows) any = any || r.matcher;
+  for (const SampleRow& r : rows) any = any || r.matcher || r.forced >= 0;
   if (!any) return false;
   const int64_t words = (int64_t(vocab_) + 31) / 32;
-  host_mask_.resize(rows.size() * size_t(words));
-  for (size_t r = 0; r < rows.size(); ++r) {
-    uint32_t* row = host_mask_.data() + r * size_t(words);
-    if (!rows[r].matcher) {
-      std::fill(row, row + words, ~0u);
+  // One bit set per logits row: every token, but a constrained row's grammar or a forced draw's token.
+  host_mask_.assign(size_t(logits_.size(0)) * size_t(words), ~0u);
+  for (const SampleRow& sr : rows) {
+    uint32_t* row = host_mask_.data() + size_t(sr.logit_row) * size_t(words);
+    if (sr.forced >= 0) {
+      std::fill(row, row + words, 0u);
+      row[sr.forced >> 5] = 1u << (sr.forced & 31);
       continue;
     }
+    if (!sr.matcher) continue;
     static const std::vector<int32_t> kNone;
-    const std::vector<int32_t>& stop = rows[r].stop_ids ? *rows[r].stop_ids : kNone;
-    if (rows[r].matcher->fill_mask(row, words, stop) == 0) {
+    const std::vector<int32_t>& stop = sr.stop_ids ? *sr.stop_ids : kNone;
+    if (sr.matcher->fill_mask(row, words, stop) == 0) {
       // No token continues the text (the grammar needs bytes no token has, or ignore_eos at a
       // complete text): let the choice end at an end-of-sequence id rather than draw from nothing.
       for (int32_t t : model_->config().eos_token_ids)
@@ -106,10 +109,8 @@ void StepRunner::start_sample(std::span<const SampleRow> rows) {
   Slot& sl = slots_[next_];
   SamplePacker& packer = sl.packer;
   packer.clear();
-  for (size_t r = 0; r < rows.size(); ++r) {
-    const SampleRow& row = rows[r];
-    packer.add(int(r), *row.params, row.penalties, row.seed, row.choice, row.num_choices, row.index);
-  }
+  for (const SampleRow& row : rows)
+    packer.add(row.logit_row, *row.params, row.penalties, row.seed, row.choice, row.num_choices, row.index);
   Backend& be = model_->backend();
   const int64_t R = int64_t(packer.rows().size()), E = int64_t(packer.edits().size());
   const int words = packer.out_words();
@@ -154,7 +155,7 @@ void StepRunner::start_sample(std::span<const SampleRow> rows) {
       be.upload(dev_mask_.as(DType::i32, {int64_t(host_mask_.size())}), host_mask_.data());
       mask = dev_mask_.data();
     }
-    b.mask = Tensor(mask, DType::i32, {int64_t(rows.size()), mask_words}, be.device());
+    b.mask = Tensor(mask, DType::i32, {logits_.size(0), mask_words}, be.device());
   }
   b.max_top_logprobs = packer.max_top_logprobs();
   be.sample(b);

@@ -35,6 +35,7 @@ Result<std::unique_ptr<Generation>> Generation::start(EnginePort engine, const T
   req.n = spec.n;
   req.stop_ids = std::move(spec.stop_ids);
   req.ignore_eos = spec.ignore_eos;
+  req.prompt_logprobs = spec.prompt_logprobs;
   if (spec.constraint.kind != ConstraintKind::none) {
     auto g = structured::compile_constraint(spec.constraint.kind, spec.constraint.source, tok,
                                             spec.constraint.grammar);
@@ -104,6 +105,10 @@ void Generation::finish_choice(int c, FinishReason reason, std::vector<ChoiceDel
 bool Generation::pump(std::vector<ChoiceDelta>& out) {
   TokenEvent ev;
   while (!finished() && stream_.poll(ev)) {
+    if (ev.prompt) {
+      prompt_logprobs_.push_back(TokenInfo{ev.token, ev.logprob, std::move(ev.top)});
+      continue;
+    }
     if (ev.choice < 0 || ev.choice >= int(choices_.size())) continue;
     ChoiceText& ch = choices_[size_t(ev.choice)];
     if (ch.done) continue;

@@ -30,6 +30,7 @@ struct GenerationSpec {
   std::vector<int32_t> stop_ids;  // in addition to the model's eos / stop ids
   bool ignore_eos = false;
   ConstraintSpec constraint;  // structured output; compiled (cached) against `tok` by start()
+  int prompt_logprobs = -1;   // Request::prompt_logprobs: Generation::prompt_logprobs() gathers them
 };
 
 struct TokenInfo {
@@ -90,6 +91,9 @@ class Generation {
 
   int n() const { return int(choices_.size()); }
   int prompt_tokens() const { return prompt_tokens_; }
+  // Request::prompt_logprobs: one per prompt token after the first, in order, as they arrived (all
+  // of them before the first delta of any choice).
+  const std::vector<TokenInfo>& prompt_logprobs() const { return prompt_logprobs_; }
   int completion_tokens() const;  // all choices
   int completion_tokens(int choice) const { return choices_[size_t(choice)].tokens; }
   RequestId id() const { return stream_.id(); }
@@ -111,6 +115,7 @@ class Generation {
   std::vector<ChoiceText> choices_;
   int finished_count_ = 0;
   int prompt_tokens_ = 0;
+  std::vector<TokenInfo> prompt_logprobs_;
   bool cancelled_ = false;
   GenerationObserver* observer_ = nullptr;
   Clock::time_point start_, last_token_;

@@ -62,6 +62,11 @@ struct Request {
   int n = 1;                      // choices sharing the prompt's pages
   std::vector<int32_t> stop_ids;  // in addition to the model's eos/stop ids
   bool ignore_eos = false;
+  // >= 0: the logprob of each prompt token after the first under the model (what the legacy
+  // completions API's echo with logprobs reports, an evaluation's loglikelihood), with this many
+  // most likely alternatives (<= kMaxTopLogprobs), as TokenEvents with `prompt` set, in order and
+  // before any generated token. The prompt is then computed whole (no prefix-cache reuse); -1: off.
+  int prompt_logprobs = -1;
   // Each choice's tokens are drawn only from those the grammar allows; a stop id only where the
   // text is complete, and the choice ends with `stop` once nothing may follow.
   Constraint constraint;
@@ -123,6 +128,9 @@ struct TokenEvent {
   std::vector<TopLogprob> top;               // when top_logprobs > 0
   FinishReason finish = FinishReason::none;  // set on the last event of a choice
   std::string error;                         // when finish == error
+  // A prompt token's logprob (Request::prompt_logprobs): `token` is that prompt token, `logprob` and
+  // `top` as for a generated one; choice 0, never finishing. Not a generated token.
+  bool prompt = false;
 };
 
 using RequestId = uint64_t;
