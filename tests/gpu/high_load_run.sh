@@ -13,6 +13,8 @@
 #   e2e      tests/gpu/e2e_vs_transformers.py on a copy of llama-1b (LM head x6)
 #   yarn     tests/model/reference.py's YaRN against transformers', then e2e_vs_transformers.py on a
 #            qwen3-0.6b with YaRN over a 256-token original context (not in the default STEPS)
+#   promptlp tests/gpu/prompt_logprobs_check.py: completions' prompt logprobs through the server
+#            against astrai score on llama-1b (not in the default STEPS)
 #   profile  ncu of one graphed decode step of qwen3-8b at batch 64 and 256 (PROFILE_BATCHES; `bench decode
 #            --profile-step 2`, each graph node timed alone, clocks as found)
 #   compare  for each of COMPARE_SPECS (';'-separated "model batch prompt", default llama-1b 32 512): ncu
@@ -147,6 +149,10 @@ PY
   log "yarn oracle: exit $? $(tr '\n' ' ' < $out/yarn_oracle.txt | cut -c1-900)"
   run_to 150 python3 tests/gpu/e2e_vs_transformers.py $Y $out/e2e_qwen3_yarn 6 > "$out/e2e_qwen3_yarn.txt" 2>&1
   log "e2e qwen3-0.6b yarn: exit $? $(tail -6 $out/e2e_qwen3_yarn.txt | tr '\n' ' ' | cut -c1-500)"
+fi
+if want promptlp; then
+  run_to 150 python3 tests/gpu/prompt_logprobs_check.py $M/llama-1b $out/promptlp > "$out/promptlp.txt" 2>&1
+  log "prompt logprobs llama-1b: exit $? $(tail -4 $out/promptlp.txt | tr '\n' ' ' | cut -c1-600)"
 fi
 # ncu_step SECONDS NAME CMD...: ncu times each kernel of CMD's profiled range (a graphed step: `bench
 # decode --profile-step`, torch_decode.py --profile-step) alone, at the board's own clocks, as CSV
