@@ -684,7 +684,8 @@ class CompletionFormatter final : public ResponseFormatter {
     // With logprobs the echoed prompt carries its tokens' logprobs: sent with the first deltas.
     if (!stream_ || !echo_ || logprobs_) return {};
     std::string out;
-    for (size_t c = 0; c < choices_.size(); ++c) append_sse(out, chunk(int(c), prompt_, nullptr, nullptr));
+    for (size_t c = 0; c < choices_.size(); ++c)
+      append_sse(out, chunk(int(c), prompt_, nullptr, nullptr, choices_[c].offset));
     return out;
   }
 
@@ -694,7 +695,7 @@ class CompletionFormatter final : public ResponseFormatter {
       prompt_sent_ = true;  // every prompt logprob arrived before the first delta
       const std::vector<TokenInfo> prompt = prompt_entries(g);
       for (size_t c = 0; c < choices_.size(); ++c)
-        append_sse(out, chunk(int(c), prompt_, nullptr, &prompt, /*prompt_first=*/true));
+        append_sse(out, chunk(int(c), prompt_, nullptr, &prompt, choices_[c].offset, /*prompt_first=*/true));
     }
     for (const auto& d : deltas) {
       auto& ch = choices_[size_t(d.choice)];
@@ -707,7 +708,7 @@ class CompletionFormatter final : public ResponseFormatter {
       const bool last = d.finish != FinishReason::none;
       if (!d.text.empty() || (logprobs_ && !d.tokens.empty()) || last)
         append_sse(out, chunk(d.choice, d.text, last ? finish_name(d.finish) : nullptr,
-                              logprobs_ ? &d.tokens : nullptr));
+                              logprobs_ ? &d.tokens : nullptr, ch.offset));
     }
     return out;
   }
@@ -737,9 +738,11 @@ class CompletionFormatter final : public ResponseFormatter {
         // The prompt's tokens first (the first has no logprob), then the generated ones.
         std::vector<TokenInfo> all = prompt_entries(g);
         all.insert(all.end(), ch.tokens.begin(), ch.tokens.end());
-        write_logprobs(w, all, /*prompt_first=*/true);
+        size_t offset = 0;
+        write_logprobs(w, all, offset, /*prompt_first=*/true);
       } else if (logprobs_) {
-        write_logprobs(w, ch.tokens);
+        size_t offset = 0;
+        write_logprobs(w, ch.tokens, offset);
       } else {
         w.null();
       }
@@ -757,6 +760,7 @@ class CompletionFormatter final : public ResponseFormatter {
     std::string text;
     FinishReason finish = FinishReason::none;
     std::vector<TokenInfo> tokens;
+    size_t offset = 0;  // streaming: where the next chunk's text_offset starts
   };
   static const char* finish_name(FinishReason f) { return f == FinishReason::length ? "length" : "stop"; }
 
@@ -776,7 +780,10 @@ class CompletionFormatter final : public ResponseFormatter {
 
   // Completions-style logprobs: parallel arrays. prompt_first: toks start with the echoed prompt,
   // whose first token has null for its logprob and alternatives (as the legacy API writes it).
-  void write_logprobs(JsonWriter& w, const std::vector<TokenInfo>& toks, bool prompt_first = false) const {
+  // text_offset counts the tokens' text from `offset` (the choice's text so far, the echoed prompt
+  // included), which it advances past them.
+  void write_logprobs(JsonWriter& w, const std::vector<TokenInfo>& toks, size_t& offset,
+                      bool prompt_first = false) const {
     std::vector<std::string> pieces;
     for (const auto& t : toks) pieces.push_back(tok_.decode({t.id}, false));
     w.begin_object().key("tokens").begin_array();
@@ -799,22 +806,21 @@ class CompletionFormatter final : public ResponseFormatter {
       w.end_object();
     }
     w.end_array().key("text_offset").begin_array();
-    size_t off = echo_ && !prompt_first ? prompt_.size() : 0;
     for (const auto& p : pieces) {
-      w.value(uint64_t(off));
-      off += p.size();
+      w.value(uint64_t(offset));
+      offset += p.size();
     }
     w.end_array().end_object();
   }
 
   std::string chunk(int index, const std::string& text, const char* finish,
-                    const std::vector<TokenInfo>* toks, bool prompt_first = false) const {
+                    const std::vector<TokenInfo>* toks, size_t& offset, bool prompt_first = false) const {
     JsonWriter w;
     head(w, "text_completion");
     w.key("choices").begin_array().begin_object().key("index").value(index).key("text").value(text);
     w.key("logprobs");
     if (toks)
-      write_logprobs(w, *toks, prompt_first);
+      write_logprobs(w, *toks, offset, prompt_first);
     else
       w.null();
     w.key("finish_reason");

@@ -3,6 +3,7 @@
 // them with one plain forward outside the engine.
 #include <simdjson.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <random>
@@ -95,6 +96,19 @@ TEST_CASE(
   INFO(first);
   simdjson::dom::parser p2;
   check_choice(p2.parse(first)["choices"].at(0)["logprobs"], ref, 0, 3);
+  // text_offset runs on across the chunks: the echoed prompt's pieces from 0, then the generated ones.
+  std::vector<uint64_t> offsets;
+  std::istringstream lines(st.body);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("data: {", 0) != 0) continue;
+    simdjson::dom::parser pc;
+    for (auto o : simdjson::dom::array(pc.parse(line.substr(6))["choices"].at(0)["logprobs"]["text_offset"]))
+      offsets.push_back(uint64_t(o));
+  }
+  REQUIRE(offsets.size() == ids.size() + 2);
+  CHECK(offsets[0] == 0);
+  CHECK(std::is_sorted(offsets.begin(), offsets.end()));
+  CHECK(offsets.back() > offsets[ids.size() - 1]);  // the generated tokens come after the prompt's
 
   // Without echo the logprobs are the generated tokens' only.
   const HttpReply plain =
