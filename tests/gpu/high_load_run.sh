@@ -76,7 +76,7 @@ NAME=high_load; source "$(dirname "$0")/run_lib.sh"
 STEPS=${STEPS:-tests decode e2e profile serve serve8b attn tables prefill startup}
 want() { case " $STEPS " in *" $1 "*) return 0;; esac; return 1; }
 M=$tmp/m; mkdir -p $M
-( for p in qwen3-8b llama-1b; do
+( for p in ${MODELS:-qwen3-8b llama-1b}; do  # MODELS: fewer presets for steps that need fewer
     [ -f $M/$p/config.json ] || astrai init --preset $p --out $M/$p --dtype bf16 --device cpu
   done ) > "$out/init.log" 2>&1 &
 INIT=$!
