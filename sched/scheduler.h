@@ -9,7 +9,8 @@
 //      pages spare for the running decodes (the watermark is waived when nothing runs, so a
 //      request that fits the pool is always admitted eventually). On admission, the radix cache
 //      supplies the longest cached prefix in whole pages (at most tokens - 1: the last token is
-//      always computed to get logits).
+//      always computed to get logits), except to a prompt whose logprobs are asked for
+//      (Request::prompt_logprobs: its chunks take every row's logits, Chunk::all_logits).
 // A sequence that sits out (Sequence::sits_out: the overlapped loop has its draw in flight) gets
 // nothing, and while it waits at the front of the queue nobody is admitted.
 // Pages come from the pool's free list, then from evicting unlocked cached pages (LRU). When a
