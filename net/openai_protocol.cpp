@@ -298,6 +298,14 @@ MaybeError parse_chat_request(std::string_view body, ChatRequest& out) {
 MaybeError parse_completion_request(std::string_view body, CompletionRequest& out) {
   bool have_prompt = false;
   auto err = for_each_body_field(body, "request body", [&](std::string_view key, JsonValue& v) -> MaybeError {
+    if (key == "max_tokens" && !is_null(v)) {  // 0 as well: the prompt alone (checked below)
+      int64_t n = 0;
+      if (auto e = read_int(v, "max_tokens", 0, kMaxTokensLimit, n)) return e;
+      out.prompt_only = n == 0;
+      out.common.max_tokens = n == 0 ? 1 : int(n);
+      out.common.max_tokens_key = "max_tokens";
+      return std::nullopt;
+    }
     bool handled = false;
     if (auto e = parse_common_field(key, v, out.common, handled)) return e;
     if (handled) return std::nullopt;
@@ -371,6 +379,8 @@ MaybeError parse_completion_request(std::string_view body, CompletionRequest& ou
   });
   if (err) return err;
   if (!have_prompt) return bad_field("prompt", "is required");
+  if (out.prompt_only && !out.echo)
+    return bad_field("max_tokens", "must be at least 1 (0 only with echo: the prompt alone)");
   return std::nullopt;
 }
 
@@ -670,6 +680,7 @@ class CompletionFormatter final : public ResponseFormatter {
         include_usage_(req.common.include_usage),
         logprobs_(req.logprobs >= 0),
         echo_(req.echo),
+        prompt_only_(req.prompt_only),
         model_(std::move(model)),
         tok_(tok),
         prompt_(std::move(prompt_text)),
@@ -699,6 +710,12 @@ class CompletionFormatter final : public ResponseFormatter {
     }
     for (const auto& d : deltas) {
       auto& ch = choices_[size_t(d.choice)];
+      if (prompt_only_) {  // the engine's one token is not part of the answer
+        if (d.finish == FinishReason::none) continue;
+        ch.finish = FinishReason::length;
+        if (stream_) append_sse(out, chunk(d.choice, "", "length", nullptr, ch.offset));
+        continue;
+      }
       if (!stream_) {
         ch.text += d.text;
         if (logprobs_) ch.tokens.insert(ch.tokens.end(), d.tokens.begin(), d.tokens.end());
@@ -720,7 +737,7 @@ class CompletionFormatter final : public ResponseFormatter {
         JsonWriter w;
         head(w, "text_completion");
         w.key("choices").begin_array().end_array().key("usage");
-        write_usage(w, g);
+        usage(w, g);
         w.end_object();
         append_sse(out, w.str());
       }
@@ -749,12 +766,19 @@ class CompletionFormatter final : public ResponseFormatter {
       w.key("finish_reason").value(finish_name(ch.finish)).end_object();
     }
     w.end_array().key("usage");
-    write_usage(w, g);
+    usage(w, g);
     w.end_object();
     return w.take();
   }
 
  private:
+  // The usage object; the prompt alone (prompt_only_) generated nothing the response shows.
+  void usage(JsonWriter& w, const Generation& g) const {
+    if (!prompt_only_) return write_usage(w, g);
+    w.begin_object().key("prompt_tokens").value(g.prompt_tokens()).key("completion_tokens").value(0);
+    w.key("total_tokens").value(g.prompt_tokens()).end_object();
+  }
+
   // What a completion response has gathered for one choice.
   struct CompletionChoice {
     std::string text;
@@ -832,7 +856,7 @@ class CompletionFormatter final : public ResponseFormatter {
     return w.take();
   }
 
-  bool stream_, include_usage_, logprobs_, echo_;
+  bool stream_, include_usage_, logprobs_, echo_, prompt_only_;
   std::string model_;
   const Tokenizer& tok_;
   std::string prompt_;

@@ -51,6 +51,9 @@ struct CompletionRequest {
   bool prompt_is_ids = false;
   bool echo = false;
   int logprobs = -1;  // completions API: number of top logprobs, -1 = off
+  // max_tokens 0 with echo (as vLLM takes it): the prompt alone, with its logprobs when asked; the
+  // engine draws one token (common.max_tokens 1) that the response leaves out.
+  bool prompt_only = false;
 };
 
 MaybeError parse_chat_request(std::string_view body, ChatRequest& out);

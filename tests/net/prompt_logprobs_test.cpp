@@ -110,6 +110,26 @@ TEST_CASE(
   CHECK(std::is_sorted(offsets.begin(), offsets.end()));
   CHECK(offsets.back() > offsets[ids.size() - 1]);  // the generated tokens come after the prompt's
 
+  // max_tokens 0 with echo (the older harnesses' request): the prompt alone, nothing generated.
+  const HttpReply po =
+      http(s.port(), "POST", "/v1/completions",
+           R"({"prompt": )" + ids_json(ids) + R"(, "max_tokens": 0, "logprobs": 2, "echo": true})");
+  INFO(po.body);
+  REQUIRE(po.status == 200);
+  simdjson::dom::parser p4;
+  simdjson::dom::element pd = p4.parse(po.body);
+  check_choice(pd["choices"].at(0)["logprobs"], ref, 0, 2);
+  CHECK(std::string_view(pd["choices"].at(0)["finish_reason"]) == "length");
+  CHECK(int64_t(pd["usage"]["completion_tokens"]) == 0);
+  const HttpReply pos = http(s.port(), "POST", "/v1/completions",
+                             R"({"prompt": )" + ids_json(ids) +
+                                 R"(, "max_tokens": 0, "logprobs": 1, "echo": true, "stream": true})");
+  REQUIRE(pos.status == 200);
+  CHECK(pos.body.find(R"("finish_reason":"length")") != std::string::npos);
+  CHECK(pos.body.find("data: [DONE]") != std::string::npos);
+  CHECK(http(s.port(), "POST", "/v1/completions", R"({"prompt": )" + ids_json(ids) + R"(, "max_tokens": 0})")
+            .status == 400);
+
   // Without echo the logprobs are the generated tokens' only.
   const HttpReply plain =
       http(s.port(), "POST", "/v1/completions",

@@ -106,6 +106,19 @@ TEST_CASE("completion prompts: a string or token ids", "[unit]") {
   CompletionRequest lp;
   REQUIRE_FALSE(parse_completion_request(R"({"prompt": "abc", "logprobs": 2})", lp));
   CHECK(lp.logprobs == 2);
+  // max_tokens 0 asks for the prompt alone: only with echo.
+  CompletionRequest only;
+  REQUIRE_FALSE(parse_completion_request(R"({"max_tokens": 0, "prompt": "abc", "echo": true})", only));
+  CHECK(only.prompt_only);
+  CHECK(only.common.max_tokens == 1);
+  CompletionRequest no_echo;
+  auto zero = parse_completion_request(R"({"prompt": "abc", "max_tokens": 0})", no_echo);
+  REQUIRE(zero);
+  CHECK(zero->param == "max_tokens");
+  CompletionRequest three;
+  REQUIRE_FALSE(parse_completion_request(R"({"prompt": "abc", "max_tokens": 3})", three));
+  CHECK_FALSE(three.prompt_only);
+  CHECK(three.common.max_tokens == 3);
   // One-element lists of token-id lists (what evaluation harnesses send) are the ids; more prompts
   // are not.
   CompletionRequest nested;
