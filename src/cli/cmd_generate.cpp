@@ -7,7 +7,6 @@
 #include "src/cli/commands.h"
 #include "src/engine/loader.h"
 #include "src/engine/offline.h"
-#include "src/engine/sampling_defaults.h"
 
 namespace astrai::cli {
 namespace {
@@ -70,14 +69,9 @@ void run(const GenerateArgs& a, const CLI::App& sub) {
   auto given = [&](const char* flag) { return sub.count(flag) > 0; };
   oo.max_tokens = a.max_tokens;
   if (a.generation_config == "auto") {
-    std::vector<std::string> warnings;
-    const SamplingDefaults d = read_sampling_defaults(le.dir, &warnings).value();
-    for (const std::string& w : warnings) spdlog::warn("{}", w);
+    const SamplingDefaults d = load_sampling_defaults(le.dir, "flags and lines override them").value();
     d.apply(oo.sampling);
     if (d.max_tokens) oo.max_tokens = *d.max_tokens;
-    if (!d.empty())
-      spdlog::info("sampling defaults from generation_config.json: {} (flags and lines override them)",
-                   d.describe());
   }
   if (given("--max-tokens")) oo.max_tokens = a.max_tokens;
   if (given("--temperature")) oo.sampling.temperature = a.temperature;

@@ -12,7 +12,6 @@
 #include "src/cli/commands.h"
 #include "src/engine/engine.h"
 #include "src/engine/loader.h"
-#include "src/engine/sampling_defaults.h"
 #include "src/model/model_source.h"
 #include "src/tokenizer/tokenizer.h"
 
@@ -41,14 +40,10 @@ Status load_model(net::ServerState& st) {
   spdlog::info("reasoning parser: {}{}", net::reasoning_parser_name(st.reasoning),
                c.reasoning_parser == "auto" ? " (auto)" : "");
   if (c.generation_config == "auto") {
-    std::vector<std::string> warnings;
-    ASTRAI_ASSIGN_OR_RETURN(st.sampling_defaults, read_sampling_defaults(dir, &warnings));
-    for (const std::string& w : warnings) spdlog::warn("{}", w);
-    if (!st.sampling_defaults.empty())
-      spdlog::info(
-          "sampling defaults from generation_config.json: {} (a request's own fields win; "
-          "--generation-config none: the built-in defaults)",
-          st.sampling_defaults.describe());
+    ASTRAI_ASSIGN_OR_RETURN(st.sampling_defaults,
+                            load_sampling_defaults(dir,
+                                                   "a request's own fields win; --generation-config none: "
+                                                   "the built-in defaults"));
   }
   st.tokenizer = std::move(tok);
   st.engine = std::move(engine);

@@ -66,4 +66,14 @@ void apply_common_options(const CommonOptions& o) {
   if (o.threads > 0) set_num_threads(o.threads);
 }
 
+Result<SamplingDefaults> load_sampling_defaults(const std::filesystem::path& model_dir,
+                                                const char* what_wins) {
+  std::vector<std::string> warnings;
+  ASTRAI_ASSIGN_OR_RETURN(SamplingDefaults d, read_sampling_defaults(model_dir, &warnings));
+  for (const std::string& w : warnings) spdlog::warn("{}", w);
+  if (!d.empty())
+    spdlog::info("sampling defaults from generation_config.json: {} ({})", d.describe(), what_wins);
+  return d;
+}
+
 }  // namespace astrai::cli

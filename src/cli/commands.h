@@ -5,9 +5,11 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <filesystem>
 #include <string>
 
 #include "src/core/status.h"
+#include "src/engine/sampling_defaults.h"
 
 namespace astrai::cli {
 
@@ -47,6 +49,12 @@ struct CommonOptions {
 void add_common_options(CLI::App& sub, CommonOptions& opts);
 // Applies --log-level and --threads; call first thing in a callback.
 void apply_common_options(const CommonOptions& opts);
+
+// `serve` and `generate` with --generation-config auto: the model directory's sampling defaults
+// (src/engine/sampling_defaults.h), each value left out logged as a warning and those in force at
+// info level, with `what_wins` (what overrides them) in the line.
+Result<SamplingDefaults> load_sampling_defaults(const std::filesystem::path& model_dir,
+                                                const char* what_wins);
 
 }  // namespace astrai::cli
 

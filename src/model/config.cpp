@@ -343,10 +343,7 @@ Status ModelConfig::validate() const {
         !std::isfinite(rs.attention_factor + rs.mscale + rs.mscale_all_dim))
       return invalid_argument(
           "rope_scaling: yarn's attention_factor, mscale and mscale_all_dim must not be negative");
-    const double original =
-        double(rs.original_max_position_embeddings > 0 ? rs.original_max_position_embeddings
-                                                       : max_position_embeddings);
-    if (original * rs.factor > double(int64_t(1) << 26))
+    if (double(yarn_original_context()) * rs.factor > double(int64_t(1) << 26))
       return invalid_argument("rope_scaling: yarn extends the context to an implausible length");
   }
   // Guard against sizes whose products overflow the int64 arithmetic of shapes.
@@ -378,12 +375,15 @@ int64_t ModelConfig::num_parameters() const {
   return n;
 }
 
+int64_t ModelConfig::yarn_original_context() const {
+  return rope_scaling.original_max_position_embeddings > 0 ? rope_scaling.original_max_position_embeddings
+                                                           : max_position_embeddings;
+}
+
 int64_t ModelConfig::max_context() const {
   if (rope_scaling.type != RopeScaling::Type::yarn) return max_position_embeddings;
-  const int64_t original = rope_scaling.original_max_position_embeddings > 0
-                               ? rope_scaling.original_max_position_embeddings
-                               : max_position_embeddings;
-  const double extended = std::min(double(original) * rope_scaling.factor, 9.0e15);  // validate() caps it
+  // validate() caps it
+  const double extended = std::min(double(yarn_original_context()) * rope_scaling.factor, 9.0e15);
   return std::max(max_position_embeddings, int64_t(extended));
 }
 

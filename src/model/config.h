@@ -65,6 +65,9 @@ struct ModelConfig {
   // The longest sequence the model takes: max_position_embeddings, or with YaRN the original
   // context times the factor where that is longer (as vLLM derives it: Qwen3's 32,768 x 4).
   int64_t max_context() const;
+  // YaRN's original context, the one its ramp is measured over: rope_scaling's
+  // original_max_position_embeddings, else max_position_embeddings.
+  int64_t yarn_original_context() const;
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }
   int64_t num_parameters() const;

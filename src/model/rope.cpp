@@ -38,8 +38,7 @@ std::vector<float> rope_inv_freq(const ModelConfig& c) {
       // In float32 as transformers forms it: pos = theta^(2i / D), extrapolated 1 / pos,
       // interpolated 1 / (factor pos), blended by a ramp over the dims the original context turns
       // between beta_fast and beta_slow times.
-      const double orig = double(rs.original_max_position_embeddings > 0 ? rs.original_max_position_embeddings
-                                                                         : c.max_position_embeddings);
+      const double orig = double(c.yarn_original_context());
       auto dim_at = [&](double rotations) {  // the dim whose wavelength fits `rotations` into orig
         return double(D) * std::log(orig / (rotations * 2.0 * M_PI)) / (2.0 * std::log(c.rope_theta));
       };
