@@ -1,5 +1,6 @@
 #include "net/openai_protocol.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -39,6 +40,77 @@ MaybeError parse_logit_bias(JsonValue& v, std::vector<std::pair<int32_t, float>>
     out.emplace_back(int32_t(id), float(b));
     return std::nullopt;
   });
+}
+
+// A list of token ids (`field`: its name in errors).
+MaybeError read_token_ids(od::array& arr, const std::string& field, std::vector<int32_t>& out) {
+  size_t i = 0;
+  for (auto el : arr) {
+    JsonValue x;
+    if (el.get(x)) return bad_field(field, "is not valid JSON");
+    int64_t id = 0;
+    if (auto e =
+            read_int(x, field + "[" + std::to_string(i++) + "]", 0, std::numeric_limits<int32_t>::max(), id))
+      return e;
+    out.push_back(int32_t(id));
+  }
+  return std::nullopt;
+}
+
+// `prompt`: a string, a list of token ids, a list of strings or a list of token-id lists.
+MaybeError parse_prompts(JsonValue& v, std::vector<CompletionPrompt>& out) {
+  constexpr const char* kShape =
+      "must be a string, an array of token ids, or an array of strings or of token-id arrays";
+  od::json_type t;
+  if (v.type().get(t)) return bad_field("prompt", "is not valid JSON");
+  if (t == od::json_type::string) {
+    CompletionPrompt p;
+    if (auto e = read_string(v, "prompt", p.text)) return e;
+    out.push_back(std::move(p));
+    return std::nullopt;
+  }
+  if (t != od::json_type::array) return bad_field("prompt", kShape);
+  od::array arr;
+  if (v.get_array().get(arr)) return bad_field("prompt", "is not valid JSON");
+  // The first element decides the shape; the rest must share it.
+  std::optional<od::json_type> shape;
+  CompletionPrompt ids;  // a flat list of ids: one prompt
+  ids.is_ids = true;
+  size_t i = 0;
+  for (auto el : arr) {
+    JsonValue ev;
+    od::json_type et;
+    if (el.get(ev) || ev.type().get(et)) return bad_field("prompt", "is not valid JSON");
+    const std::string field = "prompt[" + std::to_string(i) + "]";
+    if (!shape) shape = et;
+    if (et != *shape) return bad_field(field, std::string("does not match prompt[0]: the prompt ") + kShape);
+    if (et == od::json_type::number) {
+      int64_t id = 0;
+      if (auto e = read_int(ev, field, 0, std::numeric_limits<int32_t>::max(), id)) return e;
+      ids.ids.push_back(int32_t(id));
+      ++i;
+      continue;
+    }
+    if (i == size_t(kMaxCompletionPrompts))
+      return bad_field("prompt", "has more than " + std::to_string(kMaxCompletionPrompts) +
+                                     " prompts; send them in several requests");
+    CompletionPrompt p;
+    if (et == od::json_type::string) {
+      if (auto e = read_string(ev, field, p.text)) return e;
+    } else if (et == od::json_type::array) {
+      od::array inner;
+      if (ev.get_array().get(inner)) return bad_field(field, "is not valid JSON");
+      if (auto e = read_token_ids(inner, field, p.ids)) return e;
+      p.is_ids = true;
+    } else {
+      return bad_field(field, std::string("is not valid here: the prompt ") + kShape);
+    }
+    out.push_back(std::move(p));
+    ++i;
+  }
+  if (i == 0) return bad_field("prompt", "must not be empty");
+  if (shape == od::json_type::number) out.push_back(std::move(ids));
+  return std::nullopt;
 }
 
 }  // namespace
@@ -311,58 +383,7 @@ MaybeError parse_completion_request(std::string_view body, CompletionRequest& ou
     if (handled) return std::nullopt;
     if (key == "prompt") {
       have_prompt = true;
-      od::json_type t;
-      if (v.type().get(t)) return bad_field("prompt", "is not valid JSON");
-      if (t == od::json_type::string) return read_string(v, "prompt", out.prompt_text);
-      if (t != od::json_type::array) return bad_field("prompt", "must be a string or an array of token ids");
-      od::array arr;
-      if (v.get_array().get(arr)) return bad_field("prompt", "is not valid JSON");
-      size_t i = 0;
-      bool nested = false;  // [[ids]]
-      for (auto el : arr) {
-        JsonValue ev;
-        if (el.get(ev)) return bad_field("prompt", "is not valid JSON");
-        od::json_type et;
-        if (ev.type().get(et)) return bad_field("prompt", "is not valid JSON");
-        if (et == od::json_type::string && i == 0) {
-          // A one-element list of strings is the same as the string (batches of prompts: use n or
-          // separate requests).
-          if (auto e = read_string(ev, "prompt[0]", out.prompt_text)) return e;
-          ++i;
-          continue;
-        }
-        if (et == od::json_type::array && i == 0) {
-          // So is a one-element list of token-id lists (what evaluation harnesses send).
-          od::array ids;
-          if (ev.get_array().get(ids)) return bad_field("prompt", "is not valid JSON");
-          size_t j = 0;
-          for (auto idv : ids) {
-            JsonValue x;
-            if (idv.get(x)) return bad_field("prompt", "is not valid JSON");
-            int64_t id = 0;
-            if (auto e = read_int(x, "prompt[0][" + std::to_string(j++) + "]", 0,
-                                  std::numeric_limits<int32_t>::max(), id))
-              return e;
-            out.prompt_ids.push_back(int32_t(id));
-          }
-          out.prompt_is_ids = true;
-          nested = true;
-          ++i;
-          continue;
-        }
-        if (nested) return bad_field("prompt", "only one prompt per request is supported");
-        int64_t id = 0;
-        if (auto e =
-                read_int(ev, "prompt[" + std::to_string(i) + "]", 0, std::numeric_limits<int32_t>::max(), id))
-          return e;
-        out.prompt_ids.push_back(int32_t(id));
-        out.prompt_is_ids = true;
-        ++i;
-      }
-      if (out.prompt_is_ids && !out.prompt_text.empty())
-        return bad_field("prompt", "must be a string or an array of token ids, not both");
-      if (i > 1 && !out.prompt_is_ids) return bad_field("prompt", "only one prompt per request is supported");
-      return std::nullopt;
+      return parse_prompts(v, out.prompts);
     }
     if (is_null(v)) return std::nullopt;
     if (key == "echo") return read_bool(v, "echo", out.echo);
@@ -675,7 +696,7 @@ namespace {
 class CompletionFormatter final : public ResponseFormatter {
  public:
   CompletionFormatter(const CompletionRequest& req, std::string model, const Tokenizer& tok,
-                      std::string prompt_text, std::vector<int32_t> prompt_ids)
+                      std::vector<std::string> prompt_texts, std::vector<std::vector<int32_t>> prompt_ids)
       : stream_(req.common.stream),
         include_usage_(req.common.include_usage),
         logprobs_(req.logprobs >= 0),
@@ -683,11 +704,13 @@ class CompletionFormatter final : public ResponseFormatter {
         prompt_only_(req.prompt_only),
         model_(std::move(model)),
         tok_(tok),
-        prompt_(std::move(prompt_text)),
+        prompts_(std::move(prompt_texts)),
+        per_prompt_(std::max(1, req.common.n)),
         id_(random_id("cmpl-")),
         created_(int64_t(std::time(nullptr))),
-        choices_(size_t(req.common.n)),
-        prompt_ids_(std::move(prompt_ids)) {}
+        choices_(prompts_.size() * size_t(per_prompt_)),
+        prompt_ids_(std::move(prompt_ids)),
+        prompt_sent_(prompts_.size(), false) {}
 
   bool streaming() const override { return stream_; }
 
@@ -696,20 +719,22 @@ class CompletionFormatter final : public ResponseFormatter {
     if (!stream_ || !echo_ || logprobs_) return {};
     std::string out;
     for (size_t c = 0; c < choices_.size(); ++c)
-      append_sse(out, chunk(int(c), prompt_, nullptr, nullptr, choices_[c].offset));
+      append_sse(out, chunk(int(c), prompt_of(c), nullptr, nullptr, choices_[c].offset));
     return out;
   }
 
   std::string on_deltas(const std::vector<ChoiceDelta>& deltas, const Generation& g) override {
     std::string out;
-    if (stream_ && echo_ && logprobs_ && !prompt_sent_ && !deltas.empty()) {
-      prompt_sent_ = true;  // every prompt logprob arrived before the first delta
-      const std::vector<TokenInfo> prompt = prompt_entries(g);
-      for (size_t c = 0; c < choices_.size(); ++c)
-        append_sse(out, chunk(int(c), prompt_, nullptr, &prompt, choices_[c].offset, /*prompt_first=*/true));
-    }
     for (const auto& d : deltas) {
       auto& ch = choices_[size_t(d.choice)];
+      const size_t p = size_t(d.choice / per_prompt_);
+      if (stream_ && echo_ && logprobs_ && !prompt_sent_[p]) {
+        prompt_sent_[p] = true;  // every logprob of prompt p arrived before its first delta
+        const std::vector<TokenInfo> prompt = prompt_entries(g, p);
+        for (size_t c = p * size_t(per_prompt_); c < (p + 1) * size_t(per_prompt_); ++c)
+          append_sse(out,
+                     chunk(int(c), prompts_[p], nullptr, &prompt, choices_[c].offset, /*prompt_first=*/true));
+      }
       if (prompt_only_) {  // the engine's one token is not part of the answer
         if (d.finish == FinishReason::none) continue;
         ch.finish = FinishReason::length;
@@ -749,11 +774,11 @@ class CompletionFormatter final : public ResponseFormatter {
     w.key("choices").begin_array();
     for (size_t c = 0; c < choices_.size(); ++c) {
       auto& ch = choices_[c];
-      w.begin_object().key("index").value(int(c)).key("text").value(echo_ ? prompt_ + ch.text : ch.text);
+      w.begin_object().key("index").value(int(c)).key("text").value(echo_ ? prompt_of(c) + ch.text : ch.text);
       w.key("logprobs");
       if (logprobs_ && echo_) {
         // The prompt's tokens first (the first has no logprob), then the generated ones.
-        std::vector<TokenInfo> all = prompt_entries(g);
+        std::vector<TokenInfo> all = prompt_entries(g, c / size_t(per_prompt_));
         all.insert(all.end(), ch.tokens.begin(), ch.tokens.end());
         size_t offset = 0;
         write_logprobs(w, all, offset, /*prompt_first=*/true);
@@ -793,12 +818,14 @@ class CompletionFormatter final : public ResponseFormatter {
     w.key("created").value(created_).key("model").value(model_);
   }
 
-  // The echoed prompt's entries: its first token (no logprob), then each later one's
+  const std::string& prompt_of(size_t choice) const { return prompts_[choice / size_t(per_prompt_)]; }
+
+  // Prompt p's echoed entries: its first token (no logprob), then each later one's
   // (Generation::prompt_logprobs).
-  std::vector<TokenInfo> prompt_entries(const Generation& g) const {
+  std::vector<TokenInfo> prompt_entries(const Generation& g, size_t p) const {
     std::vector<TokenInfo> e;
-    if (!prompt_ids_.empty()) e.push_back(TokenInfo{prompt_ids_[0], 0, {}});
-    e.insert(e.end(), g.prompt_logprobs().begin(), g.prompt_logprobs().end());
+    if (p < prompt_ids_.size() && !prompt_ids_[p].empty()) e.push_back(TokenInfo{prompt_ids_[p][0], 0, {}});
+    e.insert(e.end(), g.prompt_logprobs(int(p)).begin(), g.prompt_logprobs(int(p)).end());
     return e;
   }
 
@@ -859,21 +886,22 @@ class CompletionFormatter final : public ResponseFormatter {
   bool stream_, include_usage_, logprobs_, echo_, prompt_only_;
   std::string model_;
   const Tokenizer& tok_;
-  std::string prompt_;
+  std::vector<std::string> prompts_;  // each prompt's text (echo)
+  int per_prompt_;                    // choices per prompt (n)
   std::string id_;
   int64_t created_;
   std::vector<CompletionChoice> choices_;
-  std::vector<int32_t> prompt_ids_;  // echo with logprobs: the prompt's tokens
-  bool prompt_sent_ = false;         // streaming: the echoed prompt's chunk went out
+  std::vector<std::vector<int32_t>> prompt_ids_;  // echo with logprobs: each prompt's tokens
+  std::vector<bool> prompt_sent_;                 // streaming: prompt p's echoed chunks went out
 };
 
 }  // namespace
 
 std::unique_ptr<ResponseFormatter> make_completion_formatter(const CompletionRequest& req,
                                                              const std::string& model, const Tokenizer& tok,
-                                                             std::string prompt_text,
-                                                             std::vector<int32_t> prompt_ids) {
-  return std::make_unique<CompletionFormatter>(req, model, tok, std::move(prompt_text),
+                                                             std::vector<std::string> prompt_texts,
+                                                             std::vector<std::vector<int32_t>> prompt_ids) {
+  return std::make_unique<CompletionFormatter>(req, model, tok, std::move(prompt_texts),
                                                std::move(prompt_ids));
 }
 

@@ -44,11 +44,21 @@ struct ChatRequest {
   std::string template_kwargs_json;  // chat_template_kwargs: extra template variables; "" when none
 };
 
+// One prompt of a completions request: text, or token ids.
+struct CompletionPrompt {
+  std::string text;
+  std::vector<int32_t> ids;
+  bool is_ids = false;
+};
+
+// Prompts one completions request may carry (a list of them: lm-evaluation-harness batches).
+constexpr int kMaxCompletionPrompts = 256;
+
 struct CompletionRequest {
   CommonParams common;
-  std::string prompt_text;
-  std::vector<int32_t> prompt_ids;
-  bool prompt_is_ids = false;
+  // `prompt`: a string, a list of token ids, or a list of either (one choice set per prompt, in
+  // order: choice p * n + j is prompt p's j-th).
+  std::vector<CompletionPrompt> prompts;
   bool echo = false;
   int logprobs = -1;  // completions API: number of top logprobs, -1 = off
   // max_tokens 0 with echo (as vLLM takes it): the prompt alone, with its logprobs when asked; the
@@ -74,12 +84,12 @@ MaybeError parse_template_kwargs(JsonValue& v, std::string& kwargs_json);
 // `reasoning` splits think-block text off the answer (reasoning_content); default: off.
 std::unique_ptr<ResponseFormatter> make_chat_formatter(const ChatRequest& req, const std::string& model,
                                                        const Tokenizer& tok, ReasoningMode reasoning = {});
-// echo with logprobs: prompt_ids are the prompt's tokens, whose logprobs (Generation::prompt_logprobs,
-// from GenerationSpec::prompt_logprobs) the choices' logprobs start with.
-std::unique_ptr<ResponseFormatter> make_completion_formatter(const CompletionRequest& req,
-                                                             const std::string& model, const Tokenizer& tok,
-                                                             std::string prompt_text,
-                                                             std::vector<int32_t> prompt_ids = {});
+// prompt_texts: each prompt's text (echo). With echo and logprobs, prompt_ids are each prompt's
+// tokens, whose logprobs (Generation::prompt_logprobs, from GenerationSpec::prompt_logprobs) the
+// choices' logprobs start with; empty otherwise.
+std::unique_ptr<ResponseFormatter> make_completion_formatter(
+    const CompletionRequest& req, const std::string& model, const Tokenizer& tok,
+    std::vector<std::string> prompt_texts, std::vector<std::vector<int32_t>> prompt_ids = {});
 
 // {"object":"list","data":[{"id","object":"model","created","owned_by","max_model_len"}]}
 std::string models_body(const std::string& model, int64_t max_model_len);

@@ -167,26 +167,38 @@ RouteResult completions(const HttpRequest& req, ServerState& st) {
   if (auto e = check_model(cr.common.model, st)) return error(*e, Dialect::openai);
   GenerationJob job;
   job.spec = spec_from(cr.common);
-  std::string prompt_text = cr.prompt_text;
-  if (cr.prompt_is_ids) {
-    const int32_t vocab = st.tokenizer->vocab_size();
-    for (size_t i = 0; i < cr.prompt_ids.size(); ++i)
-      if (cr.prompt_ids[i] >= vocab)
-        return error(bad_field("prompt[" + std::to_string(i) + "]",
-                               "token id " + std::to_string(cr.prompt_ids[i]) +
-                                   " is outside the vocabulary (size " + std::to_string(vocab) + ")"),
-                     Dialect::openai);
-    job.spec.prompt = cr.prompt_ids;
-    if (cr.echo) prompt_text = st.tokenizer->decode(cr.prompt_ids, false);
-  } else {
-    job.spec.prompt = st.tokenizer->encode(cr.prompt_text, true);
+  const bool several = cr.prompts.size() > 1;
+  std::vector<std::string> texts;
+  std::vector<std::vector<int32_t>> prompts;
+  const int32_t vocab = st.tokenizer->vocab_size();
+  for (size_t p = 0; p < cr.prompts.size(); ++p) {
+    const CompletionPrompt& cp = cr.prompts[p];
+    const std::string field = several ? "prompt[" + std::to_string(p) + "]" : "prompt";
+    std::vector<int32_t> ids;
+    if (cp.is_ids) {
+      for (size_t i = 0; i < cp.ids.size(); ++i)
+        if (cp.ids[i] >= vocab)
+          return error(bad_field(field + "[" + std::to_string(i) + "]",
+                                 "token id " + std::to_string(cp.ids[i]) +
+                                     " is outside the vocabulary (size " + std::to_string(vocab) + ")"),
+                       Dialect::openai);
+      ids = cp.ids;
+      texts.push_back(cr.echo ? st.tokenizer->decode(cp.ids, false) : std::string());
+    } else {
+      ids = st.tokenizer->encode(cp.text, true);
+      texts.push_back(cp.text);
+    }
+    if (ids.empty()) return error(bad_field(field, "must not be empty"), Dialect::openai);
+    prompts.push_back(std::move(ids));
   }
-  if (job.spec.prompt.empty()) return error(bad_field("prompt", "must not be empty"), Dialect::openai);
   // echo with logprobs: the legacy API reports the prompt tokens' logprobs too (a loglikelihood).
   const bool prompt_logprobs = cr.echo && cr.logprobs >= 0;
   if (prompt_logprobs) job.spec.prompt_logprobs = cr.logprobs;
-  job.fmt = make_completion_formatter(cr, st.model_name, *st.tokenizer, prompt_text,
-                                      prompt_logprobs ? job.spec.prompt : std::vector<int32_t>{});
+  job.fmt = make_completion_formatter(cr, st.model_name, *st.tokenizer, std::move(texts),
+                                      prompt_logprobs ? prompts : std::vector<std::vector<int32_t>>{});
+  job.spec.prompt = std::move(prompts.front());
+  job.spec.more_prompts.assign(std::make_move_iterator(prompts.begin() + 1),
+                               std::make_move_iterator(prompts.end()));
   if (auto e = validate_common(cr.common)) return error(*e, Dialect::openai);
   if (auto e = take_slot(st, job)) return error(*e, Dialect::openai);
   return RouteResult{{}, std::move(job)};

@@ -13,47 +13,68 @@ EnginePort engine_port(Engine& engine) {
 }
 
 Result<std::unique_ptr<Generation>> Generation::start(Engine& engine, const Tokenizer& tok,
-                                                      GenerationSpec spec, std::function<void()> notify,
+                                                      GenerationSpec spec,
+                                                      const std::function<void()>& notify,
                                                       GenerationObserver* observer) {
-  return start(engine_port(engine), tok, std::move(spec), std::move(notify), observer);
+  return start(engine_port(engine), tok, std::move(spec), notify, observer);
 }
 
 Result<std::unique_ptr<Generation>> Generation::start(EnginePort engine, const Tokenizer& tok,
-                                                      GenerationSpec spec, std::function<void()> notify,
+                                                      GenerationSpec spec,
+                                                      const std::function<void()>& notify,
                                                       GenerationObserver* observer) {
-  if (spec.prompt.empty()) return invalid_argument("the prompt is empty");
+  std::vector<std::vector<int32_t>> prompts;
+  prompts.reserve(1 + spec.more_prompts.size());
+  prompts.push_back(std::move(spec.prompt));
+  for (auto& p : spec.more_prompts) prompts.push_back(std::move(p));
   const int64_t ctx = engine.context_window;
-  const int64_t room = ctx - int64_t(spec.prompt.size());
-  if (room < 1)
-    return invalid_argument("the prompt has " + std::to_string(spec.prompt.size()) +
-                            " tokens, the model's context window is " + std::to_string(ctx));
-  Request req;
-  req.prompt = std::move(spec.prompt);
-  req.sampling = spec.sampling;
-  // Ask for no more than the context window can hold (a client's max_tokens is an upper bound).
-  req.max_tokens = int(spec.max_tokens > 0 ? std::min<int64_t>(spec.max_tokens, room) : room);
-  req.n = spec.n;
-  req.stop_ids = std::move(spec.stop_ids);
-  req.ignore_eos = spec.ignore_eos;
-  req.prompt_logprobs = spec.prompt_logprobs;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    const std::string which = prompts.size() > 1 ? "prompt " + std::to_string(p) : "the prompt";
+    if (prompts[p].empty()) return invalid_argument(which + " is empty");
+    if (ctx - int64_t(prompts[p].size()) < 1)
+      return invalid_argument(which + " has " + std::to_string(prompts[p].size()) +
+                              " tokens, the model's context window is " + std::to_string(ctx));
+  }
+  Constraint constraint;
   if (spec.constraint.kind != ConstraintKind::none) {
     auto g = structured::compile_constraint(spec.constraint.kind, spec.constraint.source, tok,
                                             spec.constraint.grammar);
     if (!g.ok()) return g.status();
-    req.constraint = {spec.constraint.kind, std::move(g).value()};
+    constraint = {spec.constraint.kind, std::move(g).value()};
   }
-  req.notify = std::move(notify);
-  const int prompt_tokens = int(req.prompt.size());
-
-  auto stream = engine.submit(std::move(req));
-  // Nothing was submitted: nothing to cancel and nothing to report.
-  if (!stream.ok()) return stream.status();
 
   std::unique_ptr<Generation> g(new Generation(std::move(engine)));
-  g->stream_ = std::move(stream).value();
-  g->prompt_tokens_ = prompt_tokens;
+  g->per_prompt_ = std::max(1, spec.n);
+  for (auto& prompt : prompts) {
+    Request req;
+    const int64_t room = ctx - int64_t(prompt.size());
+    req.prompt = std::move(prompt);
+    req.sampling = spec.sampling;
+    // Ask for no more than the context window can hold (a client's max_tokens is an upper bound).
+    req.max_tokens = int(spec.max_tokens > 0 ? std::min<int64_t>(spec.max_tokens, room) : room);
+    req.n = spec.n;
+    req.stop_ids = spec.stop_ids;
+    req.ignore_eos = spec.ignore_eos;
+    req.prompt_logprobs = spec.prompt_logprobs;
+    req.constraint = constraint;
+    req.notify = notify;  // one hook for all the prompts
+    const int prompt_tokens = int(req.prompt.size());
+    auto stream = g->engine_.submit(std::move(req));
+    if (!stream.ok()) {
+      // Nothing of this request runs: the prompts already submitted are taken back, and nothing
+      // is reported to the observer.
+      for (auto& s : g->streams_) g->cancel_stream(s);
+      g->streams_.clear();
+      return stream.status();
+    }
+    PromptStream s;
+    s.stream = std::move(stream).value();
+    s.prompt_tokens = prompt_tokens;
+    s.open_choices = g->per_prompt_;
+    g->streams_.push_back(std::move(s));
+  }
   g->start_ = Clock::now();
-  g->choices_.resize(size_t(std::max(1, spec.n)));
+  g->choices_.resize(g->streams_.size() * size_t(g->per_prompt_));
   for (auto& c : g->choices_) {
     c.detok = std::make_unique<IncrementalDetokenizer>(tok, /*skip_special_tokens=*/true);
     c.stop = StopMatcher(spec.stop);
@@ -64,14 +85,26 @@ Result<std::unique_ptr<Generation>> Generation::start(EnginePort engine, const T
 }
 
 Generation::~Generation() {
-  if (!finished() || (!stream_.done() && !cancelled_)) cancel();
-  if (observer_) observer_->on_end(finished(), std::chrono::duration<double>(Clock::now() - start_).count());
+  for (auto& s : streams_)
+    if (s.open_choices > 0 || !s.stream.done()) cancel_stream(s);
+  if (observer_ && !streams_.empty())
+    observer_->on_end(finished(), std::chrono::duration<double>(Clock::now() - start_).count());
+}
+
+void Generation::cancel_stream(PromptStream& s) {
+  if (s.cancelled) return;
+  s.cancelled = true;
+  engine_.cancel(s.stream.id());
 }
 
 void Generation::cancel() {
-  if (cancelled_) return;
-  cancelled_ = true;
-  engine_.cancel(stream_.id());
+  for (auto& s : streams_) cancel_stream(s);
+}
+
+int Generation::prompt_tokens() const {
+  int t = 0;
+  for (const auto& s : streams_) t += s.prompt_tokens;
+  return t;
 }
 
 int Generation::completion_tokens() const {
@@ -98,41 +131,47 @@ void Generation::finish_choice(int c, FinishReason reason, std::vector<ChoiceDel
   out.push_back(std::move(d));
   ch.done = true;
   ++finished_count_;
-  // Every choice has ended on our side (stop strings): the engine can stop computing.
-  if (finished() && !stream_.done()) cancel();
+  // Every choice of this prompt has ended on our side (stop strings): the engine can stop computing.
+  PromptStream& s = streams_[size_t(prompt_of(c))];
+  if (--s.open_choices == 0 && !s.stream.done()) cancel_stream(s);
 }
 
 bool Generation::pump(std::vector<ChoiceDelta>& out) {
   TokenEvent ev;
-  while (!finished() && stream_.poll(ev)) {
-    if (ev.prompt) {
-      prompt_logprobs_.push_back(TokenInfo{ev.token, ev.logprob, std::move(ev.top)});
-      continue;
-    }
-    if (ev.choice < 0 || ev.choice >= int(choices_.size())) continue;
-    ChoiceText& ch = choices_[size_t(ev.choice)];
-    if (ch.done) continue;
-    if (ev.token >= 0) {
-      const auto now = Clock::now();
-      if (observer_)
-        observer_->on_token(
-            !first_token_seen_,
-            std::chrono::duration<double>(now - (first_token_seen_ ? last_token_ : start_)).count());
-      first_token_seen_ = true;
-      last_token_ = now;
-      ++ch.tokens;
-      ChoiceDelta d;
-      d.choice = ev.choice;
-      d.text = ch.stop.push(ch.detok->push(ev.token));
-      d.tokens.push_back(TokenInfo{ev.token, ev.logprob, std::move(ev.top)});
-      const bool stopped = ch.stop.matched();
-      out.push_back(std::move(d));
-      if (stopped) {
-        finish_choice(ev.choice, FinishReason::stop, out);
+  for (size_t p = 0; p < streams_.size(); ++p) {
+    PromptStream& s = streams_[p];
+    const int base = int(p) * per_prompt_;
+    while (s.open_choices > 0 && s.stream.poll(ev)) {
+      if (ev.prompt) {
+        s.prompt_logprobs.push_back(TokenInfo{ev.token, ev.logprob, std::move(ev.top)});
         continue;
       }
+      if (ev.choice < 0 || ev.choice >= per_prompt_) continue;
+      const int c = base + ev.choice;
+      ChoiceText& ch = choices_[size_t(c)];
+      if (ch.done) continue;
+      if (ev.token >= 0) {
+        const auto now = Clock::now();
+        if (observer_)
+          observer_->on_token(
+              !first_token_seen_,
+              std::chrono::duration<double>(now - (first_token_seen_ ? last_token_ : start_)).count());
+        first_token_seen_ = true;
+        last_token_ = now;
+        ++ch.tokens;
+        ChoiceDelta d;
+        d.choice = c;
+        d.text = ch.stop.push(ch.detok->push(ev.token));
+        d.tokens.push_back(TokenInfo{ev.token, ev.logprob, std::move(ev.top)});
+        const bool stopped = ch.stop.matched();
+        out.push_back(std::move(d));
+        if (stopped) {
+          finish_choice(c, FinishReason::stop, out);
+          continue;
+        }
+      }
+      if (ev.finish != FinishReason::none) finish_choice(c, ev.finish, out, ev.error);
     }
-    if (ev.finish != FinishReason::none) finish_choice(ev.choice, ev.finish, out, ev.error);
   }
   return finished();
 }

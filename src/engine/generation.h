@@ -23,6 +23,9 @@ class Engine;
 
 struct GenerationSpec {
   std::vector<int32_t> prompt;
+  // Further prompts with the same parameters (a completions request with a list of prompts): each
+  // is its own engine request, and prompt p's choice j is the generation's choice p * n + j.
+  std::vector<std::vector<int32_t>> more_prompts;
   SamplingParams sampling;
   int max_tokens = 0;  // 0: what is left of the context window; larger values are capped to it
   int n = 1;
@@ -75,10 +78,10 @@ class Generation {
   // nothing reported to the observer, with invalid_argument (bad prompt / params) or
   // resource_exhausted (queue full), or whatever else submit fails with.
   static Result<std::unique_ptr<Generation>> start(EnginePort engine, const Tokenizer& tok,
-                                                   GenerationSpec spec, std::function<void()> notify,
+                                                   GenerationSpec spec, const std::function<void()>& notify,
                                                    GenerationObserver* observer = nullptr);
   static Result<std::unique_ptr<Generation>> start(Engine& engine, const Tokenizer& tok, GenerationSpec spec,
-                                                   std::function<void()> notify,
+                                                   const std::function<void()>& notify,
                                                    GenerationObserver* observer = nullptr);
   ~Generation();  // cancels in the engine if still running (the consumer is gone)
   Generation(const Generation&) = delete;
@@ -89,14 +92,18 @@ class Generation {
   void cancel();
   bool finished() const { return finished_count_ == int(choices_.size()); }
 
-  int n() const { return int(choices_.size()); }
-  int prompt_tokens() const { return prompt_tokens_; }
-  // Request::prompt_logprobs: one per prompt token after the first, in order, as they arrived (all
-  // of them before the first delta of any choice).
-  const std::vector<TokenInfo>& prompt_logprobs() const { return prompt_logprobs_; }
+  int n() const { return int(choices_.size()); }  // all prompts' choices
+  int prompts() const { return int(streams_.size()); }
+  int prompt_of(int choice) const { return choice / per_prompt_; }
+  int prompt_tokens() const;  // all prompts
+  // Request::prompt_logprobs of prompt p: one per prompt token after the first, in order, as they
+  // arrived (all of them before the first delta of any of p's choices).
+  const std::vector<TokenInfo>& prompt_logprobs(int p = 0) const {
+    return streams_[size_t(p)].prompt_logprobs;
+  }
   int completion_tokens() const;  // all choices
   int completion_tokens(int choice) const { return choices_[size_t(choice)].tokens; }
-  RequestId id() const { return stream_.id(); }
+  RequestId id() const { return streams_.front().stream.id(); }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -108,15 +115,22 @@ class Generation {
     int tokens = 0;
     bool done = false;
   };
+  // One prompt's engine request.
+  struct PromptStream {
+    Stream stream;
+    int prompt_tokens = 0;
+    std::vector<TokenInfo> prompt_logprobs;
+    int open_choices = 0;  // not yet finished on our side
+    bool cancelled = false;
+  };
   void finish_choice(int c, FinishReason reason, std::vector<ChoiceDelta>& out, std::string error = {});
+  void cancel_stream(PromptStream& s);
 
   EnginePort engine_;
-  Stream stream_;
+  std::vector<PromptStream> streams_;
+  int per_prompt_ = 1;  // choices per prompt (n)
   std::vector<ChoiceText> choices_;
   int finished_count_ = 0;
-  int prompt_tokens_ = 0;
-  std::vector<TokenInfo> prompt_logprobs_;
-  bool cancelled_ = false;
   GenerationObserver* observer_ = nullptr;
   Clock::time_point start_, last_token_;
   bool first_token_seen_ = false;

@@ -280,3 +280,108 @@ TEST_CASE("engine errors end the choice with their message", "[unit]") {
   CHECK(ds[0].error == "backend failed");
   CHECK(fe.cancels.empty());
 }
+
+// Several prompts (a completions request with a list of them): an engine request each.
+TEST_CASE("several prompts: a request each, choices prompt-major, usage summed, refusals taken back",
+          "[unit]") {
+  std::vector<std::shared_ptr<RequestState>> states;
+  std::vector<Request> submitted;
+  std::vector<RequestId> cancels;
+  size_t refuse_at = 100;  // the submit with this index fails
+  EnginePort port{[&](Request r) -> Result<Stream> {
+                    if (states.size() == refuse_at) return resource_exhausted("the request queue is full");
+                    const RequestId id = 100 + RequestId(states.size());
+                    states.push_back(std::make_shared<RequestState>(id, r.n, int(r.prompt.size()), 4096));
+                    submitted.push_back(std::move(r));
+                    return Stream(states.back());
+                  },
+                  [&](RequestId id) { cancels.push_back(id); }, 1000};
+  auto s = spec(2, {"XY"});
+  s.more_prompts = {{4, 5}, {6}};
+  s.prompt_logprobs = 1;
+  auto push = [&](size_t p, int choice, int32_t token, FinishReason f = FinishReason::none,
+                  bool prompt = false) {
+    TokenEvent ev;
+    ev.token = token;
+    ev.choice = choice;
+    ev.finish = f;
+    ev.prompt = prompt;
+    ev.logprob = -float(token);
+    const bool pushed = states[p]->push(std::move(ev));
+    REQUIRE(pushed);
+  };
+
+  SECTION("choices and usage") {
+    CountingObserver obs;
+    auto g = Generation::start(
+                 port, tok(), s, [] {}, &obs)
+                 .value();
+    REQUIRE(submitted.size() == 3);
+    CHECK(submitted[1].prompt == std::vector<int32_t>{4, 5});
+    CHECK(submitted[2].prompt == std::vector<int32_t>{6});
+    for (const auto& r : submitted) {
+      CHECK(r.n == 2);
+      CHECK(r.max_tokens == 50);
+      CHECK(r.prompt_logprobs == 1);
+    }
+    CHECK(g->n() == 6);
+    CHECK(g->prompts() == 3);
+    CHECK(g->prompt_of(3) == 1);
+    CHECK(g->prompt_tokens() == 6);
+    // Prompt logprobs land with their prompt; tokens with prompt p's choice p * 2 + j.
+    push(1, 0, 5, FinishReason::none, /*prompt=*/true);
+    const auto a = tok().encode("ab", false), xy = tok().encode("XY", false);
+    push(2, 1, a[0]);
+    push(1, 0, a[0]);
+    push(1, 1, xy[0]);
+    push(1, 1, xy[1]);  // choice 3 meets its stop string
+    push(1, 0, a[1], FinishReason::length);
+    Collected got{std::vector<std::string>(6), std::vector<FinishReason>(6, FinishReason::none),
+                  std::vector<std::string>(6)};
+    std::vector<ChoiceDelta> ds;
+    collect(*g, ds, got);
+    REQUIRE(g->prompt_logprobs(1).size() == 1);
+    CHECK(g->prompt_logprobs(1)[0].id == 5);
+    CHECK(g->prompt_logprobs(0).empty());
+    CHECK(got.text[5] == "a");
+    CHECK(got.text[2] == "ab");
+    CHECK(got.finish[2] == FinishReason::length);
+    CHECK(got.finish[3] == FinishReason::stop);
+    CHECK(got.stop_string[3] == "XY");
+    // Prompt 1's choices are over on our side: its request (only) is cancelled.
+    CHECK(cancels == std::vector<RequestId>{101});
+    CHECK_FALSE(g->finished());
+    for (size_t p : {size_t(0), size_t(2)})
+      for (int c = 0; c < 2; ++c) push(p, c, -1, FinishReason::stop);
+    collect(*g, ds, got);
+    CHECK(g->finished());
+    CHECK(g->completion_tokens() == 5);
+    g.reset();
+    CHECK(cancels == std::vector<RequestId>{101});  // the others ended in the engine
+    CHECK(obs.starts == 1);
+    CHECK(obs.ends == 1);
+    CHECK(obs.complete);
+    CHECK(obs.firsts == 1);
+  }
+  SECTION("a refused submit takes back the prompts already submitted and reports nothing") {
+    refuse_at = 2;
+    CountingObserver obs;
+    auto g = Generation::start(
+        port, tok(), s, [] {}, &obs);
+    REQUIRE_FALSE(g.ok());
+    CHECK(g.status().code() == ErrorCode::resource_exhausted);
+    CHECK(cancels == std::vector<RequestId>{100, 101});
+    CHECK(obs.starts == 0);
+    CHECK(obs.ends == 0);
+  }
+  SECTION("a prompt past the context window is refused before anything is submitted") {
+    s.more_prompts[1].assign(1000, 7);
+    auto g = Generation::start(port, tok(), s, [] {});
+    REQUIRE_FALSE(g.ok());
+    CHECK(g.status().code() == ErrorCode::invalid_argument);
+    CHECK(g.status().message().find("prompt 2 has 1000 tokens") != std::string::npos);
+    CHECK(submitted.empty());
+    s.more_prompts[1].clear();
+    CHECK(Generation::start(port, tok(), s, [] {}).status().message() == "prompt 2 is empty");
+  }
+}

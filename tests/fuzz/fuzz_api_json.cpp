@@ -58,9 +58,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       auto e = parse_completion_request(body, r);
       require_error_message(e);
       if (e) break;
-      if (!r.prompt_is_ids && !r.prompt_ids.empty()) std::abort();
-      for (int32_t id : r.prompt_ids)
-        if (id < 0) std::abort();  // ids are checked against the vocabulary later, by value
+      if (r.prompts.empty() || r.prompts.size() > size_t(kMaxCompletionPrompts)) std::abort();
+      for (const auto& p : r.prompts) {
+        if (!p.is_ids && !p.ids.empty()) std::abort();
+        for (int32_t id : p.ids)
+          if (id < 0) std::abort();  // ids are checked against the vocabulary later, by value
+      }
       require_error_message(validate_common(r.common));
       break;
     }

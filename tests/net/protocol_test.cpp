@@ -100,7 +100,9 @@ TEST_CASE("malformed JSON and non-objects are 400s without a field", "[unit]") {
 TEST_CASE("completion prompts: a string or token ids", "[unit]") {
   CompletionRequest a;
   REQUIRE_FALSE(parse_completion_request(R"({"prompt": "abc", "echo": true, "logprobs": null})", a));
-  CHECK(a.prompt_text == "abc");
+  REQUIRE(a.prompts.size() == 1);
+  CHECK(a.prompts[0].text == "abc");
+  CHECK_FALSE(a.prompts[0].is_ids);
   CHECK(a.echo);
   CHECK(a.logprobs == -1);
   CompletionRequest lp;
@@ -119,25 +121,51 @@ TEST_CASE("completion prompts: a string or token ids", "[unit]") {
   REQUIRE_FALSE(parse_completion_request(R"({"prompt": "abc", "max_tokens": 3})", three));
   CHECK_FALSE(three.prompt_only);
   CHECK(three.common.max_tokens == 3);
-  // One-element lists of token-id lists (what evaluation harnesses send) are the ids; more prompts
-  // are not.
+  // Lists of token-id lists (what evaluation harnesses send): a prompt each.
   CompletionRequest nested;
   REQUIRE_FALSE(parse_completion_request(R"({"prompt": [[4, 5, 6]], "echo": true, "logprobs": 1})", nested));
-  CHECK(nested.prompt_is_ids);
-  CHECK(nested.prompt_ids == std::vector<int32_t>{4, 5, 6});
+  REQUIRE(nested.prompts.size() == 1);
+  CHECK(nested.prompts[0].is_ids);
+  CHECK(nested.prompts[0].ids == std::vector<int32_t>{4, 5, 6});
   CHECK(nested.echo);
-  for (const char* body : {R"({"prompt": [[1], [2]]})", R"({"prompt": [[1], 2]})", R"({"prompt": [[1, -1]]})",
-                           R"({"prompt": [1, [2]]})"}) {
+  CompletionRequest two;
+  REQUIRE_FALSE(parse_completion_request(R"({"prompt": [[4, 5], [6]]})", two));
+  REQUIRE(two.prompts.size() == 2);
+  CHECK(two.prompts[1].ids == std::vector<int32_t>{6});
+  CompletionRequest texts;
+  REQUIRE_FALSE(parse_completion_request(R"({"prompt": ["a", "", "c"]})", texts));
+  REQUIRE(texts.prompts.size() == 3);
+  CHECK(texts.prompts[2].text == "c");
+  CHECK_FALSE(texts.prompts[1].is_ids);
+  // Mixed shapes, bad ids, empty lists: a 400 naming the element.
+  for (auto [body, param] :
+       std::vector<std::pair<const char*, const char*>>{{R"({"prompt": [[1], 2]})", "prompt[1]"},
+                                                        {R"({"prompt": [[1, -1]]})", "prompt[0][1]"},
+                                                        {R"({"prompt": [1, [2]]})", "prompt[1]"},
+                                                        {R"({"prompt": ["a", 1]})", "prompt[1]"},
+                                                        {R"({"prompt": [{"a": 1}]})", "prompt[0]"},
+                                                        {R"({"prompt": [true]})", "prompt[0]"},
+                                                        {R"({"prompt": []})", "prompt"},
+                                                        {R"({"prompt": {"a": 1}})", "prompt"}}) {
     INFO(body);
     CompletionRequest bad;
     auto e = parse_completion_request(body, bad);
     REQUIRE(e);
     CHECK(e->status == 400);
+    CHECK(e->param == param);
   }
+  std::string many = R"({"prompt": [)";
+  for (int i = 0; i <= kMaxCompletionPrompts; ++i) many += std::string(i ? "," : "") + "\"p\"";
+  CompletionRequest too_many;
+  auto over = parse_completion_request(many + "]}", too_many);
+  REQUIRE(over);
+  CHECK(over->param == "prompt");
+  CHECK(over->message.find("more than 256 prompts") != std::string::npos);
   CompletionRequest b;
   REQUIRE_FALSE(parse_completion_request(R"({"prompt": [1, 2, 3]})", b));
-  CHECK(b.prompt_is_ids);
-  CHECK(b.prompt_ids == std::vector<int32_t>{1, 2, 3});
+  REQUIRE(b.prompts.size() == 1);
+  CHECK(b.prompts[0].is_ids);
+  CHECK(b.prompts[0].ids == std::vector<int32_t>{1, 2, 3});
   CompletionRequest c;
   auto e = parse_completion_request(R"({"prompt": [1, -2]})", c);
   REQUIRE(e);

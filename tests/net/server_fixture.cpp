@@ -58,6 +58,18 @@ HttpReply parse_reply(const std::string& raw) {
 
 }  // namespace
 
+std::string ServerProcess::device() const {
+  // "model DIR on cuda:0 (...)" / "model DIR on cpu (...)", on stdout.
+  const std::string out = read_all(log_path_ + ".out");
+  const size_t model = out.find("] model ");
+  if (model == std::string::npos) return {};
+  const size_t on = out.find(" on ", model);
+  const size_t eol = out.find('\n', model);
+  if (on == std::string::npos || on > eol) return {};
+  const size_t end = out.find_first_of(": \n", on + 4);
+  return out.substr(on + 4, end - on - 4);
+}
+
 std::vector<std::string> serve_test_args() {
   std::vector<std::string> args;
   if (const char* more = std::getenv("ASTRAI_TEST_SERVE_ARGS")) {

@@ -30,6 +30,8 @@ class ServerProcess {
   // Sends SIGTERM and waits (bounded); returns the exit status (or -1 on timeout / signal).
   int terminate(std::chrono::seconds wait = std::chrono::seconds(30));
   const std::string& log_path() const { return log_path_; }
+  // The device its model runs on, as `astrai serve` logs it once loaded ("cpu", "cuda"); "" before.
+  std::string device() const;
 
  private:
   pid_t pid_ = -1;
