@@ -25,6 +25,7 @@ std::string random_id(std::string_view prefix) {
 namespace {
 
 constexpr int64_t kMaxTokensLimit = 1 << 30;
+constexpr size_t kMaxStopTokenIds = 256;
 
 MaybeError parse_logit_bias(JsonValue& v, std::vector<std::pair<int32_t, float>>& out) {
   od::object obj;
@@ -164,6 +165,20 @@ MaybeError parse_common_field(std::string_view key, JsonValue& v, CommonParams& 
     return read_bool(v, "stream", c.stream);
   } else if (key == "ignore_eos") {
     return read_bool(v, "ignore_eos", c.ignore_eos);
+  } else if (key == "min_tokens") {
+    if (auto e = read_int(v, "min_tokens", 0, kMaxTokensLimit, i)) return e;
+    s.min_tokens = int(i);
+  } else if (key == "stop_token_ids") {
+    od::array arr;
+    if (v.get_array().get(arr)) return bad_field("stop_token_ids", "must be an array of token ids");
+    c.stop_ids.clear();
+    if (auto e = read_token_ids(arr, "stop_token_ids", c.stop_ids)) return e;
+    if (c.stop_ids.size() > kMaxStopTokenIds)
+      return bad_field("stop_token_ids", "has more than " + std::to_string(kMaxStopTokenIds) + " ids");
+  } else if (key == "include_stop_str_in_output") {
+    return read_bool(v, "include_stop_str_in_output", c.include_stop_str_in_output);
+  } else if (key == "skip_special_tokens") {
+    return read_bool(v, "skip_special_tokens", c.skip_special_tokens);
   } else if (key == "stream_options") {
     od::object o;
     if (v.get_object().get(o)) return bad_field("stream_options", "must be an object");
@@ -186,7 +201,13 @@ MaybeError parse_common_field(std::string_view key, JsonValue& v, CommonParams& 
 MaybeError validate_common(const CommonParams& c) {
   // max_tokens 0 is "not given": the rest of the context window, always at least 1.
   auto e = validate_sampling(c.sampling, c.max_tokens != 0 ? c.max_tokens : 1, c.n, /*vocab_size=*/0);
-  if (!e) return std::nullopt;
+  if (!e) {
+    if (c.max_tokens > 0 && c.sampling.min_tokens > c.max_tokens)
+      return bad_field("min_tokens", "must be at most " + c.max_tokens_key + " (" +
+                                         std::to_string(c.max_tokens) + "), got " +
+                                         std::to_string(c.sampling.min_tokens));
+    return std::nullopt;
+  }
   std::string name = request_field_name(e->field);
   if (e->field == RequestField::max_tokens) name = c.max_tokens_key;
   if (e->field == RequestField::top_logprobs) name = c.top_logprobs_key;

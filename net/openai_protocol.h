@@ -28,6 +28,11 @@ struct CommonParams {
   bool stream = false;
   bool include_usage = false;
   bool ignore_eos = false;  // vLLM extension: keep generating past the end-of-sequence token
+  // vLLM's sampling extensions: more stop ids, the stop string kept in the text, special tokens'
+  // text kept (sampling.min_tokens is the fourth).
+  std::vector<int32_t> stop_ids;
+  bool include_stop_str_in_output = false;
+  bool skip_special_tokens = true;
   // Structured output: response_format, vLLM's structured_outputs / guided_*, llama.cpp's json_schema.
   ConstraintSpec constraint;
   // The dialect's names for canonical fields that have more than one: errors use what the client sent.

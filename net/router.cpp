@@ -103,6 +103,9 @@ GenerationSpec spec_from(const CommonParams& c) {
   s.n = c.n;
   s.stop = c.stop;
   s.ignore_eos = c.ignore_eos;
+  s.stop_ids = c.stop_ids;
+  s.include_stop_str_in_output = c.include_stop_str_in_output;
+  s.skip_special_tokens = c.skip_special_tokens;
   s.constraint = c.constraint;
   return s;
 }

@@ -74,6 +74,8 @@ const ForwardBatch& BatchBuilder::build(const StepPlan& plan, const Tensor& draw
     if (s.matcher.active()) {
       r.matcher = &s.matcher;
       r.stop_ids = &t.mask_stop_ids;
+    } else if (r.index < t.req.sampling.min_tokens) {
+      r.banned = &t.mask_stop_ids;
     }
     samples_.push_back(r);
   }

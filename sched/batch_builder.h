@@ -35,6 +35,9 @@ struct SampleRow {
   // allows where the text is complete.
   const structured::Matcher* matcher = nullptr;
   const std::vector<int32_t>* stop_ids = nullptr;
+  // An unconstrained draw before the choice's min_tokens: the stop ids it may not take (a
+  // constrained one leaves them out of its mask instead).
+  const std::vector<int32_t>* banned = nullptr;
   // A prompt token's logprob (Request::prompt_logprobs) of `prompt_of`: the draw is forced to
   // `forced` (the mask allows it alone; greedy) and reports its raw logprob and alternatives.
   Sequence* prompt_of = nullptr;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 namespace astrai {
 
@@ -16,7 +17,7 @@ void SamplePacker::clear() {
 }
 
 void SamplePacker::add(int src_row, const SamplingParams& p, const PenaltyState* penalties, uint64_t seed,
-                       int choice, int num_choices, int index) {
+                       int choice, int num_choices, int index, std::span<const int32_t> banned) {
   SampleRowParams r;
   r.seed = seed;
   r.src_row = src_row;
@@ -32,6 +33,7 @@ void SamplePacker::add(int src_row, const SamplingParams& p, const PenaltyState*
   r.presence_penalty = p.presence_penalty;
   r.edit_begin = int32_t(edits_.size());
   for (const auto& [t, b] : p.logit_bias) edits_.push_back({t, b, 0, 0});
+  for (int32_t t : banned) edits_.push_back({t, -std::numeric_limits<float>::infinity(), 0, 0});
   r.penalty_begin = int32_t(edits_.size());
   if (penalties && needs_penalties(p)) {
     // One entry per token seen, so that the device can apply them in parallel.

@@ -2,7 +2,7 @@
 // state the penalties read, and the packing of a step's draws into the op's inputs.
 //
 // Order of operations (the way HF transformers' logits processors and vLLM apply them):
-//   1. logit_bias: logits[t] += bias[t]
+//   1. logit_bias: logits[t] += bias[t]; before min_tokens, the stop ids' logits become -infinity
 //   2. repetition penalty p over tokens seen in the prompt or the output (CTRL paper, as HF):
 //        logit > 0 ? logit / p : logit * p
 //      frequency / presence penalties over output tokens only (OpenAI's definition):
@@ -56,9 +56,9 @@ class SamplePacker {
  public:
   void clear();
   // The draws for choices [choice, choice + num_choices) at token index `index` from logits row
-  // `src_row`.
+  // `src_row`; `banned` tokens (min_tokens' stop ids) get a bias of -infinity after logit_bias.
   void add(int src_row, const SamplingParams& p, const PenaltyState* penalties, uint64_t seed, int choice,
-           int num_choices, int index);
+           int num_choices, int index, std::span<const int32_t> banned = {});
   std::span<const SampleRowParams> rows() const { return rows_; }
   std::span<const SampleEdit> edits() const { return edits_; }
   int max_top_logprobs() const { return max_top_; }

@@ -73,8 +73,9 @@ struct Task {
   RequestId id = 0;
   Request req;
   uint64_t seed = 0;
-  // Constrained requests: the ids that end a choice where its text is complete (the model's stop
-  // ids unless ignore_eos, and the request's).
+  // Constrained requests and those with min_tokens: the ids that end a choice (the model's stop ids
+  // unless ignore_eos, and the request's), which a constrained mask allows where the text is
+  // complete and which no draw takes before min_tokens.
   std::vector<int32_t> mask_stop_ids;
   std::shared_ptr<RequestState> state;
   std::vector<std::unique_ptr<Sequence>> seqs;  // seqs[c] is choice c (created at fork for c > 0)

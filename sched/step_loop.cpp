@@ -264,8 +264,8 @@ void StepLoop::drain_commands() {
           seq->penalties = std::make_unique<PenaltyState>();
           seq->penalties->prompt_tokens.insert(seq->tokens.begin(), seq->tokens.end());
         }
-        if (t->req.constraint.grammar) {
-          seq->matcher = structured::Matcher(t->req.constraint.grammar);
+        if (t->req.constraint.grammar) seq->matcher = structured::Matcher(t->req.constraint.grammar);
+        if (t->req.constraint.grammar || t->req.sampling.min_tokens > 0) {
           if (!t->req.ignore_eos) {
             const auto ids = model_stop_ids(runner_.model().config(), opts_);
             t->mask_stop_ids.assign(ids.begin(), ids.end());

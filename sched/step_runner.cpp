@@ -94,7 +94,16 @@ bool StepRunner::fill_masks(std::span<const SampleRow> rows) {
     if (!sr.matcher) continue;
     static const std::vector<int32_t> kNone;
     const std::vector<int32_t>& stop = sr.stop_ids ? *sr.stop_ids : kNone;
-    if (sr.matcher->fill_mask(row, words, stop) == 0) {
+    // Before min_tokens no stop id may be drawn, not even one the grammar spells text with.
+    const bool may_stop = sr.index >= sr.params->min_tokens;
+    int64_t allowed = sr.matcher->fill_mask(row, words, may_stop ? stop : kNone);
+    if (!may_stop)
+      for (int32_t t : stop)
+        if (t >= 0 && t < vocab_ && ((row[t >> 5] >> (t & 31)) & 1u)) {
+          row[t >> 5] &= ~(1u << (t & 31));
+          --allowed;
+        }
+    if (allowed == 0) {
       // No token continues the text (the grammar needs bytes no token has, or ignore_eos at a
       // complete text): let the choice end at an end-of-sequence id rather than draw from nothing.
       for (int32_t t : model_->config().eos_token_ids)
@@ -110,7 +119,8 @@ void StepRunner::start_sample(std::span<const SampleRow> rows) {
   SamplePacker& packer = sl.packer;
   packer.clear();
   for (const SampleRow& row : rows)
-    packer.add(row.logit_row, *row.params, row.penalties, row.seed, row.choice, row.num_choices, row.index);
+    packer.add(row.logit_row, *row.params, row.penalties, row.seed, row.choice, row.num_choices, row.index,
+               row.banned ? std::span<const int32_t>(*row.banned) : std::span<const int32_t>());
   Backend& be = model_->backend();
   const int64_t R = int64_t(packer.rows().size()), E = int64_t(packer.edits().size());
   const int words = packer.out_words();

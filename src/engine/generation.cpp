@@ -76,9 +76,10 @@ Result<std::unique_ptr<Generation>> Generation::start(EnginePort engine, const T
   g->start_ = Clock::now();
   g->choices_.resize(g->streams_.size() * size_t(g->per_prompt_));
   for (auto& c : g->choices_) {
-    c.detok = std::make_unique<IncrementalDetokenizer>(tok, /*skip_special_tokens=*/true);
-    c.stop = StopMatcher(spec.stop);
+    c.detok = std::make_unique<IncrementalDetokenizer>(tok, spec.skip_special_tokens);
+    c.stop = StopMatcher(spec.stop, spec.include_stop_str_in_output);
   }
+  g->min_tokens_ = spec.sampling.min_tokens;
   g->observer_ = observer;
   if (observer) observer->on_start();
   return g;
@@ -161,7 +162,7 @@ bool Generation::pump(std::vector<ChoiceDelta>& out) {
         ++ch.tokens;
         ChoiceDelta d;
         d.choice = c;
-        d.text = ch.stop.push(ch.detok->push(ev.token));
+        d.text = ch.stop.push(ch.detok->push(ev.token), /*may_match=*/ch.tokens >= min_tokens_);
         d.tokens.push_back(TokenInfo{ev.token, ev.logprob, std::move(ev.top)});
         const bool stopped = ch.stop.matched();
         out.push_back(std::move(d));

@@ -32,8 +32,10 @@ struct GenerationSpec {
   std::vector<std::string> stop;  // stop strings, matched on the detokenized text
   std::vector<int32_t> stop_ids;  // in addition to the model's eos / stop ids
   bool ignore_eos = false;
-  ConstraintSpec constraint;  // structured output; compiled (cached) against `tok` by start()
-  int prompt_logprobs = -1;   // Request::prompt_logprobs: Generation::prompt_logprobs() gathers them
+  bool include_stop_str_in_output = false;  // a matched stop string stays in the text (vLLM)
+  bool skip_special_tokens = true;          // special tokens' text is left out (vLLM's default)
+  ConstraintSpec constraint;                // structured output; compiled (cached) against `tok` by start()
+  int prompt_logprobs = -1;  // Request::prompt_logprobs: Generation::prompt_logprobs() gathers them
 };
 
 struct TokenInfo {
@@ -129,6 +131,7 @@ class Generation {
   EnginePort engine_;
   std::vector<PromptStream> streams_;
   int per_prompt_ = 1;  // choices per prompt (n)
+  int min_tokens_ = 0;  // SamplingParams::min_tokens: no stop string ends before a choice has these
   std::vector<ChoiceText> choices_;
   int finished_count_ = 0;
   GenerationObserver* observer_ = nullptr;

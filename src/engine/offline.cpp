@@ -130,19 +130,22 @@ json::MaybeFieldError read_stops(json::Value& v, std::vector<std::string>& out) 
   return std::nullopt;
 }
 
-// A non-empty list of token ids (JSON integers in [0, 2^31)); the engine checks them against the
-// model's vocabulary.
-json::MaybeFieldError read_prompt_ids(json::Value& v, std::vector<int32_t>& out) {
-  const json::FieldError bad{"prompt_ids", "must be a non-empty list of token ids (integers >= 0)"};
+// A list of token ids (JSON integers in [0, 2^31)), non-empty for a prompt; the engine checks them
+// against the model's vocabulary.
+json::MaybeFieldError read_token_ids(json::Value& v, const std::string& field, bool non_empty,
+                                     std::vector<int32_t>& out) {
+  const json::FieldError bad{field, std::string("must be a ") + (non_empty ? "non-empty " : "") +
+                                        "list of token ids (integers >= 0)"};
   simdjson::ondemand::array arr;
   if (v.get_array().get(arr)) return bad;
+  out.clear();
   for (auto el : arr) {
     json::Value ev;
     int64_t id = 0;
-    if (el.get(ev) || read_integer(ev, "prompt_ids", 0, INT32_MAX, id)) return bad;
+    if (el.get(ev) || read_integer(ev, field, 0, INT32_MAX, id)) return bad;
     out.push_back(int32_t(id));
   }
-  if (out.empty()) return bad;
+  if (non_empty && out.empty()) return bad;
   return std::nullopt;
 }
 
@@ -182,7 +185,7 @@ void read_line(simdjson::dom::parser& dom, simdjson::ondemand::parser& parser, c
           json::read_raw(v, "chat_template_kwargs", f.template_kwargs_json))
         return json::FieldError{"chat_template_kwargs", "must be an object of template variables"};
     } else if (key == "prompt_ids") {
-      e = read_prompt_ids(v, f.prompt_ids.emplace());
+      e = read_token_ids(v, "prompt_ids", true, f.prompt_ids.emplace());
     } else if (key == "ignore_eos") {
       bool b = false;
       if (v.get_bool().get(b)) return json::FieldError{"ignore_eos", "must be true or false"};
@@ -203,6 +206,10 @@ void read_line(simdjson::dom::parser& dom, simdjson::ondemand::parser& parser, c
       if (!(e = read_integer(v, "n", 1, kMaxChoices, i))) spec.n = int(i);
     } else if (key == "stop") {
       e = read_stops(v, spec.stop);
+    } else if (key == "stop_token_ids") {
+      e = read_token_ids(v, "stop_token_ids", false, spec.stop_ids);
+    } else if (key == "min_tokens") {
+      if (!(e = read_integer(v, "min_tokens", 0, 1 << 24, i))) s.min_tokens = int(i);
     } else {
       // response_format and the other structured-output fields, read as the server reads them.
       bool handled = false;

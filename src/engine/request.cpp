@@ -44,6 +44,7 @@ const char* request_field_name(RequestField f) {
     case RequestField::repetition_penalty: return "repetition_penalty";
     case RequestField::top_logprobs: return "top_logprobs";
     case RequestField::logit_bias: return "logit_bias";
+    case RequestField::min_tokens: return "min_tokens";
   }
   return "?";
 }
@@ -85,6 +86,7 @@ std::optional<ParamError> validate_sampling(const SamplingParams& s, int max_tok
       return fail(F::logit_bias, "token " + std::to_string(token) + " is outside the vocabulary");
     if (!std::isfinite(bias)) return fail(F::logit_bias, "values must be finite");
   }
+  if (s.min_tokens < 0) return fail(F::min_tokens, "must be >= 0, got " + std::to_string(s.min_tokens));
   return std::nullopt;
 }
 

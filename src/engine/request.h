@@ -26,6 +26,9 @@ struct SamplingParams {
   std::vector<std::pair<int32_t, float>> logit_bias;
   bool logprobs = false;  // return the sampled token's logprob
   int top_logprobs = 0;   // and this many most likely alternatives (0..20)
+  // No stop id (the model's unless ignore_eos, and the request's) is drawn before a choice has this
+  // many tokens (vLLM's min_tokens); past max_tokens it has no effect.
+  int min_tokens = 0;
 };
 
 enum class FinishReason : uint8_t { none, stop, length, cancelled, error };
@@ -94,6 +97,7 @@ enum class RequestField : uint8_t {
   repetition_penalty,
   top_logprobs,
   logit_bias,
+  min_tokens,
 };
 const char* request_field_name(RequestField f);  // "max_tokens", "top_p", ...
 
@@ -108,7 +112,8 @@ struct ParamError {
 // max_tokens >= 1; n in [1, kMaxChoices]; temperature finite and >= 0; top_p in (0, 1]; top_k >= 0
 // (0: off); min_p in [0, 1]; repetition_penalty finite and > 0; frequency / presence penalty finite;
 // top_logprobs in [0, kMaxTopLogprobs]; logit_bias values finite and, when vocab_size > 0, tokens in
-// [0, vocab_size) (a dialect that does not know the vocabulary passes 0; the engine checks again).
+// [0, vocab_size) (a dialect that does not know the vocabulary passes 0; the engine checks again);
+// min_tokens >= 0.
 // Returns the first field that fails.
 std::optional<ParamError> validate_sampling(const SamplingParams& s, int max_tokens, int n, int vocab_size);
 

@@ -5,22 +5,30 @@
 
 namespace astrai {
 
-StopMatcher::StopMatcher(std::vector<std::string> stops) {
+StopMatcher::StopMatcher(std::vector<std::string> stops, bool keep_match) : keep_match_(keep_match) {
   for (auto& s : stops)
     if (!s.empty()) stops_.push_back(std::move(s));
 }
 
-std::string StopMatcher::push(std::string_view piece) {
+std::string StopMatcher::push(std::string_view piece, bool may_match) {
   if (matched_) return {};
   held_.append(piece);
   if (stops_.empty()) return std::exchange(held_, {});
+  if (!may_match) {
+    blind_ = held_.size();
+    return release();
+  }
+  return match();
+}
 
+std::string StopMatcher::match() {
   // The match that completes first wins, as if the text had arrived one byte at a time: generation
   // stops the moment any stop string has appeared, so a longer stop string that would only complete
   // later never counts. Ties (same end): the one that starts earlier, i.e. the longer one.
   size_t best = std::string::npos, best_end = std::string::npos;
   for (const auto& s : stops_) {
-    const size_t at = held_.find(s);
+    // Only an occurrence that ends past the blind bytes counts.
+    const size_t at = held_.find(s, blind_ + 1 > s.size() ? blind_ + 1 - s.size() : 0);
     if (at == std::string::npos) continue;
     const size_t end = at + s.size();
     if (end < best_end || (end == best_end && at < best)) {
@@ -31,13 +39,16 @@ std::string StopMatcher::push(std::string_view piece) {
   }
   if (best != std::string::npos) {
     matched_ = true;
-    std::string out = held_.substr(0, best);
+    std::string out = held_.substr(0, keep_match_ ? best_end : best);
     held_.clear();
     return out;
   }
+  return release();
+}
 
-  // Invariant: no stop string occurs in held_. Keep the longest suffix that is a proper prefix of
-  // some stop string; it is at most max(len) - 1 bytes, so the work per piece is bounded.
+std::string StopMatcher::release() {
+  // Invariant: no stop string ends in held_ past its blind bytes. Keep the longest suffix that is a proper
+  // prefix of some stop string; it is at most max(len) - 1 bytes, so the work per piece is bounded.
   size_t keep = 0;
   for (const auto& s : stops_) {
     const size_t max_k = std::min(s.size() - 1, held_.size());
@@ -49,7 +60,8 @@ std::string StopMatcher::push(std::string_view piece) {
     }
   }
   std::string out = held_.substr(0, held_.size() - keep);
-  held_.erase(0, held_.size() - keep);
+  held_.erase(0, out.size());
+  blind_ = blind_ > out.size() ? blind_ - out.size() : 0;
   return out;
 }
 

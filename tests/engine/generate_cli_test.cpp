@@ -157,12 +157,19 @@ TEST_CASE("generate takes prompt_ids lines and writes the generated token_ids of
   in += "{\"id\": \"e\", \"prompt_ids\": [" + std::to_string(vocab) + "], \"max_tokens\": 8}\n";
   in += "{\"id\": \"f\", \"prompt_ids\": [1], \"prompt\": \"x\", \"max_tokens\": 8}\n";
   in += "{\"id\": \"g\", \"prompt\": \"abc\", \"max_tokens\": 5, \"temperature\": 0, \"ignore_eos\": true}\n";
+  // vLLM's stop_token_ids and min_tokens: the greedy first token as a stop id, then held off.
+  const std::string stop_first = "\"stop_token_ids\": [" + std::to_string(expect[0]) + "]";
+  in += "{\"id\": \"h\", \"prompt_ids\": [" + list + "], \"max_tokens\": 8, \"temperature\": 0, " +
+        stop_first + "}\n";
+  in += "{\"id\": \"i\", \"prompt_ids\": [" + list + "], \"max_tokens\": 8, \"temperature\": 0, " +
+        stop_first + ", \"min_tokens\": 3, \"ignore_eos\": true}\n";
+  in += "{\"id\": \"j\", \"prompt_ids\": [1], \"min_tokens\": -1}\n";
   write_file(t / "in.jsonl", in);
   auto r = run_command(gen_cmd(dir, t, "--no-progress"));
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   auto out = lines_of(read_file(t / "out.jsonl"));
-  REQUIRE(out.size() == 7);
+  REQUIRE(out.size() == 10);
   simdjson::dom::parser p;
   auto ids_of = [](simdjson::dom::array a) {
     std::vector<int32_t> v;
@@ -187,6 +194,16 @@ TEST_CASE("generate takes prompt_ids lines and writes the generated token_ids of
   d = p.parse(out[6]);
   const auto g = full_forward_greedy(*ref.model, tok->encode("abc", true), 5);
   CHECK(ids_of(d["token_ids"]) == g);
+  d = p.parse(out[7]);
+  INFO(out[7]);
+  CHECK(ids_of(d["token_ids"]).empty());  // a stop id is not output, as the eos is not
+  CHECK(std::string_view(d["finish_reason"]) == "stop");
+  d = p.parse(out[8]);
+  INFO(out[8]);
+  const auto held = ids_of(d["token_ids"]);
+  CHECK(held.size() >= 3);
+  for (int32_t id : held) CHECK(id != expect[0]);
+  CHECK(std::string_view(p.parse(out[9])["error"]).find("min_tokens") != std::string_view::npos);
 }
 
 TEST_CASE("generate's defaults: a line's fields, then the flags, then the model's generation_config.json",

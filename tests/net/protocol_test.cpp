@@ -74,6 +74,13 @@ TEST_CASE("chat request errors name the offending field", "[unit]") {
       {R"({"model": "m"})", "messages"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})",
        "tools[0].function.name"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "min_tokens": -1})", "min_tokens"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "stop_token_ids": 5})", "stop_token_ids"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "stop_token_ids": [3, -1]})", "stop_token_ids[1]"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "skip_special_tokens": 1})",
+       "skip_special_tokens"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "include_stop_str_in_output": "no"})",
+       "include_stop_str_in_output"},
   };
   for (const auto& c : cases) {
     INFO(c.body);
@@ -84,6 +91,38 @@ TEST_CASE("chat request errors name the offending field", "[unit]") {
     CHECK(e->param == c.param);
     CHECK(e->message.find(c.param) != std::string::npos);
   }
+}
+
+TEST_CASE(
+    "vLLM's sampling extensions: min_tokens, stop_token_ids, include_stop_str_in_output, skip_special_tokens",
+    "[unit]") {
+  ChatRequest r;
+  REQUIRE_FALSE(parse_chat_request(
+      R"({"messages": [{"role": "user", "content": "x"}], "min_tokens": 4, "stop_token_ids": [7, 9],
+          "include_stop_str_in_output": true, "skip_special_tokens": false, "max_tokens": 8})",
+      r));
+  CHECK(r.common.sampling.min_tokens == 4);
+  CHECK(r.common.stop_ids == std::vector<int32_t>{7, 9});
+  CHECK(r.common.include_stop_str_in_output);
+  CHECK_FALSE(r.common.skip_special_tokens);
+  CHECK_FALSE(validate_common(r.common));
+  ChatRequest d;
+  REQUIRE_FALSE(
+      parse_chat_request(R"({"messages": [{"role": "user", "content": "x"}], "min_tokens": null})", d));
+  CHECK(d.common.sampling.min_tokens == 0);
+  CHECK(d.common.stop_ids.empty());
+  CHECK_FALSE(d.common.include_stop_str_in_output);
+  CHECK(d.common.skip_special_tokens);
+  // min_tokens past max_tokens is refused, naming min_tokens; without max_tokens it is the engine's.
+  CompletionRequest c;
+  REQUIRE_FALSE(parse_completion_request(R"({"prompt": "a", "min_tokens": 9, "max_tokens": 8})", c));
+  const auto e = validate_common(c.common);
+  REQUIRE(e);
+  CHECK(e->param == "min_tokens");
+  CHECK(e->message.find("at most max_tokens (8)") != std::string::npos);
+  CompletionRequest open;
+  REQUIRE_FALSE(parse_completion_request(R"({"prompt": "a", "min_tokens": 9})", open));
+  CHECK_FALSE(validate_common(open.common));
 }
 
 TEST_CASE("malformed JSON and non-objects are 400s without a field", "[unit]") {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <thread>
 
 namespace astrai::test {
@@ -120,12 +121,15 @@ Result<Tensor> FakeModel::forward(const ForwardBatch& b, KvCache& kv) {
 }
 
 std::vector<int32_t> fake_greedy(const std::vector<int32_t>& prompt, int vocab, int max_tokens,
-                                 const std::vector<int32_t>& stop_ids, bool* stopped) {
+                                 const std::vector<int32_t>& stop_ids, bool* stopped, int min_tokens) {
   std::vector<int32_t> hist = prompt, out;
   std::vector<float> l(static_cast<size_t>(vocab));
   if (stopped) *stopped = false;
   for (int i = 0; i < max_tokens; ++i) {
     FakeModel::logits_for(hist, vocab, l.data());
+    if (i < min_tokens)
+      for (int32_t s : stop_ids)
+        if (s >= 0 && s < vocab) l[size_t(s)] = -std::numeric_limits<float>::infinity();
     const int32_t t = int32_t(std::max_element(l.begin(), l.end()) - l.begin());
     if (std::find(stop_ids.begin(), stop_ids.end(), t) != stop_ids.end()) {
       if (stopped) *stopped = true;

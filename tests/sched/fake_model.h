@@ -88,8 +88,10 @@ class FakeModel final : public Model {
   std::vector<int32_t> tokens_;  // the batch's tokens with the moves applied
 };
 
-// Greedy continuation of `prompt` under FakeModel's logits (the reference decode).
+// Greedy continuation of `prompt` under FakeModel's logits (the reference decode); the first
+// `min_tokens` tokens are the most likely that are not stop ids.
 std::vector<int32_t> fake_greedy(const std::vector<int32_t>& prompt, int vocab, int max_tokens,
-                                 const std::vector<int32_t>& stop_ids, bool* stopped = nullptr);
+                                 const std::vector<int32_t>& stop_ids, bool* stopped = nullptr,
+                                 int min_tokens = 0);
 
 }  // namespace astrai::test

@@ -264,6 +264,59 @@ TEST_CASE("stop ids end a choice with stop; ignore_eos skips the model's eos onl
   CHECK(c.tokens[0] == free_run);
 }
 
+TEST_CASE("min_tokens: no stop id is drawn before a choice has that many tokens", "[integration][threads]") {
+  const int overlap = GENERATE(0, 1);  // the step loop overlapped or not
+  INFO("overlap " << overlap);
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  const int vocab = 50;
+  EngineOptions o;
+  o.overlap = overlap;
+  o.page_size = 4;
+  o.max_pages = 400;
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 9; ++i) prompt.push_back(int32_t(rng() % vocab));
+  const auto free_run = fake_greedy(prompt, vocab, 40, {});
+  const int32_t model_eos = free_run[2], req_stop = free_run[5];
+  auto fl = make_fake_loop(o, {vocab, 4096, {model_eos}});
+  Request r;
+  r.prompt = prompt;
+  r.max_tokens = 40;
+  r.sampling.temperature = 0;
+  r.stop_ids = {req_stop};
+  for (int m : {0, 3, 7, 40}) {
+    INFO("min_tokens " << m);
+    r.sampling.min_tokens = m;
+    auto out = collect(fl.loop->submit(r).value());
+    bool stopped = false;
+    CHECK(out.tokens[0] == fake_greedy(prompt, vocab, 40, {model_eos, req_stop}, &stopped, m));
+    CHECK(out.finish[0] == (stopped ? FinishReason::stop : FinishReason::length));
+    CHECK(int(out.tokens[0].size()) >= m);
+  }
+  // ignore_eos: the model's eos is an ordinary token, the request's stop id still waits.
+  r.ignore_eos = true;
+  r.sampling.min_tokens = 6;
+  auto ig = collect(fl.loop->submit(r).value());
+  CHECK(ig.tokens[0] == fake_greedy(prompt, vocab, 40, {req_stop}, nullptr, 6));
+
+  // Sampled choices (n = 3): with half the vocabulary as stop ids a choice would end within a few
+  // tokens; none draws one before its min_tokens.
+  Request s;
+  s.prompt = prompt;
+  s.max_tokens = 30;
+  s.n = 3;
+  s.sampling.temperature = 1;
+  s.sampling.seed = rng();
+  for (int32_t t = 0; t < vocab; t += 2) s.stop_ids.push_back(t);
+  s.sampling.min_tokens = 10;
+  auto samp = collect(fl.loop->submit(s).value(), 3);
+  for (int c = 0; c < 3; ++c) {
+    INFO("choice " << c);
+    CHECK(samp.tokens[size_t(c)].size() >= 10);
+  }
+}
+
 TEST_CASE("the context length ends generation with length", "[integration][threads]") {
   const int overlap = GENERATE(0, 1);  // the step loop overlapped or not
   INFO("overlap " << overlap);
