@@ -166,6 +166,9 @@ std::vector<ConfigKey> make_keys() {
       "auto: sampling fields a request leaves out default to the model's generation_config.json "
       "(temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens) | none: to the built-in ones",
       true, str_key(&ServeConfig::generation_config, {"auto", "none"}, "generation_config"));
+  add("chat_template",
+      "Chat template in place of the model's: a file (e.g. template.jinja) or the template text itself", true,
+      str_key(&ServeConfig::chat_template, {}, "chat_template"));
   add("access_log", "Log one line per request", true,
       [](ServeConfig& c, const std::string& v) { return parse_bool("access_log", v, c.access_log); });
   // Chat-template budgets (chat_template_limits.h): templates come with model files, untrusted.

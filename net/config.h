@@ -42,6 +42,9 @@ struct ServeConfig {
   // auto: a request's sampling fields default to those the model's generation_config.json sets
   // (src/engine/sampling_defaults.h); none: to the built-in ones.
   std::string generation_config = "auto";
+  // A chat template in place of the model's: a file, or the template text ("": the model's, from
+  // chat_template.jinja or tokenizer_config.json).
+  std::string chat_template;
   // The model's chat template runs under these (template_max_steps, ..._output, ..._memory, ..._depth).
   ChatTemplateLimits template_limits;
   EngineOptions engine;

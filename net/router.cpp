@@ -116,9 +116,14 @@ std::optional<ApiError> render_prompt(const ServerState& st, const std::string& 
                                       const std::string& tools, bool add_generation_prompt, std::string& text,
                                       const std::string& kwargs = {}) {
   const ChatTemplate* t = st.tokenizer->chat_template();
-  if (!t)
-    return ApiError{400, "the model has no chat template; use /v1/completions with a plain prompt",
+  if (!t) {
+    const Status why = st.tokenizer->chat_template_status();
+    return ApiError{400,
+                    (why.ok() ? std::string("the model has no chat template")
+                              : "the model's chat template cannot be used (" + why.message() + ")") +
+                        "; use /v1/completions with a plain prompt, or serve with --chat-template",
                     "messages", "invalid_request_error", ""};
+  }
   ChatTemplateInput in;
   in.messages_json = messages;
   in.tools_json = tools;

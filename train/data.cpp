@@ -77,7 +77,9 @@ Result<Conversation> tokenize_conversation(const Tokenizer& tok, std::string_vie
     const Status why = tok.chat_template_status();
     return invalid_argument(
         "\"messages\" needs the model's chat template, but " +
-        (why.ok() ? std::string("the model has none (tokenizer_config.json chat_template)") : why.message()));
+        (why.ok() ? std::string(
+                        "the model has none (chat_template.jinja, or tokenizer_config.json's chat_template)")
+                  : why.message()));
   }
   simdjson::dom::parser parser;
   simdjson::dom::array messages;

@@ -27,6 +27,7 @@ struct GenerateArgs {
   bool no_overlap = false;
   int tp = 1;
   std::string generation_config = "auto";
+  std::string chat_template;
 };
 
 Result<std::vector<int32_t>> parse_ids(const std::string& s) {
@@ -63,7 +64,9 @@ void run(const GenerateArgs& a, const CLI::App& sub) {
   oo.ignore_eos = a.ignore_eos;
   oo.resume = a.resume;
   oo.progress = !a.no_progress;
-  auto le = load_engine(a.model, a.common.device, eo, a.tp).value();
+  const std::optional<ChatTemplateText> chat_template = chat_template_option(a.chat_template).value();
+  auto le = load_engine(a.model, a.common.device, eo, a.tp, chat_template).value();
+  if (chat_template && !le.tokenizer->chat_template()) throw Error(le.tokenizer->chat_template_status());
   // A line's fields win over the flags, the flags over the model's generation_config.json, and that
   // over the built-in defaults.
   auto given = [&](const char* flag) { return sub.count(flag) > 0; };
@@ -145,6 +148,10 @@ void register_generate(CLI::App& app) {
          "(temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens); none: built-in ones")
       ->check(CLI::IsMember({"auto", "none"}))
       ->capture_default_str();
+  sub->add_option(
+      "--chat-template", a->chat_template,
+      "Chat template for messages lines, in place of the model's: a file (e.g. template.jinja) or "
+      "the template text itself");
   sub->callback([a, sub] { run(*a, *sub); });
 }
 

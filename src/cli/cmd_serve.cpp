@@ -30,7 +30,11 @@ Status load_model(net::ServerState& st) {
   const auto& c = st.config;
   const std::string source = !c.model.empty() ? c.model : c.preset;
   ASTRAI_ASSIGN_OR_RETURN(std::filesystem::path dir, resolve_model_dir(source));
-  ASTRAI_ASSIGN_OR_RETURN(auto tok, Tokenizer::load(dir, c.template_limits));
+  ASTRAI_ASSIGN_OR_RETURN(const std::optional<ChatTemplateText> chat_template,
+                          chat_template_option(c.chat_template));
+  ASTRAI_ASSIGN_OR_RETURN(auto tok, Tokenizer::load(dir, c.template_limits, chat_template));
+  // A template the user names must work; the model's own may fail (chat routes then say why).
+  if (chat_template && !tok->chat_template()) return tok->chat_template_status();
   ASTRAI_ASSIGN_OR_RETURN(LoadedModel lm, astrai::load_model(dir, c.device, c.tp, c.threads));
   spdlog::info("model {} on {}{}", dir.string(), lm.backend->name(),
                c.tp > 1 ? " (tensor parallel over " + std::to_string(c.tp) + " devices)" : std::string());

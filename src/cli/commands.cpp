@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -64,6 +66,22 @@ void apply_common_options(const CommonOptions& o) {
   spdlog::set_level(spdlog::level::from_str(o.log_level));
   spdlog::set_pattern("[%H:%M:%S.%e] [%^%l%$] %v");
   if (o.threads > 0) set_num_threads(o.threads);
+}
+
+Result<std::optional<ChatTemplateText>> chat_template_option(const std::string& value) {
+  if (value.empty()) return std::optional<ChatTemplateText>();
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(value, ec)) {
+    std::ifstream f(value, std::ios::binary);
+    std::ostringstream text;
+    text << f.rdbuf();
+    if (!f.is_open() || f.bad()) return io_error("--chat-template " + value + ": cannot read it");
+    spdlog::info("chat template from {}", value);
+    return std::optional<ChatTemplateText>(ChatTemplateText{text.str(), value});
+  }
+  if (value.find("{{") != std::string::npos || value.find("{%") != std::string::npos)
+    return std::optional<ChatTemplateText>(ChatTemplateText{value, "--chat-template"});
+  return not_found("--chat-template " + value + ": no such file (nor a template: it has no '{{' or '{%')");
 }
 
 Result<SamplingDefaults> load_sampling_defaults(const std::filesystem::path& model_dir,

@@ -10,6 +10,7 @@
 
 #include "src/core/status.h"
 #include "src/engine/sampling_defaults.h"
+#include "src/tokenizer/tokenizer.h"
 
 namespace astrai::cli {
 
@@ -55,6 +56,11 @@ void apply_common_options(const CommonOptions& opts);
 // info level, with `what_wins` (what overrides them) in the line.
 Result<SamplingDefaults> load_sampling_defaults(const std::filesystem::path& model_dir,
                                                 const char* what_wins);
+
+// `--chat-template VALUE` (serve.yaml chat_template), as vLLM takes it: a file holding the template,
+// or the template itself (text with "{{" or "{%"); "" is none (the model's). Anything else is an
+// error naming the file that is not there.
+Result<std::optional<ChatTemplateText>> chat_template_option(const std::string& value);
 
 }  // namespace astrai::cli
 

@@ -42,10 +42,11 @@ Result<LoadedModel> load_model(const std::filesystem::path& dir, const std::stri
 }
 
 Result<LoadedEngine> load_engine(const std::string& model_or_preset, const std::string& device,
-                                 EngineOptions options, int tp) {
+                                 EngineOptions options, int tp,
+                                 const std::optional<ChatTemplateText>& chat_template) {
   LoadedEngine le;
   ASTRAI_ASSIGN_OR_RETURN(le.dir, resolve_model_dir(model_or_preset));
-  ASTRAI_ASSIGN_OR_RETURN(le.tokenizer, Tokenizer::load(le.dir));
+  ASTRAI_ASSIGN_OR_RETURN(le.tokenizer, Tokenizer::load(le.dir, {}, chat_template));
   ASTRAI_ASSIGN_OR_RETURN(LoadedModel lm, load_model(le.dir, device, tp));
   for (int32_t t : le.tokenizer->special_tokens().stop_ids) options.stop_ids.push_back(t);
   ASTRAI_ASSIGN_OR_RETURN(le.engine, Engine::create(std::move(lm.backend), std::move(lm.model), options));

@@ -91,8 +91,8 @@ Status copy_tokenizer(ModelConfig& c, const fs::path& from, const fs::path& dir,
   c.eos_token_ids.clear();
   if (sp.bos_id) c.bos_token_ids = {*sp.bos_id};
   if (sp.eos_id) c.eos_token_ids = {*sp.eos_id};
-  for (const char* name :
-       {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"}) {
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                           "generation_config.json", "chat_template.jinja"}) {
     if (!fs::exists(from / name, ec)) continue;
     fs::copy_file(from / name, dir / name, fs::copy_options::overwrite_existing, ec);
     if (ec)

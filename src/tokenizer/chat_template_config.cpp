@@ -121,10 +121,19 @@ Result<LoadedChatTemplate> chat_template_from_config(std::string_view config_jso
   return out;
 }
 
+Result<std::optional<ChatTemplateText>> chat_template_file(const fs::path& dir) {
+  const fs::path path = dir / "chat_template.jinja";
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::optional<ChatTemplateText>();
+  std::optional<std::string> text = read_text(path);
+  if (!text) return io_error(path.string() + ": cannot read it");
+  return std::optional<ChatTemplateText>(ChatTemplateText{std::move(*text), path.string()});
+}
+
 Result<LoadedChatTemplate> load_chat_template(const fs::path& dir, const ChatTemplateLimits& limits) {
-  const fs::path cfg_path = dir / "tokenizer_config.json", jinja_path = dir / "chat_template.jinja";
+  const fs::path cfg_path = dir / "tokenizer_config.json";
   std::optional<std::string> cfg = read_text(cfg_path);
-  std::optional<std::string> jinja = read_text(jinja_path);  // transformers prefers this file
+  ASTRAI_ASSIGN_OR_RETURN(std::optional<ChatTemplateText> jinja, chat_template_file(dir));
   if (!cfg && !jinja) return not_found(cfg_path.string() + ": not found");
   LoadedChatTemplate out;
   if (cfg) {
@@ -133,8 +142,8 @@ Result<LoadedChatTemplate> load_chat_template(const fs::path& dir, const ChatTem
     out = std::move(r).value();
   }
   if (jinja) {
-    out.source = std::move(*jinja);
-    ASTRAI_RETURN_IF_ERROR(parse_into(out, jinja_path.string(), limits));
+    out.source = std::move(jinja->source);
+    ASTRAI_RETURN_IF_ERROR(parse_into(out, jinja->where, limits));
     return out;
   }
   if (out.source.empty()) return not_found(cfg_path.string() + ": no chat_template");

@@ -10,6 +10,7 @@
 
 #include "src/core/status.h"
 #include "src/tokenizer/chat_template.h"
+#include "src/tokenizer/tokenizer.h"
 
 namespace astrai {
 
@@ -18,6 +19,10 @@ struct LoadedChatTemplate {
   std::string bos_token, eos_token;
   std::unique_ptr<ChatTemplate> tmpl;  // parsed
 };
+
+// DIR/chat_template.jinja when present: transformers saves a template there (since 4.5x) and prefers
+// it to tokenizer_config.json's. Tokenizer::load and load_chat_template both take it from here.
+Result<std::optional<ChatTemplateText>> chat_template_file(const std::filesystem::path& dir);
 
 // `limits` bound the parse and every render of the template.
 Result<LoadedChatTemplate> load_chat_template(const std::filesystem::path& dir,

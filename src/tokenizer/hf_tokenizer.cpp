@@ -10,7 +10,8 @@ namespace astrai::tok {
 Result<std::unique_ptr<HfTokenizer>> HfTokenizer::create(std::string_view tokenizer_json,
                                                          std::string_view tokenizer_config_json,
                                                          std::string_view generation_config_json,
-                                                         const ChatTemplateLimits& template_limits) {
+                                                         const ChatTemplateLimits& template_limits,
+                                                         const ChatTemplateText* chat_template) {
   std::unique_ptr<HfTokenizer> t(new HfTokenizer());
   simdjson::dom::parser parser;
   const simdjson::padded_string padded(tokenizer_json);
@@ -87,7 +88,8 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::create(std::string_view tokeni
     if (id < 0 || id >= t->vocab_size_)
       return corrupt("tokenizer.json: post_processor: special token id " + std::to_string(id) +
                      " is outside the vocabulary (" + std::to_string(t->vocab_size_) + " tokens)");
-  ASTRAI_RETURN_IF_ERROR(t->load_config(tokenizer_config_json, generation_config_json, template_limits));
+  ASTRAI_RETURN_IF_ERROR(
+      t->load_config(tokenizer_config_json, generation_config_json, template_limits, chat_template));
   return t;
 }
 
@@ -124,9 +126,12 @@ Status add_ids(const JsonEl& v, std::vector<int32_t>& out) {
 }  // namespace
 
 Status HfTokenizer::load_config(std::string_view config_json, std::string_view generation_json,
-                                const ChatTemplateLimits& template_limits) {
+                                const ChatTemplateLimits& template_limits,
+                                const ChatTemplateText* chat_template) {
   SpecialTokens& sp = special_;
   const std::vector<int32_t> prefix = post_.prefix_ids();
+  std::string source;
+  bool have_template = false;
   if (!config_json.empty()) {
     simdjson::dom::parser parser;
     const simdjson::padded_string padded(tame_big_integers(config_json));
@@ -144,8 +149,6 @@ Status HfTokenizer::load_config(std::string_view config_json, std::string_view g
     resolve("pad_token", sp.pad_token, sp.pad_id);
     sp.add_bos_token = bool_or(cfg, "add_bos_token", false);
 
-    std::string source;
-    bool have_template = false;
     if (auto ct = member(cfg, "chat_template")) {
       if (ct->is_string()) {
         source = std::string(std::string_view(ct->get_string().value_unsafe()));
@@ -162,14 +165,19 @@ Status HfTokenizer::load_config(std::string_view config_json, std::string_view g
         }
       }
     }
-    if (have_template) {
-      auto parsed = ChatTemplate::parse(source, template_limits);
-      if (parsed.ok())
-        chat_template_ = std::move(parsed).value();
-      else
-        chat_template_status_ = Status(parsed.status().code(),
-                                       "tokenizer_config.json: chat_template: " + parsed.status().message());
-    }
+  }
+  std::string where = "tokenizer_config.json: chat_template";
+  if (chat_template) {
+    source = chat_template->source;
+    where = chat_template->where;
+    have_template = true;
+  }
+  if (have_template) {
+    auto parsed = ChatTemplate::parse(source, template_limits);
+    if (parsed.ok())
+      chat_template_ = std::move(parsed).value();
+    else
+      chat_template_status_ = Status(parsed.status().code(), where + ": " + parsed.status().message());
   }
   // A post-processor that puts BOS first adds it too.
   if (sp.bos_id && !prefix.empty() && prefix.front() == *sp.bos_id) sp.add_bos_token = true;

@@ -38,7 +38,8 @@ class HfTokenizer final : public Tokenizer {
   static Result<std::unique_ptr<HfTokenizer>> create(std::string_view tokenizer_json,
                                                      std::string_view tokenizer_config_json,
                                                      std::string_view generation_config_json,
-                                                     const ChatTemplateLimits& template_limits = {});
+                                                     const ChatTemplateLimits& template_limits = {},
+                                                     const ChatTemplateText* chat_template = nullptr);
 
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = true) const override;
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const override;
@@ -56,7 +57,7 @@ class HfTokenizer final : public Tokenizer {
   uint8_t flag(int32_t id) const { return id >= 0 && size_t(id) < flags_.size() ? flags_[size_t(id)] : 0; }
   void encode_text(std::string_view text, bool first_section, std::vector<int32_t>& ids) const;
   Status load_config(std::string_view config_json, std::string_view generation_json,
-                     const ChatTemplateLimits& template_limits);
+                     const ChatTemplateLimits& template_limits, const ChatTemplateText* chat_template);
 
   std::unique_ptr<Normalizer> normalizer_;
   ParsedPreTokenizer pre_;

@@ -28,6 +28,13 @@ struct SpecialTokens {
   std::vector<int32_t> stop_ids;  // eos plus generation_config.json eos_token_id(s)
 };
 
+// A chat template from elsewhere than tokenizer_config.json: the model directory's
+// chat_template.jinja, or one the user names (`--chat-template`). `where` names it in errors.
+struct ChatTemplateText {
+  std::string source;
+  std::string where;
+};
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
@@ -37,16 +44,21 @@ class Tokenizer {
   // model's vocab_size, every id the tokenizer can produce or stop on must be below it
   // (check_fits_vocab): that is where the tokenizer and the model meet, for every command.
   // `template_limits` bound the chat template's parse and renders (serve's template_* settings).
+  // The chat template: `chat_template` when given, else DIR/chat_template.jinja when present (as
+  // transformers saves it since 4.5x, and prefers it), else tokenizer_config.json's.
   static Result<std::unique_ptr<Tokenizer>> load(const std::filesystem::path& dir,
-                                                 const ChatTemplateLimits& template_limits = {});
+                                                 const ChatTemplateLimits& template_limits = {},
+                                                 const std::optional<ChatTemplateText>& chat_template = {});
   // Parses a tokenizer.json text (and optional tokenizer_config.json text).
   static Result<std::unique_ptr<Tokenizer>> from_json(std::string_view tokenizer_json,
                                                       std::string_view tokenizer_config_json = {});
   // As from_json, plus a generation_config.json text whose eos_token_id(s) join stop_ids.
+  // chat_template: in place of tokenizer_config.json's, when given.
   static Result<std::unique_ptr<Tokenizer>> from_json(std::string_view tokenizer_json,
                                                       std::string_view tokenizer_config_json,
                                                       std::string_view generation_config_json,
-                                                      const ChatTemplateLimits& template_limits = {});
+                                                      const ChatTemplateLimits& template_limits = {},
+                                                      const ChatTemplateText* chat_template = nullptr);
   // The built-in byte-level tokenizer (builtin_tokenizer_json / builtin_tokenizer_config_json).
   static Result<std::unique_ptr<Tokenizer>> builtin();
   // `--model ARG` as the CLI takes it: an existing directory is loaded; otherwise one of `presets`

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "src/tokenizer/chat_template_config.h"
 #include "src/tokenizer/hf_tokenizer.h"
 #include "src/tokenizer/tokenizer.h"
 
@@ -63,9 +64,11 @@ Status check_fits_vocab(const Tokenizer& tok, int64_t vocab_size, const std::str
 Result<std::unique_ptr<Tokenizer>> Tokenizer::from_json(std::string_view tokenizer_json,
                                                         std::string_view tokenizer_config_json,
                                                         std::string_view generation_config_json,
-                                                        const ChatTemplateLimits& template_limits) {
-  ASTRAI_ASSIGN_OR_RETURN(auto t, tok::HfTokenizer::create(tokenizer_json, tokenizer_config_json,
-                                                           generation_config_json, template_limits));
+                                                        const ChatTemplateLimits& template_limits,
+                                                        const ChatTemplateText* chat_template) {
+  ASTRAI_ASSIGN_OR_RETURN(
+      auto t, tok::HfTokenizer::create(tokenizer_json, tokenizer_config_json, generation_config_json,
+                                       template_limits, chat_template));
   return std::unique_ptr<Tokenizer>(std::move(t));
 }
 
@@ -75,7 +78,8 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_json(std::string_view tokeniz
 }
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::filesystem::path& dir,
-                                                   const ChatTemplateLimits& template_limits) {
+                                                   const ChatTemplateLimits& template_limits,
+                                                   const std::optional<ChatTemplateText>& chat_template) {
   const auto tj = dir / "tokenizer.json";
   if (!std::filesystem::exists(tj))
     return not_found(tj.string() + ": not found (the model directory needs a tokenizer.json)");
@@ -87,7 +91,11 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::filesystem::path& 
   if (std::filesystem::exists(dir / "generation_config.json")) {
     ASTRAI_ASSIGN_OR_RETURN(generation, read_text(dir / "generation_config.json"));
   }
-  auto t = from_json(tokenizer_json, config, generation, template_limits);
+  std::optional<ChatTemplateText> tmpl = chat_template;
+  if (!tmpl) {
+    ASTRAI_ASSIGN_OR_RETURN(tmpl, chat_template_file(dir));
+  }
+  auto t = from_json(tokenizer_json, config, generation, template_limits, tmpl ? &*tmpl : nullptr);
   if (!t.ok()) return in_file(t.status(), tj);
   const auto model_config = dir / "config.json";
   if (std::filesystem::exists(model_config)) {

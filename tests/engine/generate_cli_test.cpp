@@ -292,3 +292,29 @@ TEST_CASE("generate fails with one line and a non-zero exit for a missing model 
   CHECK(r.exit_code != 0);
   CHECK(r.err.find("missing.jsonl") != std::string::npos);
 }
+
+TEST_CASE("generate --chat-template renders messages lines with the given template", "[integration]") {
+  const auto dir = model_dir("tiny");
+  auto tok = Tokenizer::load(dir).value();
+  TempDir t("gen");
+  write_file(t / "tmpl.jinja", "<<{{ messages[0]['content'] }}>>");
+  write_file(t / "in.jsonl",
+             R"({"id": "m", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 2})"
+             "\n");
+  simdjson::dom::parser p;
+  for (const std::string& flag : {"--chat-template '" + (t / "tmpl.jinja").string() + "'",
+                                  std::string("--chat-template '<<{{ messages[0].content }}>>'")}) {
+    INFO(flag);
+    auto r = run_command(gen_cmd(dir, t, "--no-progress " + flag));
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    simdjson::dom::element d = p.parse(lines_of(read_file(t / "out.jsonl"))[0]);
+    CHECK(int64_t(d["usage"]["prompt_tokens"]) == int64_t(tok->encode("<<hello there>>", false).size()));
+  }
+  auto missing = run_command(gen_cmd(dir, t, "--no-progress --chat-template /nonexistent/t.jinja"));
+  CHECK(missing.exit_code == 1);
+  CHECK(missing.err.find("no such file") != std::string::npos);
+  auto broken = run_command(gen_cmd(dir, t, "--no-progress --chat-template '{{ x'"));
+  CHECK(broken.exit_code == 1);
+  CHECK(broken.err.find("--chat-template") != std::string::npos);
+}

@@ -1,0 +1,62 @@
+// Where a tokenizer's chat template comes from: `--chat-template` (a ChatTemplateText) over
+// DIR/chat_template.jinja over tokenizer_config.json's "chat_template", as transformers orders the
+// last two; `astrai template` (load_chat_template) reads the same file.
+#include <catch2/catch.hpp>
+#include <random>
+
+#include "src/tokenizer/chat_template.h"
+#include "src/tokenizer/chat_template_config.h"
+#include "src/tokenizer/tokenizer.h"
+#include "tools/test_util.h"
+
+using namespace astrai;
+using astrai::test::write_file;
+
+namespace {
+
+std::string render(const Tokenizer& t, const std::string& content) {
+  REQUIRE(t.chat_template());
+  ChatTemplateInput in;
+  in.messages_json = R"([{"role": "user", "content": ")" + content + R"("}])";
+  auto r = t.chat_template()->render(in);
+  REQUIRE(r.ok());
+  return *r;
+}
+
+}  // namespace
+
+TEST_CASE("chat_template.jinja wins over tokenizer_config.json, and --chat-template over both", "[unit]") {
+  std::mt19937_64 rng(astrai::test::fresh_seed());
+  const std::string word = "w" + std::to_string(rng() % 100000);
+  astrai::test::TempDir dir("tmplsrc");
+  write_file(dir / "tokenizer.json", builtin_tokenizer_json());
+  write_file(dir / "tokenizer_config.json",
+             R"({"chat_template": "CONFIG {{ messages[0]['content'] }}", "eos_token": "<|im_end|>"})");
+  CHECK(render(*Tokenizer::load(dir.path()).value(), word) == "CONFIG " + word);
+
+  write_file(dir / "chat_template.jinja", "JINJA {{ messages[0]['content'] }}\n");
+  // (jinja2, as transformers runs it, drops a template's final newline)
+  CHECK(render(*Tokenizer::load(dir.path()).value(), word) == "JINJA " + word);
+  auto cli = load_chat_template(dir.path());  // `astrai template` agrees
+  REQUIRE(cli.ok());
+  CHECK(cli->source == "JINJA {{ messages[0]['content'] }}\n");
+  CHECK(cli->eos_token == "<|im_end|>");  // the special tokens still come from the config
+
+  const ChatTemplateText given{"GIVEN {{ messages[0]['content'] | upper }}", "--chat-template"};
+  CHECK(render(*Tokenizer::load(dir.path(), {}, given).value(), word) ==
+        "GIVEN " + std::string("W") + word.substr(1));
+
+  // Without tokenizer_config.json the file still gives the template.
+  std::filesystem::remove(dir / "tokenizer_config.json");
+  CHECK(render(*Tokenizer::load(dir.path()).value(), word) == "JINJA " + word);
+
+  // A template that does not parse leaves the tokenizer usable and names its source.
+  write_file(dir / "chat_template.jinja", "{% if %}");
+  auto broken = Tokenizer::load(dir.path());
+  REQUIRE(broken.ok());
+  CHECK((*broken)->chat_template() == nullptr);
+  CHECK((*broken)->chat_template_status().message().find("chat_template.jinja") != std::string::npos);
+  auto bad_given = Tokenizer::load(dir.path(), {}, ChatTemplateText{"{{ x", "--chat-template"});
+  REQUIRE(bad_given.ok());
+  CHECK((*bad_given)->chat_template_status().message().rfind("--chat-template: ", 0) == 0);
+}
