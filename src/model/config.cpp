@@ -279,6 +279,18 @@ Result<ModelConfig> ModelConfig::from_json(std::string_view json_text, std::stri
     if (rp.has("rope_type") || rp.has("type")) ASTRAI_RETURN_IF_ERROR(parse_rope_scaling(rp, c.rope_scaling));
   }
 
+  // Quantized checkpoints (AWQ, GPTQ, fp8, bitsandbytes, compressed-tensors) store other tensors
+  // than the ones read here; say so at once rather than as a missing or mistyped tensor later.
+  if (f.has("quantization_config")) {
+    std::string method = "?";
+    object q;
+    if (!f.at("quantization_config").get_object().get(q))
+      ASTRAI_RETURN_IF_ERROR(Fields(q, src).get_string("quant_method", method));
+    return unsupported(src + ": quantization_config (quant_method '" + method +
+                       "'): quantized checkpoints are not supported yet; astrai loads F32, BF16 and F16 "
+                       "weights (use the model's unquantized release)");
+  }
+
   ASTRAI_RETURN_IF_ERROR(f.get_ids("bos_token_id", c.bos_token_ids));
   ASTRAI_RETURN_IF_ERROR(f.get_ids("eos_token_id", c.eos_token_ids));
   c.torch_dtype = "float32";

@@ -388,6 +388,15 @@ TEST_CASE("unsupported architectures, activations and MLP biases are errors nami
              Catch::Contains("'gpt2'"));
   CHECK_THAT(error_of(with_key(kLlama32_1B, "hidden_act", "\"gelu\"")), Catch::Contains("'gelu'"));
   CHECK_THAT(error_of(with_key(kLlama32_1B, "mlp_bias", "true")), Catch::Contains("mlp_bias"));
+  // Quantized checkpoints are refused by their config, naming the method (Qwen3-8B-FP8's, an AWQ one).
+  CHECK_THAT(
+      error_of(with_key(kLlama32_1B, "quantization_config",
+                        R"({"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                   "weight_block_size": [128, 128]})")),
+      Catch::Contains("quantization_config (quant_method 'fp8'): quantized checkpoints are not supported"));
+  CHECK_THAT(error_of(with_key(kLlama32_1B, "quantization_config", R"({"bits": 4, "quant_method": "awq"})")),
+             Catch::Contains("'awq'"));
+  CHECK(ModelConfig::from_json(with_key(kLlama32_1B, "quantization_config", "null"), "my/config.json").ok());
 }
 
 TEST_CASE("missing keys, wrong types, bad values and bad JSON are errors", "[unit]") {
