@@ -55,12 +55,6 @@ std::string json_string(const std::string& s) {
   return out;
 }
 
-std::string ids_json(const std::vector<int32_t>& ids) {
-  std::string s = "[";
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
-  return s + "]";
-}
-
 struct Expect {
   std::string id_json;
   std::vector<int32_t> ids;  // empty: an error line

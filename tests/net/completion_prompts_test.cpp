@@ -14,12 +14,6 @@ using namespace astrai::test;
 
 namespace {
 
-std::string ids_json(const std::vector<int32_t>& ids) {
-  std::string s = "[";
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
-  return s + "]";
-}
-
 struct Answer {
   std::vector<std::string> text;              // by choice index
   std::vector<std::vector<double>> logprobs;  // token_logprobs (null as 0)

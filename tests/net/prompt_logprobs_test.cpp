@@ -16,12 +16,6 @@ using namespace astrai::test;
 
 namespace {
 
-std::string ids_json(const std::vector<int32_t>& ids) {
-  std::string s = "[";
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
-  return s + "]";
-}
-
 // `astrai score`'s logprobs of ids[1..] (its own forward of the whole text), on `device` (the
 // server's: with ASTRAI_TEST_SERVE_ARGS="--device cuda", or where auto finds a GPU).
 std::vector<double> score(const std::vector<int32_t>& ids, const std::string& device) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace astrai::test {
 
@@ -44,5 +45,8 @@ void write_file(const std::filesystem::path& p, const std::string& text);
 // Fresh seed per run (time-based), printed by the caller with INFO so failures can be replayed;
 // $ASTRAI_TEST_SEED overrides.
 uint64_t fresh_seed();
+
+// Token ids as a JSON array: "[1,2,3]".
+std::string ids_json(const std::vector<int32_t>& ids);
 
 }  // namespace astrai::test
