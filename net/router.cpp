@@ -115,15 +115,13 @@ GenerationSpec spec_from(const CommonParams& c) {
 std::optional<ApiError> render_prompt(const ServerState& st, const std::string& messages,
                                       const std::string& tools, bool add_generation_prompt, std::string& text,
                                       const std::string& kwargs = {}) {
-  const ChatTemplate* t = st.tokenizer->chat_template();
-  if (!t) {
-    const Status why = st.tokenizer->chat_template_status();
-    return ApiError{400,
-                    (why.ok() ? std::string("the model has no chat template")
-                              : "the model's chat template cannot be used (" + why.message() + ")") +
-                        "; use /v1/completions with a plain prompt, or serve with --chat-template",
-                    "messages", "invalid_request_error", ""};
-  }
+  auto found = st.tokenizer->template_for(!tools.empty());
+  if (!found.ok())
+    return ApiError{
+        400,
+        found.status().message() + "; use /v1/completions with a plain prompt, or serve with --chat-template",
+        "messages", "invalid_request_error", ""};
+  const ChatTemplate* t = *found;
   ChatTemplateInput in;
   in.messages_json = messages;
   in.tools_json = tools;

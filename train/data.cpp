@@ -72,15 +72,9 @@ int64_t TokenizedData::num_loss_tokens() const {
 }
 
 Result<Conversation> tokenize_conversation(const Tokenizer& tok, std::string_view messages_json) {
-  const ChatTemplate* tmpl = tok.chat_template();
-  if (!tmpl) {
-    const Status why = tok.chat_template_status();
-    return invalid_argument(
-        "\"messages\" needs the model's chat template, but " +
-        (why.ok() ? std::string(
-                        "the model has none (chat_template.jinja, or tokenizer_config.json's chat_template)")
-                  : why.message()));
-  }
+  auto found = tok.template_for(/*with_tools=*/false);
+  if (!found.ok()) return invalid_argument("\"messages\" needs a chat template: " + found.status().message());
+  const ChatTemplate* tmpl = *found;
   simdjson::dom::parser parser;
   simdjson::dom::array messages;
   if (parser.parse(simdjson::padded_string(messages_json)).get(messages))

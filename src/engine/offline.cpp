@@ -263,13 +263,9 @@ std::string tokenize_prompt(const Tokenizer& tok, const LineFields& f, std::vect
   }
   if (!f.messages_json)
     return "needs \"prompt\" (a string), \"prompt_ids\" (a list of token ids) or \"messages\" (a list)";
-  const ChatTemplate* tmpl = tok.chat_template();
-  if (!tmpl) {
-    Status why = tok.chat_template_status();
-    return "'messages' needs the model's chat template, but " +
-           (why.ok() ? std::string("the model has none (tokenizer_config.json chat_template)")
-                     : why.message());
-  }
+  auto found = tok.template_for(/*with_tools=*/false);
+  if (!found.ok()) return "'messages' needs a chat template: " + found.status().message();
+  const ChatTemplate* tmpl = *found;
   ChatTemplateInput in;
   in.messages_json = *f.messages_json;
   in.add_generation_prompt = true;

@@ -121,19 +121,24 @@ Result<LoadedChatTemplate> chat_template_from_config(std::string_view config_jso
   return out;
 }
 
-Result<std::optional<ChatTemplateText>> chat_template_file(const fs::path& dir) {
-  const fs::path path = dir / "chat_template.jinja";
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return std::optional<ChatTemplateText>();
-  std::optional<std::string> text = read_text(path);
-  if (!text) return io_error(path.string() + ": cannot read it");
-  return std::optional<ChatTemplateText>(ChatTemplateText{std::move(*text), path.string()});
+Result<ChatTemplateSources> chat_template_files(const fs::path& dir) {
+  ChatTemplateSources out;
+  for (auto [path, slot] : {std::pair{dir / "chat_template.jinja", &out.main},
+                            std::pair{dir / "additional_chat_templates" / "tool_use.jinja", &out.tool_use}}) {
+    std::error_code ec;
+    if (!fs::exists(path, ec)) continue;
+    std::optional<std::string> text = read_text(path);
+    if (!text) return io_error(path.string() + ": cannot read it");
+    *slot = ChatTemplateText{std::move(*text), path.string()};
+  }
+  return out;
 }
 
 Result<LoadedChatTemplate> load_chat_template(const fs::path& dir, const ChatTemplateLimits& limits) {
   const fs::path cfg_path = dir / "tokenizer_config.json";
   std::optional<std::string> cfg = read_text(cfg_path);
-  ASTRAI_ASSIGN_OR_RETURN(std::optional<ChatTemplateText> jinja, chat_template_file(dir));
+  ASTRAI_ASSIGN_OR_RETURN(ChatTemplateSources files, chat_template_files(dir));
+  std::optional<ChatTemplateText>& jinja = files.main;
   if (!cfg && !jinja) return not_found(cfg_path.string() + ": not found");
   LoadedChatTemplate out;
   if (cfg) {

@@ -20,9 +20,10 @@ struct LoadedChatTemplate {
   std::unique_ptr<ChatTemplate> tmpl;  // parsed
 };
 
-// DIR/chat_template.jinja when present: transformers saves a template there (since 4.5x) and prefers
-// it to tokenizer_config.json's. Tokenizer::load and load_chat_template both take it from here.
-Result<std::optional<ChatTemplateText>> chat_template_file(const std::filesystem::path& dir);
+// DIR/chat_template.jinja (main) and DIR/additional_chat_templates/tool_use.jinja (tool_use), where
+// present: transformers saves templates there (since 4.5x) and prefers them to tokenizer_config.json's.
+// Tokenizer::load and load_chat_template both take them from here.
+Result<ChatTemplateSources> chat_template_files(const std::filesystem::path& dir);
 
 // `limits` bound the parse and every render of the template.
 Result<LoadedChatTemplate> load_chat_template(const std::filesystem::path& dir,

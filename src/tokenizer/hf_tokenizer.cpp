@@ -11,7 +11,7 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::create(std::string_view tokeni
                                                          std::string_view tokenizer_config_json,
                                                          std::string_view generation_config_json,
                                                          const ChatTemplateLimits& template_limits,
-                                                         const ChatTemplateText* chat_template) {
+                                                         const ChatTemplateSources& templates) {
   std::unique_ptr<HfTokenizer> t(new HfTokenizer());
   simdjson::dom::parser parser;
   const simdjson::padded_string padded(tokenizer_json);
@@ -89,7 +89,7 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::create(std::string_view tokeni
       return corrupt("tokenizer.json: post_processor: special token id " + std::to_string(id) +
                      " is outside the vocabulary (" + std::to_string(t->vocab_size_) + " tokens)");
   ASTRAI_RETURN_IF_ERROR(
-      t->load_config(tokenizer_config_json, generation_config_json, template_limits, chat_template));
+      t->load_config(tokenizer_config_json, generation_config_json, template_limits, templates));
   return t;
 }
 
@@ -127,11 +127,11 @@ Status add_ids(const JsonEl& v, std::vector<int32_t>& out) {
 
 Status HfTokenizer::load_config(std::string_view config_json, std::string_view generation_json,
                                 const ChatTemplateLimits& template_limits,
-                                const ChatTemplateText* chat_template) {
+                                const ChatTemplateSources& templates) {
   SpecialTokens& sp = special_;
   const std::vector<int32_t> prefix = post_.prefix_ids();
-  std::string source;
-  bool have_template = false;
+  const std::string config_where = "tokenizer_config.json: chat_template";
+  std::optional<ChatTemplateText> main, tool_use;
   if (!config_json.empty()) {
     simdjson::dom::parser parser;
     const simdjson::padded_string padded(tame_big_integers(config_json));
@@ -151,33 +151,35 @@ Status HfTokenizer::load_config(std::string_view config_json, std::string_view g
 
     if (auto ct = member(cfg, "chat_template")) {
       if (ct->is_string()) {
-        source = std::string(std::string_view(ct->get_string().value_unsafe()));
-        have_template = true;
+        main = ChatTemplateText{std::string(std::string_view(ct->get_string().value_unsafe())), config_where};
       } else if (ct->is_array()) {
-        // [{name, template}]: take "default", else the first one.
+        // [{name, template}]: "default", else the first one; and "tool_use" for requests with tools.
+        bool have_default = false;
         for (JsonEl item : as_array(*ct)) {
           const std::string name = str_or(item, "name", "");
-          if (!have_template || name == "default") {
-            source = str_or(item, "template", "");
-            have_template = true;
-            if (name == "default") break;
+          ChatTemplateText text{str_or(item, "template", ""), config_where + " '" + name + "'"};
+          if (name == "tool_use") tool_use = text;
+          if (!have_default && (!main || name == "default")) {
+            main = std::move(text);
+            have_default = name == "default";
           }
         }
       }
     }
   }
-  std::string where = "tokenizer_config.json: chat_template";
-  if (chat_template) {
-    source = chat_template->source;
-    where = chat_template->where;
-    have_template = true;
-  }
-  if (have_template) {
-    auto parsed = ChatTemplate::parse(source, template_limits);
+  if (templates.main) main = templates.main;
+  if (templates.tool_use) tool_use = templates.tool_use;
+  if (main) {
+    auto parsed = ChatTemplate::parse(main->source, template_limits);
     if (parsed.ok())
       chat_template_ = std::move(parsed).value();
     else
-      chat_template_status_ = Status(parsed.status().code(), where + ": " + parsed.status().message());
+      chat_template_status_ = Status(parsed.status().code(), main->where + ": " + parsed.status().message());
+  }
+  if (tool_use) {
+    // One that does not parse leaves requests with tools to the main template.
+    auto parsed = ChatTemplate::parse(tool_use->source, template_limits);
+    if (parsed.ok()) tool_use_template_ = std::move(parsed).value();
   }
   // A post-processor that puts BOS first adds it too.
   if (sp.bos_id && !prefix.empty() && prefix.front() == *sp.bos_id) sp.add_bos_token = true;

@@ -39,7 +39,7 @@ class HfTokenizer final : public Tokenizer {
                                                      std::string_view tokenizer_config_json,
                                                      std::string_view generation_config_json,
                                                      const ChatTemplateLimits& template_limits = {},
-                                                     const ChatTemplateText* chat_template = nullptr);
+                                                     const ChatTemplateSources& templates = {});
 
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = true) const override;
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const override;
@@ -50,6 +50,7 @@ class HfTokenizer final : public Tokenizer {
   bool is_special(int32_t id) const override { return flag(id) & kSpecial; }
   const SpecialTokens& special_tokens() const override { return special_; }
   const ChatTemplate* chat_template() const override { return chat_template_.get(); }
+  const ChatTemplate* tool_use_template() const override { return tool_use_template_.get(); }
   Status chat_template_status() const override { return chat_template_status_; }
 
  private:
@@ -57,7 +58,7 @@ class HfTokenizer final : public Tokenizer {
   uint8_t flag(int32_t id) const { return id >= 0 && size_t(id) < flags_.size() ? flags_[size_t(id)] : 0; }
   void encode_text(std::string_view text, bool first_section, std::vector<int32_t>& ids) const;
   Status load_config(std::string_view config_json, std::string_view generation_json,
-                     const ChatTemplateLimits& template_limits, const ChatTemplateText* chat_template);
+                     const ChatTemplateLimits& template_limits, const ChatTemplateSources& templates);
 
   std::unique_ptr<Normalizer> normalizer_;
   ParsedPreTokenizer pre_;
@@ -71,7 +72,7 @@ class HfTokenizer final : public Tokenizer {
   std::vector<uint8_t> flags_;  // by id: kAdded | kSpecial
   int32_t vocab_size_ = 0;
   SpecialTokens special_;
-  std::unique_ptr<ChatTemplate> chat_template_;
+  std::unique_ptr<ChatTemplate> chat_template_, tool_use_template_;
   Status chat_template_status_;
 };
 

@@ -35,6 +35,12 @@ struct ChatTemplateText {
   std::string where;
 };
 
+// Templates that replace tokenizer_config.json's: the default one, and the one transformers renders
+// requests with tools through where a model names its templates ("tool_use").
+struct ChatTemplateSources {
+  std::optional<ChatTemplateText> main, tool_use;
+};
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
@@ -44,8 +50,10 @@ class Tokenizer {
   // model's vocab_size, every id the tokenizer can produce or stop on must be below it
   // (check_fits_vocab): that is where the tokenizer and the model meet, for every command.
   // `template_limits` bound the chat template's parse and renders (serve's template_* settings).
-  // The chat template: `chat_template` when given, else DIR/chat_template.jinja when present (as
-  // transformers saves it since 4.5x, and prefers it), else tokenizer_config.json's.
+  // The chat template: `chat_template` when given (for requests with tools too), else
+  // DIR/chat_template.jinja when present (as transformers saves it since 4.5x, and prefers it), else
+  // tokenizer_config.json's; with tools, DIR/additional_chat_templates/tool_use.jinja or
+  // tokenizer_config.json's template named tool_use, where there is one.
   static Result<std::unique_ptr<Tokenizer>> load(const std::filesystem::path& dir,
                                                  const ChatTemplateLimits& template_limits = {},
                                                  const std::optional<ChatTemplateText>& chat_template = {});
@@ -53,12 +61,12 @@ class Tokenizer {
   static Result<std::unique_ptr<Tokenizer>> from_json(std::string_view tokenizer_json,
                                                       std::string_view tokenizer_config_json = {});
   // As from_json, plus a generation_config.json text whose eos_token_id(s) join stop_ids.
-  // chat_template: in place of tokenizer_config.json's, when given.
+  // templates: in place of tokenizer_config.json's, where given.
   static Result<std::unique_ptr<Tokenizer>> from_json(std::string_view tokenizer_json,
                                                       std::string_view tokenizer_config_json,
                                                       std::string_view generation_config_json,
                                                       const ChatTemplateLimits& template_limits = {},
-                                                      const ChatTemplateText* chat_template = nullptr);
+                                                      const ChatTemplateSources& templates = {});
   // The built-in byte-level tokenizer (builtin_tokenizer_json / builtin_tokenizer_config_json).
   static Result<std::unique_ptr<Tokenizer>> builtin();
   // `--model ARG` as the CLI takes it: an existing directory is loaded; otherwise one of `presets`
@@ -84,6 +92,12 @@ class Tokenizer {
 
   // The chat template from tokenizer_config.json (nullptr when the model has none).
   virtual const ChatTemplate* chat_template() const = 0;
+  // The template named "tool_use", where the model names its templates (nullptr otherwise).
+  virtual const ChatTemplate* tool_use_template() const { return nullptr; }
+  // The template a request renders with: with tools, the tool_use one where there is one (as
+  // transformers picks it), else chat_template(); or why there is none (chat_template_status(), or
+  // not_found when the model has no template).
+  Result<const ChatTemplate*> template_for(bool with_tools) const;
   // Why chat_template() is null although tokenizer_config.json has a template (ok otherwise):
   // a template that fails to parse leaves the tokenizer usable and is reported when used.
   virtual Status chat_template_status() const { return Status::ok_status(); }

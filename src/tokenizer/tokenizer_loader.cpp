@@ -65,10 +65,10 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_json(std::string_view tokeniz
                                                         std::string_view tokenizer_config_json,
                                                         std::string_view generation_config_json,
                                                         const ChatTemplateLimits& template_limits,
-                                                        const ChatTemplateText* chat_template) {
+                                                        const ChatTemplateSources& templates) {
   ASTRAI_ASSIGN_OR_RETURN(
       auto t, tok::HfTokenizer::create(tokenizer_json, tokenizer_config_json, generation_config_json,
-                                       template_limits, chat_template));
+                                       template_limits, templates));
   return std::unique_ptr<Tokenizer>(std::move(t));
 }
 
@@ -91,11 +91,13 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::filesystem::path& 
   if (std::filesystem::exists(dir / "generation_config.json")) {
     ASTRAI_ASSIGN_OR_RETURN(generation, read_text(dir / "generation_config.json"));
   }
-  std::optional<ChatTemplateText> tmpl = chat_template;
-  if (!tmpl) {
-    ASTRAI_ASSIGN_OR_RETURN(tmpl, chat_template_file(dir));
+  ChatTemplateSources templates;
+  if (chat_template) {
+    templates.main = templates.tool_use = chat_template;  // the user's renders every request
+  } else {
+    ASTRAI_ASSIGN_OR_RETURN(templates, chat_template_files(dir));
   }
-  auto t = from_json(tokenizer_json, config, generation, template_limits, tmpl ? &*tmpl : nullptr);
+  auto t = from_json(tokenizer_json, config, generation, template_limits, templates);
   if (!t.ok()) return in_file(t.status(), tj);
   const auto model_config = dir / "config.json";
   if (std::filesystem::exists(model_config)) {
@@ -105,6 +107,15 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::filesystem::path& 
           check_fits_vocab(**t, *vocab, dir.string(), model_config.string() + " vocab_size"));
   }
   return t;
+}
+
+Result<const ChatTemplate*> Tokenizer::template_for(bool with_tools) const {
+  if (with_tools && tool_use_template()) return tool_use_template();
+  if (const ChatTemplate* t = chat_template()) return t;
+  const Status why = chat_template_status();
+  if (!why.ok()) return why;
+  return not_found(
+      "the model has no chat template (chat_template.jinja, or tokenizer_config.json's chat_template)");
 }
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::builtin() {

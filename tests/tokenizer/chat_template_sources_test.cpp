@@ -60,3 +60,45 @@ TEST_CASE("chat_template.jinja wins over tokenizer_config.json, and --chat-templ
   REQUIRE(bad_given.ok());
   CHECK((*bad_given)->chat_template_status().message().rfind("--chat-template: ", 0) == 0);
 }
+
+TEST_CASE("named templates: tool_use renders requests with tools, default the rest", "[unit]") {
+  astrai::test::TempDir dir("tmplnamed");
+  write_file(dir / "tokenizer.json", builtin_tokenizer_json());
+  write_file(dir / "tokenizer_config.json",
+             R"({"chat_template": [{"name": "tool_use", "template": "TOOLS {{ messages[0]['content'] }}"},
+                                   {"name": "default", "template": "PLAIN {{ messages[0]['content'] }}"}]})");
+  auto render_with = [](const Tokenizer& t, bool tools) {
+    auto found = t.template_for(tools);
+    REQUIRE(found.ok());
+    ChatTemplateInput in;
+    in.messages_json = R"([{"role": "user", "content": "x"}])";
+    return (*found)->render(in).value();
+  };
+  auto t = Tokenizer::load(dir.path()).value();
+  CHECK(render_with(*t, false) == "PLAIN x");
+  CHECK(render_with(*t, true) == "TOOLS x");
+  CHECK(render(*t, "x") == "PLAIN x");  // chat_template() is the default
+  // transformers' files win over the config's, each for its name.
+  std::filesystem::create_directories(dir / "additional_chat_templates");
+  write_file(dir / "additional_chat_templates" / "tool_use.jinja", "FILE TOOLS {{ messages[0]['content'] }}");
+  t = Tokenizer::load(dir.path()).value();
+  CHECK(render_with(*t, true) == "FILE TOOLS x");
+  CHECK(render_with(*t, false) == "PLAIN x");
+  // A template the user names renders both.
+  t = Tokenizer::load(dir.path(), {},
+                      ChatTemplateText{"MINE {{ messages[0]['content'] }}", "--chat-template"})
+          .value();
+  CHECK(render_with(*t, true) == "MINE x");
+  CHECK(render_with(*t, false) == "MINE x");
+  // Without named templates, tools render through the one template; without any, template_for says so.
+  write_file(dir / "tokenizer_config.json", R"({"chat_template": "ONE {{ messages[0]['content'] }}"})");
+  std::filesystem::remove_all(dir / "additional_chat_templates");
+  t = Tokenizer::load(dir.path()).value();
+  CHECK(render_with(*t, true) == "ONE x");
+  write_file(dir / "tokenizer_config.json", "{}");
+  t = Tokenizer::load(dir.path()).value();
+  auto none = t->template_for(true);
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.status().code() == ErrorCode::not_found);
+  CHECK(none.status().message().find("no chat template") != std::string::npos);
+}
