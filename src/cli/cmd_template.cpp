@@ -68,7 +68,9 @@ Result<std::string> render_line(const LoadedChatTemplate& t, simdjson::dom::pars
     }
   }
   if (obj["messages"].error() != simdjson::SUCCESS) return invalid_argument("missing \"messages\"");
-  return t.tmpl->render(in);
+  // With tools, the template named tool_use where there is one (as transformers and `serve` pick it).
+  const ChatTemplate* tmpl = !in.tools_json.empty() && t.tool_use ? t.tool_use.get() : t.tmpl.get();
+  return tmpl->render(in);
 }
 
 void run(const TemplateOptions& o) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "src/core/utf8.h"
+#include "src/tokenizer/chat_template_config.h"
 #include "src/tokenizer/unicode_text.h"
 
 namespace astrai::tok {
@@ -130,7 +131,6 @@ Status HfTokenizer::load_config(std::string_view config_json, std::string_view g
                                 const ChatTemplateSources& templates) {
   SpecialTokens& sp = special_;
   const std::vector<int32_t> prefix = post_.prefix_ids();
-  const std::string config_where = "tokenizer_config.json: chat_template";
   std::optional<ChatTemplateText> main, tool_use;
   if (!config_json.empty()) {
     simdjson::dom::parser parser;
@@ -149,32 +149,26 @@ Status HfTokenizer::load_config(std::string_view config_json, std::string_view g
     resolve("pad_token", sp.pad_token, sp.pad_id);
     sp.add_bos_token = bool_or(cfg, "add_bos_token", false);
 
-    if (auto ct = member(cfg, "chat_template")) {
-      if (ct->is_string()) {
-        main = ChatTemplateText{std::string(std::string_view(ct->get_string().value_unsafe())), config_where};
-      } else if (ct->is_array()) {
-        // [{name, template}]: "default", else the first one; and "tool_use" for requests with tools.
-        bool have_default = false;
-        for (JsonEl item : as_array(*ct)) {
-          const std::string name = str_or(item, "name", "");
-          ChatTemplateText text{str_or(item, "template", ""), config_where + " '" + name + "'"};
-          if (name == "tool_use") tool_use = text;
-          if (!have_default && (!main || name == "default")) {
-            main = std::move(text);
-            have_default = name == "default";
-          }
-        }
-      }
+    // The templates: one reader for the tokenizer and `astrai template` (chat_template_config.h). A
+    // list that cannot be read leaves the tokenizer usable; chat routes then say why.
+    auto named = config_chat_templates(config_json, "tokenizer_config.json");
+    if (named.ok()) {
+      main = std::move(named->main);
+      tool_use = std::move(named->tool_use);
+    } else {
+      chat_template_status_ = named.status();
     }
   }
   if (templates.main) main = templates.main;
   if (templates.tool_use) tool_use = templates.tool_use;
   if (main) {
     auto parsed = ChatTemplate::parse(main->source, template_limits);
-    if (parsed.ok())
+    if (parsed.ok()) {
       chat_template_ = std::move(parsed).value();
-    else
+      chat_template_status_ = Status::ok_status();
+    } else {
       chat_template_status_ = Status(parsed.status().code(), main->where + ": " + parsed.status().message());
+    }
   }
   if (tool_use) {
     // One that does not parse leaves requests with tools to the main template.

@@ -84,6 +84,20 @@ TEST_CASE("named templates: tool_use renders requests with tools, default the re
   t = Tokenizer::load(dir.path()).value();
   CHECK(render_with(*t, true) == "FILE TOOLS x");
   CHECK(render_with(*t, false) == "PLAIN x");
+  // `astrai template` picks them the same way.
+  auto loaded = load_chat_template(dir.path());
+  REQUIRE(loaded.ok());
+  REQUIRE(loaded->tool_use);
+  const std::string line = R"({"messages": [{"role": "user", "content": "x"}])";
+  for (const auto& [input, want] : std::vector<std::pair<std::string, std::string>>{
+           {line + "}", "PLAIN x"},
+           {line + R"(, "tools": [{"type": "function", "function": {"name": "f"}}]})", "FILE TOOLS x"}}) {
+    const auto r = astrai::test::run_command(
+        astrai::test::astrai_bin() + " template --model '" + dir.path().string() + "'", input + "\n");
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 0);
+    CHECK(r.out.find("\"text\":\"" + want + "\"") != std::string::npos);
+  }
   // A template the user names renders both.
   t = Tokenizer::load(dir.path(), {},
                       ChatTemplateText{"MINE {{ messages[0]['content'] }}", "--chat-template"})
