@@ -4,11 +4,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <utility>
 #include <vector>
 
+#include "src/core/file_text.h"
 #include "src/core/status.h"
 #include "src/core/threads.h"
 
@@ -72,12 +71,10 @@ Result<std::optional<ChatTemplateText>> chat_template_option(const std::string& 
   if (value.empty()) return std::optional<ChatTemplateText>();
   std::error_code ec;
   if (std::filesystem::is_regular_file(value, ec)) {
-    std::ifstream f(value, std::ios::binary);
-    std::ostringstream text;
-    text << f.rdbuf();
-    if (!f.is_open() || f.bad()) return io_error("--chat-template " + value + ": cannot read it");
+    auto text = read_text_file(value);
+    if (!text.ok()) return io_error("--chat-template " + text.status().message());
     spdlog::info("chat template from {}", value);
-    return std::optional<ChatTemplateText>(ChatTemplateText{text.str(), value});
+    return std::optional<ChatTemplateText>(ChatTemplateText{std::move(text).value(), value});
   }
   if (value.find("{{") != std::string::npos || value.find("{%") != std::string::npos)
     return std::optional<ChatTemplateText>(ChatTemplateText{value, "--chat-template"});

@@ -88,7 +88,7 @@ Result<std::unique_ptr<Generation>> Generation::start(EnginePort engine, const T
 Generation::~Generation() {
   for (auto& s : streams_)
     if (s.open_choices > 0 || !s.stream.done()) cancel_stream(s);
-  if (observer_ && !streams_.empty())
+  if (observer_)  // set only once every prompt was submitted
     observer_->on_end(finished(), std::chrono::duration<double>(Clock::now() - start_).count());
 }
 

@@ -5,9 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
+#include "src/core/file_text.h"
 #include "src/core/json_writer.h"
 
 namespace astrai {
@@ -165,18 +164,6 @@ Status parse_rope_scaling(const Fields& rs, RopeScaling& out) {
                      "' is not supported (supported: default, linear, llama3, yarn)");
 }
 
-Result<std::string> read_file_text(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) {
-    std::error_code ec;
-    if (!std::filesystem::exists(p, ec)) return not_found(p.string() + ": no such file");
-    return io_error(p.string() + ": cannot read");
-  }
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 }  // namespace
 
 Result<ModelConfig> ModelConfig::from_json(std::string_view json_text, std::string_view source_name) {
@@ -304,7 +291,7 @@ Result<ModelConfig> ModelConfig::from_json(std::string_view json_text, std::stri
 
 Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
   const std::filesystem::path p = model_dir / "config.json";
-  ASTRAI_ASSIGN_OR_RETURN(std::string text, read_file_text(p));
+  ASTRAI_ASSIGN_OR_RETURN(std::string text, read_text_file(p));
   return from_json(text, p.string());
 }
 

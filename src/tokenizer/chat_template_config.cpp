@@ -2,24 +2,15 @@
 
 #include <simdjson.h>
 
-#include <fstream>
 #include <optional>
-#include <sstream>
 
+#include "src/core/file_text.h"
 #include "src/tokenizer/json_util.h"
 
 namespace astrai {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::optional<std::string> read_text(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) return std::nullopt;
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 // A special token as tokenizer_config.json writes it: "text", {"content": "text", ...} or null.
 std::string token_text(simdjson::dom::object cfg, const char* key) {
@@ -115,16 +106,18 @@ Result<ChatTemplateSources> chat_template_files(const fs::path& dir) {
                             std::pair{dir / "additional_chat_templates" / "tool_use.jinja", &out.tool_use}}) {
     std::error_code ec;
     if (!fs::exists(path, ec)) continue;
-    std::optional<std::string> text = read_text(path);
-    if (!text) return io_error(path.string() + ": cannot read it");
-    *slot = ChatTemplateText{std::move(*text), path.string()};
+    ASTRAI_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+    *slot = ChatTemplateText{std::move(text), path.string()};
   }
   return out;
 }
 
 Result<LoadedChatTemplate> load_chat_template(const fs::path& dir, const ChatTemplateLimits& limits) {
   const fs::path cfg_path = dir / "tokenizer_config.json";
-  std::optional<std::string> cfg = read_text(cfg_path);
+  // An unreadable config is as good as none here (the error names what was looked for).
+  Result<std::string> read = read_text_file(cfg_path);
+  std::optional<std::string> cfg;
+  if (read.ok()) cfg = std::move(read).value();
   ASTRAI_ASSIGN_OR_RETURN(ChatTemplateSources named, chat_template_files(dir));
   if (!cfg && !named.main) return not_found(cfg_path.string() + ": not found");
   LoadedChatTemplate out;

@@ -2,24 +2,13 @@
 // model it is loaded with.
 #include <simdjson.h>
 
-#include <fstream>
-#include <sstream>
-
+#include "src/core/file_text.h"
 #include "src/tokenizer/chat_template_config.h"
 #include "src/tokenizer/hf_tokenizer.h"
 #include "src/tokenizer/tokenizer.h"
 
 namespace astrai {
 namespace {
-
-Result<std::string> read_text(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) return io_error(p.string() + ": cannot open");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) return io_error(p.string() + ": read failed");
-  return ss.str();
-}
 
 // Prefixes a Status message with the file it is about, unless it names one already.
 Status in_file(const Status& s, const std::filesystem::path& p) {
@@ -83,13 +72,13 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::filesystem::path& 
   const auto tj = dir / "tokenizer.json";
   if (!std::filesystem::exists(tj))
     return not_found(tj.string() + ": not found (the model directory needs a tokenizer.json)");
-  ASTRAI_ASSIGN_OR_RETURN(std::string tokenizer_json, read_text(tj));
+  ASTRAI_ASSIGN_OR_RETURN(std::string tokenizer_json, read_text_file(tj));
   std::string config, generation;
   if (std::filesystem::exists(dir / "tokenizer_config.json")) {
-    ASTRAI_ASSIGN_OR_RETURN(config, read_text(dir / "tokenizer_config.json"));
+    ASTRAI_ASSIGN_OR_RETURN(config, read_text_file(dir / "tokenizer_config.json"));
   }
   if (std::filesystem::exists(dir / "generation_config.json")) {
-    ASTRAI_ASSIGN_OR_RETURN(generation, read_text(dir / "generation_config.json"));
+    ASTRAI_ASSIGN_OR_RETURN(generation, read_text_file(dir / "generation_config.json"));
   }
   ChatTemplateSources templates;
   if (chat_template) {
@@ -101,7 +90,7 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::filesystem::path& 
   if (!t.ok()) return in_file(t.status(), tj);
   const auto model_config = dir / "config.json";
   if (std::filesystem::exists(model_config)) {
-    ASTRAI_ASSIGN_OR_RETURN(std::string text, read_text(model_config));
+    ASTRAI_ASSIGN_OR_RETURN(std::string text, read_text_file(model_config));
     if (auto vocab = model_vocab_size(text))
       ASTRAI_RETURN_IF_ERROR(
           check_fits_vocab(**t, *vocab, dir.string(), model_config.string() + " vocab_size"));
