@@ -214,6 +214,11 @@ class CudaBackend final : public Backend {
     const Scope scope = enter("convert");
     gpu::convert(stream_, src, dst);
   }
+  void dequantize(const Tensor& q, const Tensor& scale, int64_t block_rows, int64_t block_cols,
+                  Tensor out) override {
+    const Scope scope = enter("dequantize");
+    gpu::dequantize(stream_, q, scale, block_rows, block_cols, out);
+  }
   void sample(const SampleBatch& batch) override {
     const Scope scope = enter("sample");
     gpu::sample(stream_, batch);

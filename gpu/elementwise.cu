@@ -1,9 +1,11 @@
-// Row-wise and element-wise ops: embedding lookup, SwiGLU, add, row gather, dtype conversion; and
-// prefetch_l2 (Backend::prefetch's hint).
+// Row-wise and element-wise ops: embedding lookup, SwiGLU, add, row gather, dtype conversion, fp8
+// dequantization; and prefetch_l2 (Backend::prefetch's hint).
 // SwiGLU and add run as rows_map (gpu/rows_map.cuh), embedding and the row gather as one kernel, a
 // row of blocks per row copied (16-byte copies where the rows allow); the rest one thread per element
 // in grid-stride loops. Rows addressed through
 // Rows so that column slices (gate/up halves of one buffer, q/k/v slices of qkv) work without copies.
+#include <cuda_fp8.h>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -120,6 +122,43 @@ void launch_convert(cudaStream_t stream, const S* src, const Tensor& dst, int64_
 
 bool is_float(DType t) {
   return t == DType::f32 || t == DType::bf16 || t == DType::f16;
+}
+
+// dequantize: one thread an element (a load-time op: a checkpoint's matrix once); the byte goes
+// through the hardware's e4m3 -> f16 conversion (exact), the product is one f32 multiply.
+template <typename S, typename D>
+__global__ void dequantize_kernel(const uint8_t* __restrict__ q, const S* __restrict__ scale,
+                                  D* __restrict__ out, int64_t rows, int64_t cols, int64_t block_rows,
+                                  int64_t block_cols, int64_t scale_cols) {
+  ASTRAI_GRID_STRIDE(e, rows * cols) {
+    const int64_t i = e / cols, j = e - i * cols;
+    const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(q[e]), __NV_E4M3);
+    const float s = to_f32(scale[(i / block_rows) * scale_cols + j / block_cols]);
+    out[e] = from_f32<D>(__fmul_rn(__half2float(__half(h)), s));
+  }
+}
+
+template <typename S>
+void launch_dequantize(cudaStream_t stream, const Tensor& q, const S* scale, int64_t block_rows,
+                       int64_t block_cols, int64_t scale_cols, Tensor out) {
+  const int64_t R = q.size(0), C = q.size(1);
+  const unsigned grid = grid_for(R * C, kThreads);
+  const auto* in = q.ptr<uint8_t>();
+  switch (out.dtype) {
+    case DType::f32:
+      dequantize_kernel<<<grid, kThreads, 0, stream>>>(in, scale, out.ptr<float>(), R, C, block_rows,
+                                                       block_cols, scale_cols);
+      break;
+    case DType::bf16:
+      dequantize_kernel<<<grid, kThreads, 0, stream>>>(in, scale, out.ptr<bf16>(), R, C, block_rows,
+                                                       block_cols, scale_cols);
+      break;
+    default:
+      dequantize_kernel<<<grid, kThreads, 0, stream>>>(in, scale, out.ptr<__half>(), R, C, block_rows,
+                                                       block_cols, scale_cols);
+      break;
+  }
+  ASTRAI_CUDA_LAUNCH_CHECK(dequantize_kernel);
 }
 
 void check_same_rows(const Rows& a, const Rows& b, const Rows& c, const char* op) {
@@ -264,6 +303,19 @@ void convert(cudaStream_t stream, const Tensor& src, Tensor dst) {
     case DType::f32: launch_convert(stream, src.ptr<float>(), dst, n); break;
     case DType::bf16: launch_convert(stream, src.ptr<bf16>(), dst, n); break;
     default: launch_convert(stream, src.ptr<__half>(), dst, n); break;
+  }
+}
+
+void dequantize(cudaStream_t stream, const Tensor& q, const Tensor& scale, int64_t block_rows,
+                int64_t block_cols, Tensor out) {
+  if (std::string e = dequantize_error(q, scale, block_rows, block_cols, out, Device::cuda); !e.empty())
+    throw Error(invalid_argument("dequantize: " + e));
+  if (q.numel() == 0) return;
+  const int64_t sc = scale.size(1);
+  switch (scale.dtype) {
+    case DType::f32: launch_dequantize(stream, q, scale.ptr<float>(), block_rows, block_cols, sc, out); break;
+    case DType::bf16: launch_dequantize(stream, q, scale.ptr<bf16>(), block_rows, block_cols, sc, out); break;
+    default: launch_dequantize(stream, q, scale.ptr<__half>(), block_rows, block_cols, sc, out); break;
   }
 }
 

@@ -1,8 +1,8 @@
 // The CUDA implementations of the Backend ops, one file per family with the launch sizing in one
 // host function each: norm.cu (rms_norm, add_rms_norm), rope.cu (rope, rope_kv_store), elementwise.cu
-// (embedding, swiglu, add, gather_rows, convert, prefetch_l2), attention.cu (kv_store, paged_attention),
-// sample.cu (sample), linear.cpp (cuBLASLt, see linear.h) with linear_kernels.cu (small-M GEMV, fallback).
-// CudaBackend forwards to these on its stream; the argument order and shapes are those of
+// (embedding, swiglu, add, gather_rows, convert, dequantize, prefetch_l2), attention.cu (kv_store,
+// paged_attention), sample.cu (sample), linear.cpp (cuBLASLt, see linear.h) with linear_kernels.cu (small-M
+// GEMV, fallback). CudaBackend forwards to these on its stream; the argument order and shapes are those of
 // src/backend/backend.h. Activations are bf16 (f32 accepted where noted).
 #pragma once
 
@@ -81,6 +81,8 @@ void take_tokens(cudaStream_t stream, Tensor ids, const Tensor& moves, const Ten
 void prefetch_l2(cudaStream_t stream, std::span<const Tensor* const> next, int64_t budget);
 void check_prefetch(std::span<const Tensor* const> next);
 void convert(cudaStream_t stream, const Tensor& src, Tensor dst);
+void dequantize(cudaStream_t stream, const Tensor& q, const Tensor& scale, int64_t block_rows,
+                int64_t block_cols, Tensor out);
 // sample.cu: the draws; batch.workspace holds at least sample_workspace_bytes(R, V).
 void sample(cudaStream_t stream, const SampleBatch& batch);
 size_t sample_workspace_bytes(int rows, int vocab);

@@ -84,7 +84,7 @@ class DecoderTrainModel final : public TrainModel {
 
   Status init(const WeightStore& store) {
     // Every tensor present with its shape and a float dtype; the values are read by name below.
-    ASTRAI_RETURN_IF_ERROR(resolve_weights(cfg_, store).status());
+    ASTRAI_ASSIGN_OR_RETURN(const WeightRefs refs, resolve_weights(cfg_, store));
     const auto shapes = weight_shapes(cfg_);
     int64_t total = 0;
     std::vector<int64_t> offsets;
@@ -113,7 +113,7 @@ class DecoderTrainModel final : public TrainModel {
       p.grad = view(grads_, DType::f32, offsets[i], shape);
       p.decay = shape.size() == 2 && name != "model.embed_tokens.weight";
       ASTRAI_ASSIGN_OR_RETURN(const SafeTensor* src, store.get(name, shape));
-      ASTRAI_RETURN_IF_ERROR(upload_f32(p.value, *src));
+      ASTRAI_RETURN_IF_ERROR(upload_f32(p.value, *src, refs.scale_of(src)));
       params_.push_back(std::move(p));
     }
     // Where the final norm and each layer's tensors begin: the offsets the backward reports.
@@ -223,10 +223,23 @@ class DecoderTrainModel final : public TrainModel {
     }
   }
 
-  // Converts a file tensor (f32 / bf16 / f16) to f32 on the host and uploads it.
-  Status upload_f32(Tensor dst, const SafeTensor& src) {
+  // Converts a file tensor (f32 / bf16 / f16) to f32 on the host and uploads it; an fp8 matrix goes
+  // up as it is stored, with its scales, and widens on the backend (Backend::dequantize).
+  Status upload_f32(Tensor dst, const SafeTensor& src, const WeightScale* scale) {
     const int64_t n = src.numel();
     if (dst.numel() != n) return internal_error("tensor '" + src.name + "' does not fit its parameter");
+    if (src.dtype == DType::fp8_e4m3 && scale) {
+      const int64_t R = src.shape[0], C = src.shape[1];
+      const int64_t sr = (R + scale->block_rows - 1) / scale->block_rows;
+      const int64_t sc = (C + scale->block_cols - 1) / scale->block_cols;
+      Buffer q = be_.alloc(src.nbytes), s = be_.alloc(scale->scale->nbytes);
+      be_.upload(q.as(DType::fp8_e4m3, {R, C}), src.data);
+      be_.upload(s.as(scale->scale->dtype, {sr, sc}), scale->scale->data);
+      be_.dequantize(q.as(DType::fp8_e4m3, {R, C}), s.as(scale->scale->dtype, {sr, sc}), scale->block_rows,
+                     scale->block_cols, Tensor(dst.data, DType::f32, {R, C}, dst.device));
+      be_.synchronize();  // q and s are freed on return
+      return {};
+    }
     std::vector<float> host(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) {
       switch (src.dtype) {

@@ -76,6 +76,9 @@ std::string sample_batch_error(const SampleBatch& batch, Device device);
 // all contiguous i32 on `device`. The indices themselves are checked by the caller (Model::forward
 // validates a batch's moves on the host) and again by the CPU op.
 std::string take_tokens_error(const Tensor& ids, const Tensor& moves, const Tensor& draws, Device device);
+// The same for dequantize's operands (Backend::dequantize).
+std::string dequantize_error(const Tensor& q, const Tensor& scale, int64_t block_rows, int64_t block_cols,
+                             const Tensor& out, Device device);
 
 // One AdamW update (step t >= 1), the definition every backend's adamw op implements. With
 // g = grad * grad_scale (the clip factor), bc1 = 1 - beta1^t, bc2 = 1 - beta2^t, as
@@ -211,6 +214,16 @@ class Backend {
 
   // Converts between dtypes (f32 <-> bf16/f16), same shape.
   virtual void convert(const Tensor& src, Tensor dst) = 0;
+
+  // Widens a block-scaled fp8 matrix (an fp8 checkpoint's weight, src/model/weights.h):
+  //   out[i, j] = f32(q[i, j]) * f32(scale[i / block_rows, j / block_cols]), then out's dtype
+  //   q [R, C] fp8_e4m3; scale [ceil(R / block_rows), ceil(C / block_cols)] f32, bf16 or f16;
+  //   out [R, C] f32, bf16 or f16; all contiguous on the backend's device.
+  // One f32 multiply of exact inputs, rounded once, then converted (round to nearest even): what
+  // (q.float() * scale.float()).to(dtype) gives in PyTorch. The CPU and CUDA backends implement
+  // it; the default throws.
+  virtual void dequantize(const Tensor& q, const Tensor& scale, int64_t block_rows, int64_t block_cols,
+                          Tensor out);
 
   // ---- sampling (SampleBatch above) -----------------------------------------------------------------
   // Draws every row of `batch` into batch.out; reads only device tensors (no host values but sizes).

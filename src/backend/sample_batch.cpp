@@ -1,5 +1,5 @@
-// The shape checks of a SampleBatch and of take_tokens, shared by the CPU and CUDA implementations
-// of those ops, and the Backend defaults for a backend without them.
+// The shape checks of a SampleBatch, of take_tokens and of dequantize, shared by the CPU and CUDA
+// implementations of those ops, and the Backend defaults for a backend without them.
 #include <string>
 
 #include "src/backend/backend.h"
@@ -42,6 +42,30 @@ std::string take_tokens_error(const Tensor& ids, const Tensor& moves, const Tens
       draws.size(1) < 1)
     return "draws must be a contiguous i32 [D, W] on the backend's device";
   return {};
+}
+
+std::string dequantize_error(const Tensor& q, const Tensor& scale, int64_t block_rows, int64_t block_cols,
+                             const Tensor& out, Device device) {
+  auto is_float = [](DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; };
+  for (const Tensor* t : {&q, &scale, &out})
+    if (t->device != device || t->ndim != 2 || !t->is_contiguous())
+      return "q, scale and out must be contiguous 2-D tensors on the backend's device";
+  if (q.dtype != DType::fp8_e4m3) return "q must be fp8_e4m3, not " + std::string(dtype_name(q.dtype));
+  if (!is_float(scale.dtype) || !is_float(out.dtype)) return "scale and out must be f32, bf16 or f16";
+  if (out.size(0) != q.size(0) || out.size(1) != q.size(1))
+    return "out " + out.shape_str() + " must have q's shape " + q.shape_str();
+  if (block_rows <= 0 || block_cols <= 0) return "block sizes must be positive";
+  const int64_t sr = (q.size(0) + block_rows - 1) / block_rows,
+                sc = (q.size(1) + block_cols - 1) / block_cols;
+  if (scale.size(0) != sr || scale.size(1) != sc)
+    return "scale " + scale.shape_str() + " must be [" + std::to_string(sr) + ", " + std::to_string(sc) +
+           "] for q " + q.shape_str() + " in blocks of " + std::to_string(block_rows) + " x " +
+           std::to_string(block_cols);
+  return {};
+}
+
+void Backend::dequantize(const Tensor&, const Tensor&, int64_t, int64_t, Tensor) {
+  throw Error(unsupported("dequantize: not implemented on the " + name() + " backend"));
 }
 
 void Backend::take_tokens(Tensor, const Tensor&, const Tensor&) {

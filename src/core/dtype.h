@@ -43,4 +43,24 @@ inline uint16_t f32_to_bf16(float f) {
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 
+// float8 e4m3 as fp8 checkpoints store it (OCP "e4m3fn", torch.float8_e4m3fn): sign, 4 exponent
+// bits (bias 7), 3 mantissa bits; no infinities, 0x7f and 0xff are NaN; largest finite 448,
+// subnormals m * 2^-9. Exact in f32.
+inline float fp8_e4m3_to_f32(uint8_t b) {
+  const uint32_t sign = uint32_t(b & 0x80u) << 24, exp = (b >> 3) & 0xfu, man = b & 0x7u;
+  uint32_t u;
+  if (exp == 0xf && man == 0x7) {
+    u = sign | 0x7fc00000u;
+  } else if (exp != 0) {
+    u = sign | ((exp + 120u) << 23) | (man << 20);  // rebias 7 -> 127
+  } else {
+    float f = float(man) * (1.0f / 512.0f);  // subnormal: exact
+    std::memcpy(&u, &f, 4);
+    u |= sign;
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 }  // namespace astrai

@@ -128,6 +128,89 @@ class Fields {
   std::string src_;
 };
 
+// A [rows, cols] pair of positive block sizes (weight_block_size, block_structure).
+Status get_block(const Fields& f, std::string_view key, WeightQuantization& out) {
+  simdjson::dom::array arr;
+  std::vector<int64_t> v;
+  if (!f.at(key).get_array().get(arr))
+    for (element x : arr) {
+      int64_t n;
+      if (x.get_int64().get(n)) break;
+      v.push_back(n);
+    }
+  if (v.size() != 2 || v[0] <= 0 || v[1] <= 0)
+    return invalid_argument(f.src() + ": '" + std::string(key) + "' must be two positive integers");
+  out.block_rows = v[0];
+  out.block_cols = v[1];
+  return {};
+}
+
+// quantization_config -> WeightQuantization: fp8 weights are read (and widened at load); other
+// methods (AWQ, GPTQ, bitsandbytes, int4 compressed-tensors) store other tensors than the ones read
+// here, so they are refused at once, by name, rather than as a missing or mistyped tensor later.
+Status parse_quantization(const Fields& f, WeightQuantization& out) {
+  auto refuse = [&](const std::string& what) {
+    return unsupported(f.src() + ": " + what +
+                       ": astrai loads F32, BF16 and F16 weights and fp8 (e4m3) ones with their scales "
+                       "(use the model's unquantized or fp8 release)");
+  };
+  std::string method;
+  ASTRAI_RETURN_IF_ERROR(f.get_string("quant_method", method));
+  if (method.empty()) return invalid_argument(f.src() + ": missing 'quant_method'");
+  out = WeightQuantization{};
+  if (method == "fp8") {
+    std::string fmt = "e4m3";
+    ASTRAI_RETURN_IF_ERROR(f.get_string("fmt", fmt));
+    if (fmt != "e4m3") return refuse("fp8 format '" + fmt + "'");
+    if (f.has("weight_block_size")) ASTRAI_RETURN_IF_ERROR(get_block(f, "weight_block_size", out));
+    out.method = method;
+    return {};
+  }
+  if (method != "compressed-tensors") return refuse("quant_method '" + method + "'");
+  // llm-compressor's format: every config group's weights must be 8-bit floats.
+  std::string format;
+  ASTRAI_RETURN_IF_ERROR(f.get_string("format", format));
+  if (format != "float-quantized" && format != "naive-quantized")
+    return refuse("compressed-tensors format '" + format + "'");
+  if (f.has("sparsity_config")) {
+    object sp;
+    std::string sformat = "dense";
+    if (!f.at("sparsity_config").get_object().get(sp))
+      ASTRAI_RETURN_IF_ERROR(Fields(sp, f.src()).get_string("format", sformat));
+    if (sformat != "dense") return refuse("compressed-tensors sparsity '" + sformat + "'");
+  }
+  object groups;
+  if (!f.has("config_groups") || f.at("config_groups").get_object().get(groups))
+    return invalid_argument(f.src() + ": compressed-tensors needs a 'config_groups' object");
+  for (auto [name, group] : groups) {
+    const std::string where = f.src() + ".config_groups." + std::string(name);
+    object g, w;
+    if (group.get_object().get(g) || g["weights"].get_object().get(w))
+      return invalid_argument(where + " must be an object with a 'weights' object");
+    const Fields wf(w, where + ".weights");
+    std::string type, strategy;
+    int64_t bits = 0;
+    ASTRAI_RETURN_IF_ERROR(wf.get_string("type", type));
+    ASTRAI_RETURN_IF_ERROR(wf.get_int("num_bits", bits));
+    ASTRAI_RETURN_IF_ERROR(wf.get_string("strategy", strategy));
+    if (type != "float" || bits != 8)
+      return refuse("compressed-tensors weights of type '" + type + "' with " + std::to_string(bits) +
+                    " bits");
+    if (strategy != "tensor" && strategy != "channel" && strategy != "block")
+      return refuse("compressed-tensors fp8 weights with strategy '" + strategy + "'");
+    if (strategy == "block") {
+      WeightQuantization b;
+      ASTRAI_RETURN_IF_ERROR(get_block(wf, "block_structure", b));
+      if (out.block_rows && (b.block_rows != out.block_rows || b.block_cols != out.block_cols))
+        return refuse("config groups with different block structures");
+      out.block_rows = b.block_rows;
+      out.block_cols = b.block_cols;
+    }
+  }
+  out.method = method;
+  return {};
+}
+
 // rope_scaling (or rope_parameters in newer transformers) -> RopeScaling.
 Status parse_rope_scaling(const Fields& rs, RopeScaling& out) {
   std::string type;
@@ -266,16 +349,11 @@ Result<ModelConfig> ModelConfig::from_json(std::string_view json_text, std::stri
     if (rp.has("rope_type") || rp.has("type")) ASTRAI_RETURN_IF_ERROR(parse_rope_scaling(rp, c.rope_scaling));
   }
 
-  // Quantized checkpoints (AWQ, GPTQ, fp8, bitsandbytes, compressed-tensors) store other tensors
-  // than the ones read here; say so at once rather than as a missing or mistyped tensor later.
   if (f.has("quantization_config")) {
-    std::string method = "?";
     object q;
-    if (!f.at("quantization_config").get_object().get(q))
-      ASTRAI_RETURN_IF_ERROR(Fields(q, src).get_string("quant_method", method));
-    return unsupported(src + ": quantization_config (quant_method '" + method +
-                       "'): quantized checkpoints are not supported yet; astrai loads F32, BF16 and F16 "
-                       "weights (use the model's unquantized release)");
+    if (f.at("quantization_config").get_object().get(q))
+      return invalid_argument(src + ": 'quantization_config' must be an object");
+    ASTRAI_RETURN_IF_ERROR(parse_quantization(Fields(q, src + ": quantization_config"), c.quantization));
   }
 
   ASTRAI_RETURN_IF_ERROR(f.get_ids("bos_token_id", c.bos_token_ids));

@@ -29,6 +29,20 @@ struct RopeScaling {
   bool truncate = true;
 };
 
+// An fp8 checkpoint's weight format (config.json's quantization_config), which the loader widens
+// to the compute dtype (src/model/weights.h): its matrices are e4m3 with a scale tensor each.
+//   method "fp8" (transformers' and DeepSeek's fine-grained format: 128 x 128 blocks,
+//     `weight_scale_inv`; or AutoFP8's one `weight_scale` per matrix) or "compressed-tensors"
+//     (llm-compressor's float-quantized weights: `weight_scale` per matrix, row or block);
+//   block_rows / block_cols: the scale blocks where the config names them (weight_block_size,
+//     block_structure), else 0; a scale of one value or one per row needs none.
+// Activations stay in the compute dtype (the quantization_config's activation scheme is not
+// applied), so outputs are those of the widened weights. Empty method: not quantized.
+struct WeightQuantization {
+  std::string method;
+  int64_t block_rows = 0, block_cols = 0;
+};
+
 struct ModelConfig {
   std::string architecture;  // e.g. "Qwen3ForCausalLM"
   std::string model_type;    // e.g. "qwen3"
@@ -54,6 +68,8 @@ struct ModelConfig {
   int64_t max_position_embeddings = 2048;
   std::vector<int32_t> bos_token_ids, eos_token_ids;
   std::string torch_dtype = "float32";
+  // Not written back by to_json: a model this runtime saves holds widened weights.
+  WeightQuantization quantization;
 
   static Result<ModelConfig> from_json(std::string_view json_text,
                                        std::string_view source_name = "config.json");

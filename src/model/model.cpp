@@ -73,20 +73,31 @@ struct LayerWeights {
   bool has_qkv_bias = false, has_o_bias = false;
 };
 
+// A checkpoint tensor to load, with its scales when it is an fp8 matrix.
+struct WeightPart {
+  WeightPart(const SafeTensor* tensor, const WeightScale* scales = nullptr) : t(tensor), scale(scales) {}
+  const SafeTensor* t;
+  const WeightScale* scale;
+};
+
 // Copies file tensors into backend tensors (the compute dtype, or a matrix's Backend::weight_dtype).
 // On the CPU the backend's `convert` reads the mapped file directly into the destination (in
 // parallel, no staging copy), converting or, for equal dtypes, copying. On a device equal dtypes
 // upload as they are; other file bytes go up in bounded chunks through one device staging buffer
-// (kept for the whole load) and are converted there.
+// (kept for the whole load) and are converted there. fp8 matrices widen through `dequantize` the
+// same way: on the CPU straight from the file, on a device in chunks of whole blocks of rows, their
+// scales uploaded whole beside them.
 class WeightUploader {
  public:
   explicit WeightUploader(Backend& be) : be_(be) {}
 
   // dst: contiguous, as many elements as src.
-  Status upload(Tensor dst, const SafeTensor& src) {
+  Status upload(Tensor dst, const WeightPart& part) {
+    const SafeTensor& src = *part.t;
     const int64_t n = src.numel();
     if (dst.numel() != n)
       return internal_error(src.file + ": tensor '" + src.name + "' does not fit its destination");
+    if (src.dtype == DType::fp8_e4m3) return dequantize(dst, src, part.scale);
     Tensor flat(dst.data, dst.dtype, {n}, dst.device);
     if (src.dtype == dst.dtype && dst.device != Device::cpu) {
       be_.upload(flat, src.data);
@@ -100,10 +111,8 @@ class WeightUploader {
       be_.convert(file, flat);
       return {};
     }
-    constexpr int64_t kChunk = int64_t(16) << 20;  // elements per staging round trip
     const int64_t chunk = std::min(n, kChunk);
-    const size_t need = size_t(chunk) * dtype_size(src.dtype);
-    if (staging_.size() < need) staging_ = be_.alloc(size_t(kChunk) * dtype_size(DType::f32));
+    reserve(staging_, size_t(chunk) * dtype_size(src.dtype));
     for (int64_t b = 0; b < n; b += chunk) {
       const int64_t e = std::min(n, b + chunk);
       Tensor raw = staging_.as(src.dtype, {e - b});
@@ -114,8 +123,47 @@ class WeightUploader {
   }
 
  private:
+  static constexpr int64_t kChunk = int64_t(16) << 20;  // elements per staging round trip
+
+  void reserve(Buffer& b, size_t bytes) {
+    if (b.size() < bytes) b = be_.alloc(std::max(bytes, size_t(kChunk) * dtype_size(DType::f32)));
+  }
+
+  Status dequantize(Tensor dst, const SafeTensor& src, const WeightScale* scale) {
+    if (!scale || src.shape.size() != 2)
+      return internal_error(src.file + ": fp8 tensor '" + src.name + "' has no scales");
+    const int64_t R = src.shape[0], C = src.shape[1];
+    const SafeTensor& s = *scale->scale;
+    const int64_t br = scale->block_rows, bc = scale->block_cols;
+    const int64_t sr = (R + br - 1) / br, sc = (C + bc - 1) / bc;
+    if (s.numel() != sr * sc)
+      return internal_error(s.file + ": tensor '" + s.name + "' does not fit the blocks of '" + src.name +
+                            "'");
+    const Tensor out(dst.data, dst.dtype, {R, C}, dst.device);
+    const Tensor q_file(const_cast<void*>(src.data), DType::fp8_e4m3, {R, C}, Device::cpu);
+    const Tensor s_file(const_cast<void*>(s.data), s.dtype, {sr, sc}, Device::cpu);
+    if (dst.device == Device::cpu) {
+      be_.dequantize(q_file, s_file, br, bc, out);
+      return {};
+    }
+    reserve(scales_, s.nbytes);
+    const Tensor s_dev = scales_.as(s.dtype, {sr, sc});
+    be_.upload(s_dev, s.data);
+    // Rows per round trip: whole blocks of rows (any count where one block spans them all).
+    const int64_t step = sr == 1 ? 1 : br;
+    const int64_t rows = std::max(step, std::min(R, std::max<int64_t>(kChunk / C, 1)) / step * step);
+    reserve(staging_, size_t(rows * C));
+    for (int64_t r0 = 0; r0 < R; r0 += rows) {
+      const int64_t r1 = std::min(R, r0 + rows);
+      const Tensor raw = staging_.as(DType::fp8_e4m3, {r1 - r0, C});
+      be_.upload(raw, q_file.rows(r0, r1).data);
+      be_.dequantize(raw, s_dev.rows(r0 / br, (r1 + br - 1) / br), br, bc, out.rows(r0, r1));
+    }
+    return {};
+  }
+
   Backend& be_;
-  Buffer staging_;
+  Buffer staging_, scales_;
 };
 
 class DecoderModel final : public Model {
@@ -135,20 +183,20 @@ class DecoderModel final : public Model {
     // Allocates a tensor on the backend and fills it from one or more file tensors stacked along dim 0:
     // a vector (a norm, a bias) in the compute dtype, a matrix (2-D: linear's w, the embedding) in
     // the dtype the backend keeps its parts' dtype in (Backend::weight_dtype).
-    auto make = [&](std::initializer_list<int64_t> dims, std::initializer_list<const SafeTensor*> parts,
+    auto make = [&](std::initializer_list<int64_t> dims, std::initializer_list<WeightPart> parts,
                     Tensor& out) -> Status {
       DType wdt = dt;
       if (dims.size() == 2) {
-        const DType stored = (*parts.begin())->dtype;
+        const DType stored = parts.begin()->t->dtype;
         bool same = true;
-        for (const SafeTensor* p : parts) same = same && p->dtype == stored;
+        for (const WeightPart& p : parts) same = same && p.t->dtype == stored;
         wdt = same ? be_.weight_dtype(stored) : dt;
       }
       Tensor shape_only(nullptr, wdt, dims, be_.device());
       try {
         owned_.push_back(be_.alloc(shape_only.nbytes()));
       } catch (const std::bad_alloc& e) {
-        return resource_exhausted("out of memory allocating " + std::string((*parts.begin())->name) + " " +
+        return resource_exhausted("out of memory allocating " + parts.begin()->t->name + " " +
                                   shape_only.shape_str() + " (the weights take " + memory_size(total_bytes) +
                                   ", " + memory_size(weight_bytes_) + " of them loaded): " + e.what());
       }
@@ -156,37 +204,46 @@ class DecoderModel final : public Model {
       weight_bytes_ += out.nbytes();
       int64_t row = 0;
       const int64_t row_elems = shape_only.ndim == 2 ? shape_only.shape[1] : 1;
-      for (const SafeTensor* p : parts) {
-        const int64_t rows = p->numel() / row_elems;
+      for (const WeightPart& p : parts) {
+        const int64_t rows = p.t->numel() / row_elems;
         Tensor flat(out.data, wdt, {shape_only.numel()}, out.device);
-        ASTRAI_RETURN_IF_ERROR(uploader.upload(flat.rows(row * row_elems, (row + rows) * row_elems), *p));
+        ASTRAI_RETURN_IF_ERROR(uploader.upload(flat.rows(row * row_elems, (row + rows) * row_elems), p));
         row += rows;
       }
       return {};
     };
 
-    // This rank's part of a checkpoint tensor (src/model/shard.h); the whole tensor at world 1.
+    // This rank's part of a checkpoint tensor (src/model/shard.h), with its part of the tensor's
+    // scales when it is fp8; the whole tensor at world 1.
     std::deque<TensorSlice> slices;  // alive until the layer's uploads are issued
+    std::deque<WeightScale> slice_scales;
     const int64_t rank = shard_.rank, world = shard_.world;
+    auto whole = [&](const SafeTensor* t) { return WeightPart(t, refs.scale_of(t)); };
     auto rows_part = [&](const SafeTensor* t) {
-      if (world == 1) return t;
+      if (world == 1) return whole(t);
       const int64_t n = t->shape[0] / world;
-      return static_cast<const SafeTensor*>(
-          &slices.emplace_back(slice_rows(*t, rank * n, (rank + 1) * n)).view);
+      WeightPart p(&slices.emplace_back(slice_rows(*t, rank * n, (rank + 1) * n)).view);
+      if (const WeightScale* s = refs.scale_of(t))
+        p.scale =
+            &slice_scales.emplace_back(slice_scale(*s, t->shape[0], rank * n, (rank + 1) * n, true, slices));
+      return p;
     };
     auto cols_part = [&](const SafeTensor* t) {
-      if (world == 1) return t;
+      if (world == 1) return whole(t);
       const int64_t n = t->shape[1] / world;
-      return static_cast<const SafeTensor*>(
-          &slices.emplace_back(slice_cols(*t, rank * n, (rank + 1) * n)).view);
+      WeightPart p(&slices.emplace_back(slice_cols(*t, rank * n, (rank + 1) * n)).view);
+      if (const WeightScale* s = refs.scale_of(t))
+        p.scale =
+            &slice_scales.emplace_back(slice_scale(*s, t->shape[1], rank * n, (rank + 1) * n, false, slices));
+      return p;
     };
-    ASTRAI_RETURN_IF_ERROR(make({cfg_.vocab_size, H}, {refs.embed}, embed_));
+    ASTRAI_RETURN_IF_ERROR(make({cfg_.vocab_size, H}, {whole(refs.embed)}, embed_));
     if (cfg_.tie_word_embeddings || refs.lm_head == refs.embed || !refs.lm_head) {
       lm_head_ = embed_;  // one buffer for both
     } else if (rank != 0) {
       lm_head_ = Tensor();  // only rank 0 computes logits
     } else {
-      ASTRAI_RETURN_IF_ERROR(make({cfg_.vocab_size, H}, {refs.lm_head}, lm_head_));
+      ASTRAI_RETURN_IF_ERROR(make({cfg_.vocab_size, H}, {whole(refs.lm_head)}, lm_head_));
     }
     ASTRAI_RETURN_IF_ERROR(make({H}, {refs.final_norm}, final_norm_));
     layers_.resize(refs.layers.size());
@@ -195,6 +252,7 @@ class DecoderModel final : public Model {
       LayerWeights& w = layers_[l];
       ASTRAI_RETURN_IF_ERROR(make({H}, {r.input_norm}, w.input_norm));
       slices.clear();
+      slice_scales.clear();
       ASTRAI_RETURN_IF_ERROR(
           make({qd + 2 * kvd, H}, {rows_part(r.q), rows_part(r.k), rows_part(r.v)}, w.qkv));
       if (r.q_bias && r.k_bias && r.v_bias) {
@@ -598,6 +656,9 @@ Result<std::unique_ptr<Model>> Model::from_config(const ModelConfig& config, con
   const auto t0 = std::chrono::steady_clock::now();
   auto model = std::make_unique<DecoderModel>(config, backend);
   ASTRAI_RETURN_IF_ERROR(model->load(refs));
+  if (options.verbose && !config.quantization.method.empty())
+    spdlog::info("fp8 weights ({}) widened to {} at load; activations run in {}", config.quantization.method,
+                 dtype_name(backend.compute_dtype()), dtype_name(backend.compute_dtype()));
   if (options.verbose)
     spdlog::info("loaded {} ({} layers, {:.1f} MB of weights on {}) in {:.2f} s", config.architecture,
                  config.num_layers, double(model->weight_bytes()) / 1e6, backend.name(),
@@ -608,6 +669,7 @@ Result<std::unique_ptr<Model>> Model::from_config(const ModelConfig& config, con
 Result<std::unique_ptr<Model>> make_shard(const ModelConfig& full, const WeightRefs& refs, Backend& backend,
                                           const ShardSpec& shard) {
   ASTRAI_ASSIGN_OR_RETURN(ModelConfig local, shard_config(full, shard.world));
+  ASTRAI_RETURN_IF_ERROR(check_scale_cuts(refs, shard.world));
   auto model = std::make_unique<DecoderModel>(local, backend, shard);
   ASTRAI_RETURN_IF_ERROR(model->load(refs));
   return std::unique_ptr<Model>(std::move(model));

@@ -51,4 +51,38 @@ TensorSlice slice_cols(const SafeTensor& t, int64_t begin, int64_t end) {
   return s;
 }
 
+WeightScale slice_scale(const WeightScale& s, int64_t dim, int64_t begin, int64_t end, bool by_rows,
+                        std::deque<TensorSlice>& keep) {
+  const int64_t block = by_rows ? s.block_rows : s.block_cols;
+  const int64_t blocks = (dim + block - 1) / block;
+  if (blocks == 1) return s;
+  WeightScale out = s;
+  const int64_t b = begin / block, e = (end + block - 1) / block;
+  if (by_rows) {
+    out.scale = &keep.emplace_back(slice_rows(*s.scale, b, e)).view;
+  } else {
+    // A 2-D scale (a 1-D one is one a row: a single block of columns, returned above).
+    out.scale = &keep.emplace_back(slice_cols(*s.scale, b, e)).view;
+  }
+  return out;
+}
+
+Status check_scale_cuts(const WeightRefs& refs, int world) {
+  auto check = [&](const SafeTensor* t, bool by_rows) -> Status {
+    const WeightScale* s = refs.scale_of(t);
+    if (!s || world == 1) return {};
+    const int64_t dim = t->shape[by_rows ? 0 : 1], block = by_rows ? s->block_rows : s->block_cols;
+    if ((dim + block - 1) / block == 1 || (dim / world) % block == 0) return {};
+    return invalid_argument("--tp " + std::to_string(world) + ": fp8 tensor '" + t->name + "' " +
+                            t->shape_str() + " has scales in blocks of " + std::to_string(block) +
+                            (by_rows ? " rows" : " columns") + ", and each rank's " +
+                            std::to_string(dim / world) + " would cut one");
+  };
+  for (const LayerWeightRefs& l : refs.layers) {
+    for (const SafeTensor* t : {l.q, l.k, l.v, l.gate, l.up}) ASTRAI_RETURN_IF_ERROR(check(t, true));
+    for (const SafeTensor* t : {l.o, l.down}) ASTRAI_RETURN_IF_ERROR(check(t, false));
+  }
+  return {};
+}
+
 }  // namespace astrai

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -54,5 +55,15 @@ struct TensorSlice {
 TensorSlice slice_rows(const SafeTensor& t, int64_t begin, int64_t end);
 // Columns [begin, end) of a 2-D tensor.
 TensorSlice slice_cols(const SafeTensor& t, int64_t begin, int64_t end);
+
+// The scales of rows (by_rows) or columns [begin, end) of an fp8 matrix whose scales are `s` and
+// whose cut dimension is `dim` long: the blocks the part covers, cut from s.scale into `keep`
+// (which must outlive the upload), or s itself where one block spans the dimension. The cut falls
+// on block edges (check_scale_cuts).
+WeightScale slice_scale(const WeightScale& s, int64_t dim, int64_t begin, int64_t end, bool by_rows,
+                        std::deque<TensorSlice>& keep);
+// An invalid_argument error naming the first fp8 matrix whose scale blocks a rank's cut (rows of
+// q/k/v and gate/up, columns of o and down) would fall inside.
+Status check_scale_cuts(const WeightRefs& refs, int world);
 
 }  // namespace astrai

@@ -10,6 +10,47 @@ std::string layer_prefix(int64_t i) {
   return "model.layers." + std::to_string(i) + ".";
 }
 
+std::string file_of(const SafeTensor& t) {
+  return std::filesystem::path(t.file).filename().string();
+}
+
+bool is_float(DType t) {
+  return t == DType::f32 || t == DType::bf16 || t == DType::f16;
+}
+
+// The scale of fp8 matrix w ([R, C]) and the blocks its shape implies.
+Result<WeightScale> find_scale(const ModelConfig& c, const WeightStore& store, const SafeTensor& w) {
+  const SafeTensor* s = store.find(w.name + "_scale_inv");
+  if (!s) s = store.find(w.name + "_scale");
+  if (!s)
+    return invalid_argument(file_of(w) + ": tensor '" + w.name + "' is F8_E4M3 but the checkpoint has no '" +
+                            w.name + "_scale_inv' or '" + w.name + "_scale' beside it");
+  if (!is_float(s->dtype))
+    return unsupported(file_of(*s) + ": tensor '" + s->name + "' has dtype " +
+                       std::string(safetensors_dtype_name(s->dtype)) + ", expected F32, BF16 or F16");
+  const int64_t R = w.shape[0], C = w.shape[1];
+  WeightScale out{s, R, C};  // one value
+  const auto& d = s->shape;
+  if (s->numel() == 1) return out;
+  if (s->numel() == R && (d.size() == 1 || (d.size() == 2 && d[1] == 1))) {
+    out.block_rows = 1;  // one a row
+    return out;
+  }
+  const int64_t br = c.quantization.block_rows, bc = c.quantization.block_cols;
+  if (br > 0 && d.size() == 2 && d[0] == (R + br - 1) / br && d[1] == (C + bc - 1) / bc) {
+    out.block_rows = br;
+    out.block_cols = bc;
+    return out;
+  }
+  std::string blocks = br > 0 ? ", [" + std::to_string((R + br - 1) / br) + ", " +
+                                    std::to_string((C + bc - 1) / bc) + "] (blocks of " + std::to_string(br) +
+                                    " x " + std::to_string(bc) + ")"
+                              : " or blocks, which need config.json's quantization_config block size";
+  return invalid_argument(file_of(*s) + ": tensor '" + s->name + "' has shape " + s->shape_str() +
+                          ", expected [1], [" + std::to_string(R) + "] (one a row)" + blocks + " for '" +
+                          w.name + "' " + w.shape_str());
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> weight_shapes(const ModelConfig& c) {
@@ -45,17 +86,21 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> weight_shapes(const Mo
 }
 
 Result<WeightRefs> resolve_weights(const ModelConfig& c, const WeightStore& store) {
+  WeightRefs w;
   auto get = [&](const std::string& name, const std::vector<int64_t>& shape) -> Result<const SafeTensor*> {
     ASTRAI_ASSIGN_OR_RETURN(const SafeTensor* t, store.get(name, shape));
-    if (t->dtype != DType::f32 && t->dtype != DType::bf16 && t->dtype != DType::f16)
-      return unsupported(std::filesystem::path(t->file).filename().string() + ": tensor '" + name +
-                         "' has dtype " + std::string(safetensors_dtype_name(t->dtype)) +
-                         ", expected F32, BF16 or F16");
+    if (t->dtype == DType::fp8_e4m3 && shape.size() == 2) {
+      ASTRAI_ASSIGN_OR_RETURN(w.scales[t], find_scale(c, store, *t));
+      return t;
+    }
+    if (!is_float(t->dtype))
+      return unsupported(
+          file_of(*t) + ": tensor '" + name + "' has dtype " + std::string(safetensors_dtype_name(t->dtype)) +
+          (shape.size() == 2 ? ", expected F32, BF16, F16 or F8_E4M3" : ", expected F32, BF16 or F16"));
     return t;
   };
   const int64_t H = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
   const int64_t q = c.q_dim(), kv = c.kv_dim();
-  WeightRefs w;
   ASTRAI_ASSIGN_OR_RETURN(w.embed, get("model.embed_tokens.weight", {V, H}));
   w.layers.resize(size_t(c.num_layers));
   for (int64_t i = 0; i < c.num_layers; ++i) {

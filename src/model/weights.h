@@ -1,8 +1,10 @@
 // The Hugging Face tensor names of the Llama / Mistral / Qwen2 / Qwen3 decoders, and the loader
-// check that finds every one of them in a WeightStore with the shape the config implies.
+// check that finds every one of them in a WeightStore with the shape the config implies, with the
+// scales of those an fp8 checkpoint stores in e4m3.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,18 +25,35 @@ struct LayerWeightRefs {
   const SafeTensor *post_norm = nullptr, *gate = nullptr, *up = nullptr, *down = nullptr;
 };
 
+// The scales of a matrix stored in fp8: w[i, j] = q[i, j] * scale[i / block_rows, j / block_cols]
+// (Backend::dequantize). One scale for the whole matrix is a block of all its rows and columns,
+// one a row a block of one row.
+struct WeightScale {
+  const SafeTensor* scale = nullptr;  // [ceil(R / block_rows), ceil(C / block_cols)], F32, BF16 or F16
+  int64_t block_rows = 0, block_cols = 0;
+};
+
 struct WeightRefs {
   const SafeTensor *embed = nullptr, *final_norm = nullptr;
   const SafeTensor* lm_head = nullptr;  // == embed when tie_word_embeddings
   std::vector<LayerWeightRefs> layers;
+  std::map<const SafeTensor*, WeightScale> scales;  // of each fp8 matrix above
+
+  const WeightScale* scale_of(const SafeTensor* t) const {
+    const auto it = scales.find(t);
+    return it == scales.end() ? nullptr : &it->second;
+  }
 };
 
 // Every tensor the config needs, in file order (embedding, layers, final norm, lm_head unless
 // tied), with its HF name and shape [out, in] for linear layers.
 std::vector<std::pair<std::string, std::vector<int64_t>>> weight_shapes(const ModelConfig& config);
 
-// Finds and shape-checks every tensor; dtypes must be F32, BF16 or F16. With tied embeddings an
-// lm_head.weight in the file is ignored. Errors name the file and tensor.
+// Finds and shape-checks every tensor; dtypes must be F32, BF16 or F16, or for a matrix F8_E4M3
+// with its scale beside it: `<name>_scale_inv` (the fp8 format's) or `<name>_scale`
+// (compressed-tensors', AutoFP8's), holding one value, one a row ([R] or [R, 1]), or one per block
+// of the config's quantization block size. With tied embeddings an lm_head.weight in the file is
+// ignored. Errors name the file and tensor.
 Result<WeightRefs> resolve_weights(const ModelConfig& config, const WeightStore& store);
 
 }  // namespace astrai

@@ -1,5 +1,5 @@
-// embedding, swiglu, add, gather_rows and convert against float64 / scalar references, on every
-// backend.
+// embedding, swiglu, add, gather_rows, convert and dequantize against float64 / scalar references,
+// on every backend.
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -193,6 +193,84 @@ void convert_rounds_and_widens(Backend& be) {
   }
 }
 
+// An e4m3 byte's value from the format's definition (sign, exponent bias 7, three mantissa bits,
+// subnormals below exponent 1), written apart from the library's bit-level decoder.
+double e4m3_value(uint8_t b) {
+  const int e = (b >> 3) & 15, m = b & 7;
+  const double mag = e ? std::ldexp(8.0 + m, e - 10) : std::ldexp(double(m), -9);
+  return b & 0x80 ? -mag : mag;
+}
+
+TEST_CASE("fp8_e4m3_to_f32 decodes every byte as the e4m3fn format defines it", "[unit]") {
+  CHECK(fp8_e4m3_to_f32(0x38) == 1.0f);
+  CHECK(fp8_e4m3_to_f32(0x7e) == 448.0f);  // the largest finite
+  CHECK(fp8_e4m3_to_f32(0x01) == std::ldexp(1.0f, -9));
+  CHECK(fp8_e4m3_to_f32(0xb8) == -1.0f);
+  CHECK(std::signbit(fp8_e4m3_to_f32(0x80)));
+  for (int b = 0; b < 256; ++b) {
+    INFO("byte " << b);
+    if ((b & 0x7f) == 0x7f) {
+      CHECK(std::isnan(fp8_e4m3_to_f32(uint8_t(b))));
+    } else {
+      CHECK(double(fp8_e4m3_to_f32(uint8_t(b))) == e4m3_value(uint8_t(b)));
+    }
+  }
+}
+
+// Random fp8 matrices in every scale layout a checkpoint uses (one scale, one a row, 128 x 128
+// blocks over sizes they do not divide, random blocks), scales f32 and bf16, into f32 and the
+// backend's dtypes: each element exactly the float64 product rounded to f32, then to out's dtype.
+void dequantize_scales_each_block(Backend& be) {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Rng rng(seed);
+  for (int layout = 0; layout < 4; ++layout) {
+    const int64_t R = layout == 2 ? rng.randint(129, 400) : rng.randint(1, 300);
+    const int64_t C = layout == 2 ? rng.randint(129, 400) : rng.randint(1, 300);
+    int64_t br = R, bc = C;  // layout 0: one scale
+    if (layout == 1) br = 1;
+    if (layout == 2) br = bc = 128;
+    if (layout == 3) br = rng.randint(1, int(R) + 3), bc = rng.randint(1, int(C) + 3);
+    const int64_t sr = (R + br - 1) / br, sc = (C + bc - 1) / bc;
+    std::vector<uint8_t> qh(size_t(R * C));
+    for (auto& b : qh) {
+      do b = uint8_t(rng.randint(0, 255));
+      while ((b & 0x7f) == 0x7f);  // NaN: never in a checkpoint
+    }
+    for (const DType scale_dtype : {DType::f32, DType::bf16})
+      for (const DType out_dtype : {DType::f32, DType::bf16, DType::f16}) {
+        INFO("R " << R << " C " << C << " blocks " << br << " x " << bc << " scale "
+                  << dtype_name(scale_dtype) << " out " << dtype_name(out_dtype));
+        std::vector<float> sh(size_t(sr * sc));
+        for (auto& s : sh) s = std::ldexp(rng.uniform(0.5f, 1.0f), rng.randint(-14, 2));
+        auto scale = to_device(be, sh, {sr, sc}, scale_dtype);
+        Buffer qbuf = be.alloc(qh.size());
+        const Tensor q = qbuf.as(DType::fp8_e4m3, {R, C});
+        be.upload(q, qh.data());
+        auto out = poisoned(be, {R, C}, out_dtype);
+        be.dequantize(q, scale.t, br, bc, out.t);
+        const auto got = to_host(be, out.t);
+        for (int64_t i = 0; i < R; ++i)
+          for (int64_t j = 0; j < C; ++j) {
+            const double exact =
+                e4m3_value(qh[size_t(i * C + j)]) * double(sh[size_t((i / br) * sc + j / bc)]);
+            const float want = round_to(out_dtype, float(exact));
+            INFO("element " << i << ", " << j);
+            REQUIRE(got[size_t(i * C + j)] == want);
+          }
+      }
+  }
+  // Operands that do not fit are refused with a message, not read out of bounds.
+  std::vector<float> one{1.0f};
+  auto scale = to_device(be, one, {1, 1}, DType::f32);
+  Buffer qbuf = be.alloc(64);
+  auto out = zeros(be, {8, 8}, DType::f32);
+  REQUIRE_THROWS_WITH(be.dequantize(qbuf.as(DType::fp8_e4m3, {8, 8}), scale.t, 4, 8, out.t),
+                      Catch::Contains("scale [1, 1] must be [2, 1]"));
+  REQUIRE_THROWS_WITH(be.dequantize(qbuf.as(DType::u8, {8, 8}), scale.t, 8, 8, out.t),
+                      Catch::Contains("q must be fp8_e4m3"));
+}
+
 void memory_available_is_positive_and_bounded(Backend& be) {
   const int64_t avail = be.memory_available();
   CHECK(avail > 0);
@@ -238,6 +316,8 @@ ASTRAI_BACKEND_TEST("add sums element-wise", add_sums)
 ASTRAI_BACKEND_TEST("gather_rows picks rows in the given order, repeats allowed", gather_rows_in_order)
 ASTRAI_BACKEND_TEST("convert rounds f32 to bf16 / f16 to nearest, widens back and copies equal dtypes",
                     convert_rounds_and_widens)
+ASTRAI_BACKEND_TEST("dequantize multiplies each fp8 element by its block's scale, exactly",
+                    dequantize_scales_each_block)
 ASTRAI_BACKEND_TEST("take_tokens moves each drawn token into its row; download_async brings it back",
                     take_tokens_moves_drawn_tokens)
 

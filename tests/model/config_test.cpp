@@ -388,15 +388,57 @@ TEST_CASE("unsupported architectures, activations and MLP biases are errors nami
              Catch::Contains("'gpt2'"));
   CHECK_THAT(error_of(with_key(kLlama32_1B, "hidden_act", "\"gelu\"")), Catch::Contains("'gelu'"));
   CHECK_THAT(error_of(with_key(kLlama32_1B, "mlp_bias", "true")), Catch::Contains("mlp_bias"));
-  // Quantized checkpoints are refused by their config, naming the method (Qwen3-8B-FP8's, an AWQ one).
-  CHECK_THAT(
-      error_of(with_key(kLlama32_1B, "quantization_config",
-                        R"({"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
-                                   "weight_block_size": [128, 128]})")),
-      Catch::Contains("quantization_config (quant_method 'fp8'): quantized checkpoints are not supported"));
+  // Quantized checkpoints other than fp8 are refused by their config, naming the method or scheme.
   CHECK_THAT(error_of(with_key(kLlama32_1B, "quantization_config", R"({"bits": 4, "quant_method": "awq"})")),
-             Catch::Contains("'awq'"));
+             Catch::Contains("quant_method 'awq'") && Catch::Contains("fp8 (e4m3)"));
+  CHECK_THAT(
+      error_of(with_key(kLlama32_1B, "quantization_config", R"({"quant_method": "fp8", "fmt": "e5m2"})")),
+      Catch::Contains("fp8 format 'e5m2'"));
+  CHECK_THAT(error_of(with_key(kLlama32_1B, "quantization_config",
+                               R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+                                   "config_groups": {}})")),
+             Catch::Contains("format 'pack-quantized'"));
+  CHECK_THAT(error_of(with_key(kLlama32_1B, "quantization_config",
+                               R"({"quant_method": "compressed-tensors", "format": "naive-quantized",
+                                   "config_groups": {"g": {"weights": {"type": "int", "num_bits": 8,
+                                   "strategy": "channel"}}}})")),
+             Catch::Contains("type 'int' with 8 bits"));
+  CHECK_THAT(error_of(with_key(kLlama32_1B, "quantization_config",
+                               R"({"quant_method": "fp8", "weight_block_size": [128]})")),
+             Catch::Contains("quantization_config: 'weight_block_size' must be two positive integers"));
+  CHECK_THAT(error_of(with_key(kLlama32_1B, "quantization_config", R"({"bits": 4})")),
+             Catch::Contains("missing 'quant_method'"));
   CHECK(ModelConfig::from_json(with_key(kLlama32_1B, "quantization_config", "null"), "my/config.json").ok());
+}
+
+TEST_CASE("fp8 quantization configs are read: Qwen3-FP8's blocks, AutoFP8's and llm-compressor's", "[unit]") {
+  auto quant = [](const char* q) {
+    auto r = ModelConfig::from_json(with_key(kLlama32_1B, "quantization_config", q), "my/config.json");
+    INFO(q);
+    REQUIRE(r.ok());
+    return r.value().quantization;
+  };
+  WeightQuantization w = quant(R"({"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                   "weight_block_size": [128, 64]})");
+  CHECK((w.method == "fp8" && w.block_rows == 128 && w.block_cols == 64));
+  w = quant(R"({"activation_scheme": "static", "quant_method": "fp8", "ignored_layers": ["lm_head"]})");
+  CHECK((w.method == "fp8" && w.block_rows == 0 && w.block_cols == 0));
+  w = quant(R"({"quant_method": "compressed-tensors", "format": "float-quantized", "ignore": ["lm_head"],
+                "kv_cache_scheme": null, "quantization_status": "compressed",
+                "config_groups": {"group_0": {"targets": ["Linear"],
+                  "input_activations": {"dynamic": true, "num_bits": 8, "strategy": "token", "type": "float"},
+                  "weights": {"dynamic": false, "num_bits": 8, "strategy": "channel", "type": "float"}}}})");
+  CHECK((w.method == "compressed-tensors" && w.block_rows == 0));
+  w = quant(R"({"quant_method": "compressed-tensors", "format": "float-quantized",
+                "config_groups": {"group_0": {"weights": {"num_bits": 8, "strategy": "block", "type": "float",
+                                                          "block_structure": [128, 128]}}}})");
+  CHECK((w.method == "compressed-tensors" && w.block_rows == 128 && w.block_cols == 128));
+  // Not written back: what this runtime saves is widened.
+  const ModelConfig c =
+      ModelConfig::from_json(with_key(kLlama32_1B, "quantization_config", R"({"quant_method": "fp8"})"))
+          .value();
+  CHECK(c.to_json().find("quantization") == std::string::npos);
+  CHECK(ModelConfig::from_json(kLlama32_1B).value().quantization.method.empty());
 }
 
 TEST_CASE("missing keys, wrong types, bad values and bad JSON are errors", "[unit]") {

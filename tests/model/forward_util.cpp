@@ -188,4 +188,102 @@ ModelConfig gqa4_bias_config() {
   return c;
 }
 
+void write_fp8_model(const fs::path& src, const fs::path& fp8, const fs::path& widened,
+                     const Fp8Layout& layout, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const WeightStore store = WeightStore::open(src).value();
+  // Positive e4m3 values in byte order (0x00 .. 0x7e, increasing): the nearest code by bisection.
+  std::vector<float> codes;
+  for (int b = 0; b < 0x7f; ++b) codes.push_back(fp8_e4m3_to_f32(uint8_t(b)));
+  auto encode = [&](float x) {
+    const float a = std::min(std::fabs(x), 448.0f);
+    const size_t hi = size_t(std::lower_bound(codes.begin(), codes.end(), a) - codes.begin());
+    size_t best = std::min(hi, codes.size() - 1);
+    if (hi > 0 && (hi == codes.size() || a - codes[hi - 1] < codes[hi] - a)) best = hi - 1;
+    return uint8_t(best | (x < 0 ? 0x80 : 0));
+  };
+  struct Out {
+    std::string name;
+    DType dtype;
+    std::vector<int64_t> shape;
+    std::vector<uint8_t> bytes;
+  };
+  std::vector<Out> fp8_tensors, wide_tensors;
+  auto copy_of = [](const SafeTensor& t) {
+    const auto* p = static_cast<const uint8_t*>(t.data);
+    return Out{t.name, t.dtype, t.shape, std::vector<uint8_t>(p, p + t.nbytes)};
+  };
+  for (const std::string& name : store.tensor_names()) {
+    const SafeTensor& t = *store.find(name);
+    if (t.dtype != DType::f32) throw std::runtime_error("write_fp8_model: '" + name + "' is not f32");
+    const bool linear = t.shape.size() == 2 && name.size() > 12 && name.ends_with("_proj.weight");
+    if (!linear) {
+      fp8_tensors.push_back(copy_of(t));
+      wide_tensors.push_back(copy_of(t));
+      continue;
+    }
+    const int64_t R = t.shape[0], C = t.shape[1];
+    const int kind = layout.layouts[size_t(rng() % layout.layouts.size())];
+    const int64_t br = kind == 0 ? R : kind == 1 ? 1 : layout.block_rows;
+    const int64_t bc = kind == 2 ? layout.block_cols : C;
+    const int64_t sr = (R + br - 1) / br, sc = (C + bc - 1) / bc;
+    const DType sdt = rng() % 2 ? DType::f32 : DType::bf16;
+    const auto* w = static_cast<const float*>(t.data);
+    std::vector<float> scales(size_t(sr * sc));
+    for (int64_t bi = 0; bi < sr; ++bi)
+      for (int64_t bj = 0; bj < sc; ++bj) {
+        float amax = 0;
+        for (int64_t i = bi * br; i < std::min(R, (bi + 1) * br); ++i)
+          for (int64_t j = bj * bc; j < std::min(C, (bj + 1) * bc); ++j)
+            amax = std::max(amax, std::fabs(w[i * C + j]));
+        float s = amax > 0 ? amax / 448.0f : 1.0f;
+        if (sdt == DType::bf16) s = bf16_to_f32(f32_to_bf16(s));
+        scales[size_t(bi * sc + bj)] = s;
+      }
+    Out q{name, DType::fp8_e4m3, t.shape, std::vector<uint8_t>(size_t(R * C))};
+    std::vector<float> wide(size_t(R * C));
+    for (int64_t i = 0; i < R; ++i)
+      for (int64_t j = 0; j < C; ++j) {
+        const float s = scales[size_t((i / br) * sc + j / bc)];
+        const uint8_t b = encode(w[i * C + j] / s);
+        q.bytes[size_t(i * C + j)] = b;
+        wide[size_t(i * C + j)] = float(double(fp8_e4m3_to_f32(b)) * double(s));
+      }
+    fp8_tensors.push_back(std::move(q));
+    Out sout{name + (rng() % 2 ? "_scale_inv" : "_scale"), sdt, {sr, sc}, {}};
+    if (kind == 0 && rng() % 2) sout.shape = {1};
+    if (kind == 1 && rng() % 2) sout.shape = {R};
+    if (sdt == DType::f32) {
+      sout.bytes.resize(scales.size() * 4);
+      std::memcpy(sout.bytes.data(), scales.data(), sout.bytes.size());
+    } else {
+      std::vector<uint16_t> h(scales.size());
+      for (size_t k = 0; k < h.size(); ++k) h[k] = f32_to_bf16(scales[k]);
+      sout.bytes.resize(h.size() * 2);
+      std::memcpy(sout.bytes.data(), h.data(), sout.bytes.size());
+    }
+    fp8_tensors.push_back(std::move(sout));
+    Out wout{name, DType::f32, t.shape, std::vector<uint8_t>(wide.size() * 4)};
+    std::memcpy(wout.bytes.data(), wide.data(), wout.bytes.size());
+    wide_tensors.push_back(std::move(wout));
+  }
+  auto write = [&](const fs::path& dir, const std::vector<Out>& outs, const std::string& quant) {
+    fs::create_directories(dir);
+    for (const auto& e : fs::directory_iterator(src))
+      if (e.path().extension() != ".safetensors" && e.path().filename() != "config.json")
+        fs::copy_file(e.path(), dir / e.path().filename(), fs::copy_options::overwrite_existing);
+    std::string config = read_file(src / "config.json");
+    if (!quant.empty()) config.insert(config.find('{') + 1, "\n  \"quantization_config\": " + quant + ",");
+    write_file(dir / "config.json", config);
+    std::vector<TensorToWrite> list;
+    for (const Out& o : outs) list.push_back({o.name, o.dtype, o.shape, o.bytes.data()});
+    if (Status st = write_safetensors(dir / "model.safetensors", list); !st.ok())
+      throw std::runtime_error("write_fp8_model: " + st.message());
+  };
+  write(fp8, fp8_tensors,
+        R"({"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [)" +
+            std::to_string(layout.block_rows) + ", " + std::to_string(layout.block_cols) + "]}");
+  write(widened, wide_tensors, "");
+}
+
 }  // namespace astrai::test

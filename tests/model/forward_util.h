@@ -61,6 +61,20 @@ double max_row_rel_error(const std::vector<float>& got, const std::vector<double
 
 std::vector<int32_t> random_ids(std::mt19937_64& rng, int64_t n, int64_t vocab);
 
+// fp8 checkpoints (src/model/weights.h) made from the f32 one in `src` (write_random_model's):
+//   fp8      its linear weights (q/k/v/o, gate/up/down) in e4m3 with a scale each, the layout drawn
+//            per tensor from `layouts` (0: one scale, 1: one a row, 2: blocks of block_rows x
+//            block_cols, the config's weight_block_size), the scale f32 or bf16, named
+//            `_scale_inv` or `_scale` at random; every other tensor and file as in src;
+//   widened  an f32 checkpoint of the values the fp8 one stands for (each q * scale rounded to f32):
+//            what loading fp8 must give.
+struct Fp8Layout {
+  int64_t block_rows = 128, block_cols = 128;
+  std::vector<int> layouts{0, 1, 2};
+};
+void write_fp8_model(const std::filesystem::path& src, const std::filesystem::path& fp8,
+                     const std::filesystem::path& widened, const Fp8Layout& layout, uint64_t seed);
+
 // A small Qwen3-style config (per-head q/k norm, head_dim * heads != hidden) for forward tests.
 ModelConfig qwen3_style_config();
 // A Qwen2-style config with head_dim 64, GQA 4:1, q/k/v biases and an untied head.

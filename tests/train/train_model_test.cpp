@@ -420,6 +420,25 @@ TEST_CASE("a malformed training batch is an invalid_argument error naming the pr
   CHECK(std::isfinite(l.model->forward_backward(good, 1.0f).value()));
 }
 
+TEST_CASE("training starts from an fp8 checkpoint with the widened weights as its f32 parameters", "[unit]") {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  const ModelConfig cfg = tiny_config();
+  TempDir src("trainf32"), fp8("trainfp8"), wide("trainwide");
+  write_random_model(src.path(), cfg, seed);
+  write_fp8_model(src.path(), fp8.path(), wide.path(), {16, 16, {0, 1, 2}}, seed);
+  const Loaded a = load(fp8.path(), ModelConfig::load(fp8.path()).value());
+  const Loaded b = load(wide.path(), cfg);
+  auto values = [](const Loaded& l) {
+    std::vector<float> v(size_t(l.model->flat_values().numel()));
+    l.backend->download(v.data(), l.model->flat_values());
+    return v;
+  };
+  const auto got = values(a), want = values(b);
+  REQUIRE(got.size() == want.size());
+  REQUIRE(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+}
+
 TEST_CASE("TrainModel::create refuses a backend without training ops, naming it; its ops throw by name",
           "[unit]") {
   const uint64_t seed = fresh_seed();

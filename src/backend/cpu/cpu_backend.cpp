@@ -87,6 +87,11 @@ class CpuBackend final : public Backend {
     use_thread_count();
     cpu::convert(src, dst);
   }
+  void dequantize(const Tensor& q, const Tensor& scale, int64_t block_rows, int64_t block_cols,
+                  Tensor out) override {
+    use_thread_count();
+    cpu::dequantize(q, scale, block_rows, block_cols, out);
+  }
   void sample(const SampleBatch& batch) override {
     use_thread_count();
     cpu::sample(batch);

@@ -1,5 +1,5 @@
-// Row-wise and element-wise ops: embedding lookup, SwiGLU, add, row gather, dtype conversion; the
-// backward of embedding (scatter-add) and SwiGLU.
+// Row-wise and element-wise ops: embedding lookup, SwiGLU, add, row gather, dtype conversion, fp8
+// dequantization; the backward of embedding (scatter-add) and SwiGLU.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -218,6 +218,36 @@ void convert(const Tensor& src, Tensor dst) {
   }
 #pragma omp parallel for schedule(static) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) store_from_f32(dst.data, dst.dtype, i, load_as_f32(src.data, src.dtype, i));
+}
+
+}  // namespace astrai::cpu
+
+namespace astrai::cpu {
+
+void dequantize(const Tensor& q, const Tensor& scale, int64_t block_rows, int64_t block_cols, Tensor out) {
+  if (std::string e = dequantize_error(q, scale, block_rows, block_cols, out, Device::cpu); !e.empty())
+    throw Error(invalid_argument("dequantize: " + e));
+  float decode[256];
+  for (int b = 0; b < 256; ++b) decode[b] = fp8_e4m3_to_f32(uint8_t(b));
+  const int64_t R = q.size(0), C = q.size(1), sc = scale.size(1);
+  const auto* in = q.ptr<uint8_t>();
+  // A row at a time over the threads (a checkpoint's matrix is thousands of rows); each row reads
+  // its ceil(C / block_cols) scales once.
+#pragma omp parallel for schedule(static) if (R * C > 65536)
+  for (int64_t i = 0; i < R; ++i) {
+    const int64_t srow = i / block_rows;
+    const uint8_t* qi = in + i * C;
+    for (int64_t j0 = 0; j0 < C; j0 += block_cols) {
+      const float s = load_as_f32(scale.data, scale.dtype, srow * sc + j0 / block_cols);
+      const int64_t j1 = std::min(C, j0 + block_cols);
+      if (out.dtype == DType::f32) {
+        float* o = out.ptr<float>() + i * C;
+        for (int64_t j = j0; j < j1; ++j) o[j] = decode[qi[j]] * s;
+      } else {
+        for (int64_t j = j0; j < j1; ++j) store_from_f32(out.data, out.dtype, i * C + j, decode[qi[j]] * s);
+      }
+    }
+  }
 }
 
 }  // namespace astrai::cpu

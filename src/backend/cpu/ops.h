@@ -1,9 +1,9 @@
 // The CPU implementations of the Backend ops (f32), one file per family:
 //   linear.cpp (batch-invariant; its tiles in lanes.h, isa.cpp picks the path), norm.cpp, rope.cpp,
-//   elementwise.cpp (embedding, swiglu, add, gather, convert), attention.cpp (kv_store, paged_attention),
-//   sample.cpp; the training ops beside their forwards (gemm and linear_backward in linear.cpp,
-//   rms_norm_train/backward in norm.cpp, ...) and in attention_train.cpp and cross_entropy.cpp. CpuBackend
-//   forwards to these; the argument order and shapes are those of src/backend/backend.h.
+//   elementwise.cpp (embedding, swiglu, add, gather, convert, dequantize), attention.cpp (kv_store,
+//   paged_attention), sample.cpp; the training ops beside their forwards (gemm and linear_backward in
+//   linear.cpp, rms_norm_train/backward in norm.cpp, ...) and in attention_train.cpp and cross_entropy.cpp.
+//   CpuBackend forwards to these; the argument order and shapes are those of src/backend/backend.h.
 #pragma once
 
 #include <span>
@@ -32,6 +32,7 @@ void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
 void gather_rows(const Tensor& x, const Tensor& rows, Tensor out);
 void take_tokens(Tensor ids, const Tensor& moves, const Tensor& draws);
 void convert(const Tensor& src, Tensor dst);
+void dequantize(const Tensor& q, const Tensor& scale, int64_t block_rows, int64_t block_cols, Tensor out);
 void sample(const SampleBatch& batch);
 
 // sample.cpp's steps, also used by sched/sampler.cpp (the host sampler is this code):

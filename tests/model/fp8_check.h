@@ -1,0 +1,72 @@
+// Shared by the fp8 checkpoint tests on the CPU (tests/model/fp8_weights_test.cpp) and on the GPU
+// (tests/gpu/fp8_weights_test.cpp): an fp8 checkpoint against the f32 one holding its widened values.
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "model/forward_util.h"
+#include "model/tp_greedy.h"
+#include "src/backend/backend.h"
+#include "src/model/model.h"
+#include "tools/test_util.h"
+
+namespace astrai::test {
+
+// Two prompts of random tokens, the first's prefill cut in two, over random pages.
+struct Prompts {
+  std::vector<std::vector<int32_t>> seqs;
+  int64_t cut = 0;
+  int num_pages = 0;
+  std::vector<SeqPages> pages;
+};
+
+inline Prompts draw_prompts(const ModelConfig& cfg, std::mt19937_64& rng, int steps) {
+  Prompts p;
+  const int64_t na = std::uniform_int_distribution<int64_t>(20, 60)(rng);
+  const int64_t nb = std::uniform_int_distribution<int64_t>(5, 30)(rng);
+  p.cut = std::uniform_int_distribution<int64_t>(1, na - 1)(rng);
+  p.seqs = {random_ids(rng, na, cfg.vocab_size), random_ids(rng, nb, cfg.vocab_size)};
+  p.num_pages = int((na + nb + 2 * steps) / 16) + 8;
+  p.pages = random_pages({na + steps + 1, nb + steps + 1}, 16, p.num_pages, rng);
+  return p;
+}
+
+inline std::vector<float> all_logits(const GreedyRun& run) {
+  std::vector<float> out;
+  for (const auto& l : run.logits) out.insert(out.end(), l.begin(), l.end());
+  return out;
+}
+
+// Loads an fp8 copy of a random checkpoint and its widened f32 copy on backends from `make` and
+// requires the same logits, bit for bit, through a chunked prefill and greedy decode steps.
+inline void check_fp8_matches_widened(const ModelConfig& cfg, const Fp8Layout& layout,
+                                      const std::function<std::unique_ptr<Backend>()>& make) {
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed << " architecture " << cfg.architecture << " blocks " << layout.block_rows << " x "
+               << layout.block_cols);
+  TempDir src("f32w"), fp8("fp8w"), wide("widew");
+  write_random_model(src.path(), cfg, seed);
+  write_fp8_model(src.path(), fp8.path(), wide.path(), layout, seed);
+  std::mt19937_64 rng(seed);
+  const int steps = 4;
+  const Prompts p = draw_prompts(cfg, rng, steps);
+
+  auto backend = make();
+  auto m8 = Model::load(fp8.path(), *backend);
+  REQUIRE(m8.ok());
+  auto mw = Model::load(wide.path(), *backend).value();
+  CHECK(m8.value()->config().quantization.method == "fp8");
+  // The widened matrices take what the f32 checkpoint's take on this backend.
+  CHECK(m8.value()->weight_bytes() == mw->weight_bytes());
+  const auto got = all_logits(greedy(*m8.value(), p.seqs, p.cut, steps, p.pages, p.num_pages));
+  const auto want = all_logits(greedy(*mw, p.seqs, p.cut, steps, p.pages, p.num_pages));
+  REQUIRE(got.size() == want.size());
+  REQUIRE(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+}
+
+}  // namespace astrai::test

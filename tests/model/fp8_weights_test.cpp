@@ -1,0 +1,140 @@
+// fp8 checkpoints (Qwen3-FP8's 128 x 128 blocks, AutoFP8's one scale, llm-compressor's one a row):
+// each e4m3 matrix widens at load through Backend::dequantize, so on the CPU an fp8 checkpoint gives,
+// bit for bit, the logits of the f32 checkpoint that holds its widened values, whole and in
+// tensor-parallel shards (whose cuts take their blocks of scales along); and the checkpoint errors
+// a user can meet name the tensor.
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <random>
+
+#include "model/fp8_check.h"
+#include "src/backend/backend.h"
+#include "src/model/model.h"
+#include "src/model/tp_model.h"
+#include "src/model/weights.h"
+#include "tools/test_util.h"
+
+namespace astrai::test {
+
+TEST_CASE("an fp8 checkpoint on the cpu gives the logits of its widened f32 copy bit for bit", "[unit]") {
+  // Blocks that divide no dimension, Qwen3-FP8's (one block over these small matrices), small ones.
+  auto cpu = [] { return make_backend(BackendOptions{}).value(); };
+  check_fp8_matches_widened(qwen3_style_config(), {48, 40, {0, 1, 2}}, cpu);
+  check_fp8_matches_widened(gqa4_bias_config(), {128, 128, {2}}, cpu);
+  check_fp8_matches_widened(preset_config("tiny").value(), {16, 8, {0, 1, 2}}, cpu);
+}
+
+TEST_CASE("tensor-parallel fp8 shards cut their scales with their rows and columns",
+          "[integration][threads]") {
+  const ModelConfig cfg =
+      preset_config("tiny").value();  // q 128 rows, k/v 64, gate/up 256; o 128, down 256 cols
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  TempDir src("f32w"), fp8("fp8w"), wide("widew");
+  write_random_model(src.path(), cfg, seed);
+  // 32 x 32 blocks: every rank's cut at tp 2 (k's 32 rows, o's 64 columns) falls on a block edge.
+  write_fp8_model(src.path(), fp8.path(), wide.path(), {32, 32, {0, 1, 2}}, seed);
+  std::mt19937_64 rng(seed);
+  const int steps = 4;
+  const Prompts p = draw_prompts(cfg, rng, steps);
+  auto run = [&](const std::filesystem::path& dir) {
+    WeightStore store = WeightStore::open(dir).value();
+    const ModelConfig c = ModelConfig::load(dir).value();
+    auto rank0 = make_backend(BackendOptions{}).value();
+    std::vector<std::unique_ptr<Backend>> others;
+    others.push_back(make_backend(BackendOptions{}).value());
+    auto tp = make_tensor_parallel(c, store, *rank0, std::move(others));
+    REQUIRE(tp.ok());
+    return greedy(*tp.value(), p.seqs, p.cut, steps, p.pages, p.num_pages);
+  };
+  const GreedyRun got = run(fp8.path()), want = run(wide.path());
+  REQUIRE(got.seqs == want.seqs);
+  for (size_t s = 0; s < want.logits.size(); ++s) {
+    INFO("step " << s);
+    const std::vector<double> ref(want.logits[s].begin(), want.logits[s].end());
+    CHECK(max_row_rel_error(got.logits[s], ref, cfg.vocab_size) < 1e-6);
+  }
+
+  // Blocks a rank's cut would fall inside are refused, naming the tensor.
+  TempDir fp8b("fp8b"), wideb("wideb");
+  write_fp8_model(src.path(), fp8b.path(), wideb.path(), {48, 48, {2}}, seed);
+  WeightStore store = WeightStore::open(fp8b.path()).value();
+  auto rank0 = make_backend(BackendOptions{}).value();
+  std::vector<std::unique_ptr<Backend>> others;
+  others.push_back(make_backend(BackendOptions{}).value());
+  auto bad = make_tensor_parallel(ModelConfig::load(fp8b.path()).value(), store, *rank0, std::move(others));
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.status().message(), Catch::Contains("--tp 2: fp8 tensor 'model.layers.0.self_attn.") &&
+                                         Catch::Contains("has scales in blocks of 48"));
+}
+
+TEST_CASE("fp8 checkpoint errors name the tensor: no scale, a scale of the wrong shape, an fp8 norm",
+          "[unit]") {
+  const ModelConfig cfg = preset_config("tiny").value();
+  const uint64_t seed = fresh_seed();
+  TempDir src("f32w"), fp8("fp8w"), wide("widew");
+  write_random_model(src.path(), cfg, seed);
+  write_fp8_model(src.path(), fp8.path(), wide.path(), {32, 32, {2}}, seed);
+  const ModelConfig c = ModelConfig::load(fp8.path()).value();
+  const WeightStore good = WeightStore::open(fp8.path()).value();
+  const WeightRefs refs = resolve_weights(c, good).value();
+  // Every linear weight of every layer is fp8 with its scales found.
+  CHECK(refs.scales.size() == size_t(7 * cfg.num_layers));
+  const WeightScale* q0 = refs.scale_of(refs.layers[0].q);
+  REQUIRE(q0);
+  CHECK((q0->block_rows == 32 && q0->block_cols == 32 && q0->scale->shape == std::vector<int64_t>{4, 4}));
+
+  // Rewrites the fp8 checkpoint with `edit` applied to its tensors, then resolves it.
+  auto resolve_edited = [&](const std::function<void(std::vector<TensorToWrite>&)>& edit,
+                            const ModelConfig& conf) {
+    std::vector<TensorToWrite> list;
+    for (const SafeTensor& t : good.files()[0].tensors()) list.push_back({t.name, t.dtype, t.shape, t.data});
+    edit(list);
+    TempDir d("fp8edit");
+    REQUIRE(write_safetensors(d.path() / "model.safetensors", list).ok());
+    return resolve_weights(conf, WeightStore::open(d.path()).value()).status();
+  };
+  const std::string q = "model.layers.1.self_attn.q_proj.weight";
+  auto scale_name = [&](const std::vector<TensorToWrite>& l) {
+    for (const auto& t : l)
+      if (t.name.rfind(q + "_scale", 0) == 0) return t.name;
+    return std::string();
+  };
+  Status st = resolve_edited(
+      [&](auto& l) {
+        const std::string n = scale_name(l);
+        std::erase_if(l, [&](const TensorToWrite& t) { return t.name == n; });
+      },
+      c);
+  CHECK_THAT(st.message(),
+             Catch::Contains("'" + q + "' is F8_E4M3 but the checkpoint has no '" + q + "_scale_inv'"));
+  st = resolve_edited(
+      [&](auto& l) {
+        for (auto& t : l)
+          if (t.name == scale_name(l)) t.shape = {2, 8};
+      },
+      c);
+  CHECK_THAT(st.message(),
+             Catch::Contains("has shape [2, 8], expected [1], [128] (one a row), [4, 4] (blocks of "
+                             "32 x 32) for '" +
+                             q + "' [128, 128]"));
+  ModelConfig no_blocks = c;
+  no_blocks.quantization.block_rows = no_blocks.quantization.block_cols = 0;
+  st = resolve_edited([](auto&) {}, no_blocks);
+  CHECK_THAT(st.message(), Catch::Contains("need config.json's quantization_config block size"));
+  std::vector<uint8_t> norm_bytes(size_t(cfg.hidden_size), 0x38);
+  st = resolve_edited(
+      [&](auto& l) {
+        for (auto& t : l)
+          if (t.name == "model.layers.0.input_layernorm.weight") {
+            t.dtype = DType::fp8_e4m3;
+            t.data = norm_bytes.data();
+          }
+      },
+      c);
+  CHECK_THAT(st.message(),
+             Catch::Contains(
+                 "'model.layers.0.input_layernorm.weight' has dtype F8_E4M3, expected F32, BF16 or F16"));
+}
+
+}  // namespace astrai::test
