@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 
+#include "src/core/file_text.h"
 #include "src/tokenizer/chat_template.h"
 
 namespace astrai::train {
@@ -39,13 +39,11 @@ std::string hex(uint64_t v) {
   return buf;
 }
 
+// read_text_file's bytes, its errors led by what the file is ("data: PATH: no such file").
 Result<std::string> read_all(const fs::path& file, const std::string& what) {
-  std::ifstream f(file, std::ios::binary);
-  if (!f) return not_found(what + ": cannot open " + file.string());
-  std::stringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) return io_error(what + ": cannot read " + file.string());
-  return ss.str();
+  Result<std::string> r = read_text_file(file);
+  if (!r.ok()) return Status(r.status().code(), what + ": " + r.status().message());
+  return r;
 }
 
 // splitmix64: the shuffle's generator, fully specified here so an order never depends on the
