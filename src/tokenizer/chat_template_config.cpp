@@ -112,6 +112,12 @@ Result<ChatTemplateSources> chat_template_files(const fs::path& dir) {
   return out;
 }
 
+ChatTemplateSources files_over_config(ChatTemplateSources files, ChatTemplateSources config) {
+  if (!files.main) files.main = std::move(config.main);
+  if (!files.tool_use) files.tool_use = std::move(config.tool_use);
+  return files;
+}
+
 Result<LoadedChatTemplate> load_chat_template(const fs::path& dir, const ChatTemplateLimits& limits) {
   const fs::path cfg_path = dir / "tokenizer_config.json";
   // An unreadable config is as good as none here (the error names what was looked for).
@@ -123,10 +129,8 @@ Result<LoadedChatTemplate> load_chat_template(const fs::path& dir, const ChatTem
   LoadedChatTemplate out;
   if (cfg) {
     ASTRAI_ASSIGN_OR_RETURN(out, read_tokens(*cfg, cfg_path.string()));
-    // The files win over the config's templates, each for its name (as in Tokenizer::load).
     ASTRAI_ASSIGN_OR_RETURN(ChatTemplateSources from_config, config_chat_templates(*cfg, cfg_path.string()));
-    if (!named.main) named.main = std::move(from_config.main);
-    if (!named.tool_use) named.tool_use = std::move(from_config.tool_use);
+    named = files_over_config(std::move(named), std::move(from_config));
   }
   ASTRAI_RETURN_IF_ERROR(parse_into(out, named, cfg_path.string(), limits));
   return out;

@@ -31,6 +31,10 @@ Result<ChatTemplateSources> chat_template_files(const std::filesystem::path& dir
 // one named "tool_use". The tokenizer and `astrai template` both read it here.
 Result<ChatTemplateSources> config_chat_templates(std::string_view config_json, const std::string& where);
 
+// The files' templates, each one they lack taken from the config's: the files win, each for its
+// name, as transformers picks them (Tokenizer::load and load_chat_template both choose here).
+ChatTemplateSources files_over_config(ChatTemplateSources files, ChatTemplateSources config);
+
 // `limits` bound the parse and every render of the template.
 Result<LoadedChatTemplate> load_chat_template(const std::filesystem::path& dir,
                                               const ChatTemplateLimits& limits = {});

@@ -131,7 +131,7 @@ Status HfTokenizer::load_config(std::string_view config_json, std::string_view g
                                 const ChatTemplateSources& templates) {
   SpecialTokens& sp = special_;
   const std::vector<int32_t> prefix = post_.prefix_ids();
-  std::optional<ChatTemplateText> main, tool_use;
+  ChatTemplateSources from_config;
   if (!config_json.empty()) {
     simdjson::dom::parser parser;
     const simdjson::padded_string padded(tame_big_integers(config_json));
@@ -153,14 +153,12 @@ Status HfTokenizer::load_config(std::string_view config_json, std::string_view g
     // list that cannot be read leaves the tokenizer usable; chat routes then say why.
     auto named = config_chat_templates(config_json, "tokenizer_config.json");
     if (named.ok()) {
-      main = std::move(named->main);
-      tool_use = std::move(named->tool_use);
+      from_config = std::move(named).value();
     } else {
       chat_template_status_ = named.status();
     }
   }
-  if (templates.main) main = templates.main;
-  if (templates.tool_use) tool_use = templates.tool_use;
+  const auto [main, tool_use] = files_over_config(templates, std::move(from_config));
   if (main) {
     auto parsed = ChatTemplate::parse(main->source, template_limits);
     if (parsed.ok()) {
