@@ -69,4 +69,10 @@ inline MaybeError read_string_list(JsonValue& v, const std::string& field, size_
   return field_error(json::read_string_list(v, field, max_items, out));
 }
 
+// An array of token ids, each in [0, max_id] (an element's error names it: "field[i]").
+inline MaybeError read_token_ids(simdjson::ondemand::array& arr, const std::string& field, int64_t max_id,
+                                 std::vector<int32_t>& out) {
+  return field_error(json::read_token_ids(arr, field, max_id, out));
+}
+
 }  // namespace astrai::net

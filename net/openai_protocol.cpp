@@ -43,21 +43,6 @@ MaybeError parse_logit_bias(JsonValue& v, std::vector<std::pair<int32_t, float>>
   });
 }
 
-// A list of token ids (`field`: its name in errors).
-MaybeError read_token_ids(od::array& arr, const std::string& field, std::vector<int32_t>& out) {
-  size_t i = 0;
-  for (auto el : arr) {
-    JsonValue x;
-    if (el.get(x)) return bad_field(field, "is not valid JSON");
-    int64_t id = 0;
-    if (auto e =
-            read_int(x, field + "[" + std::to_string(i++) + "]", 0, std::numeric_limits<int32_t>::max(), id))
-      return e;
-    out.push_back(int32_t(id));
-  }
-  return std::nullopt;
-}
-
 // `prompt`: a string, a list of token ids, a list of strings or a list of token-id lists.
 MaybeError parse_prompts(JsonValue& v, std::vector<CompletionPrompt>& out) {
   constexpr const char* kShape =
@@ -101,7 +86,7 @@ MaybeError parse_prompts(JsonValue& v, std::vector<CompletionPrompt>& out) {
     } else if (et == od::json_type::array) {
       od::array inner;
       if (ev.get_array().get(inner)) return bad_field(field, "is not valid JSON");
-      if (auto e = read_token_ids(inner, field, p.ids)) return e;
+      if (auto e = read_token_ids(inner, field, std::numeric_limits<int32_t>::max(), p.ids)) return e;
       p.is_ids = true;
     } else {
       return bad_field(field, std::string("is not valid here: the prompt ") + kShape);
@@ -172,7 +157,8 @@ MaybeError parse_common_field(std::string_view key, JsonValue& v, CommonParams& 
     od::array arr;
     if (v.get_array().get(arr)) return bad_field("stop_token_ids", "must be an array of token ids");
     c.stop_ids.clear();
-    if (auto e = read_token_ids(arr, "stop_token_ids", c.stop_ids)) return e;
+    if (auto e = read_token_ids(arr, "stop_token_ids", std::numeric_limits<int32_t>::max(), c.stop_ids))
+      return e;
     if (c.stop_ids.size() > kMaxStopTokenIds)
       return bad_field("stop_token_ids", "has more than " + std::to_string(kMaxStopTokenIds) + " ids");
   } else if (key == "include_stop_str_in_output") {

@@ -304,15 +304,7 @@ RouteResult detokenize(const HttpRequest& req, ServerState& st) {
         have = true;
         od::array arr;
         if (v.get_array().get(arr)) return bad_field(std::string(k), "must be an array of token ids");
-        for (auto el : arr) {
-          JsonValue ev;
-          int64_t id = 0;
-          const std::string at = std::string(k) + "[" + std::to_string(ids.size()) + "]";
-          if (el.get(ev)) return json_syntax_error(simdjson::TAPE_ERROR);
-          if (auto e = read_int(ev, at, 0, vocab - 1, id)) return e;
-          ids.push_back(int32_t(id));
-        }
-        return std::nullopt;
+        return read_token_ids(arr, std::string(k), vocab - 1, ids);
       });
   if (err) return error(*err, Dialect::openai);
   if (!have) return error(bad_field("tokens", "is required"), Dialect::openai);

@@ -140,4 +140,17 @@ MaybeFieldError read_string_list(Value& v, const std::string& field, size_t max_
   return std::nullopt;
 }
 
+MaybeFieldError read_token_ids(od::array& arr, const std::string& field, int64_t max_id,
+                               std::vector<int32_t>& out) {
+  size_t i = 0;
+  for (auto el : arr) {
+    Value x;
+    if (el.get(x)) return bad(field, "is not valid JSON");
+    int64_t id = 0;
+    if (auto e = read_int(x, field + "[" + std::to_string(i++) + "]", 0, max_id, id)) return e;
+    out.push_back(int32_t(id));
+  }
+  return std::nullopt;
+}
+
 }  // namespace astrai::json

@@ -85,4 +85,9 @@ MaybeFieldError read_raw(Value& v, const std::string& field, std::string& out);
 MaybeFieldError read_string_list(Value& v, const std::string& field, size_t max_items,
                                  std::vector<std::string>& out);
 
+// An array of token ids, each an integer in [0, max_id], appended to out; an element's error names
+// it ("field[i]").
+MaybeFieldError read_token_ids(simdjson::ondemand::array& arr, const std::string& field, int64_t max_id,
+                               std::vector<int32_t>& out);
+
 }  // namespace astrai::json

@@ -139,13 +139,7 @@ json::MaybeFieldError read_token_ids(json::Value& v, const std::string& field, b
   simdjson::ondemand::array arr;
   if (v.get_array().get(arr)) return bad;
   out.clear();
-  for (auto el : arr) {
-    json::Value ev;
-    int64_t id = 0;
-    if (el.get(ev) || read_integer(ev, field, 0, INT32_MAX, id)) return bad;
-    out.push_back(int32_t(id));
-  }
-  if (non_empty && out.empty()) return bad;
+  if (json::read_token_ids(arr, field, INT32_MAX, out) || (non_empty && out.empty())) return bad;
   return std::nullopt;
 }
 

@@ -60,6 +60,8 @@ for f in sorted(os.listdir(model_dir)):
                 q8[name] = wide[name] = w.cpu()
         save_file(q8, os.path.join(fp8_dir, f), metadata={"format": "pt"})
         save_file(wide, os.path.join(wide_dir, f), metadata={"format": "pt"})
+        del t, q8, wide
+        torch.cuda.empty_cache()  # astrai sizes its KV cache from the free memory
     elif f == "model.safetensors.index.json":
         index = json.load(open(p))
         for k in [k for k in index["weight_map"] if k.endswith("_proj.weight")]:
