@@ -657,8 +657,9 @@ Result<std::unique_ptr<Model>> Model::from_config(const ModelConfig& config, con
   auto model = std::make_unique<DecoderModel>(config, backend);
   ASTRAI_RETURN_IF_ERROR(model->load(refs));
   if (options.verbose && !config.quantization.method.empty())
-    spdlog::info("fp8 weights ({}) widened to {} at load; activations run in {}", config.quantization.method,
-                 dtype_name(backend.compute_dtype()), dtype_name(backend.compute_dtype()));
+    spdlog::info("fp8 weights (quant_method {}) widened to {} at load; activations run in {}",
+                 config.quantization.method, dtype_name(backend.compute_dtype()),
+                 dtype_name(backend.compute_dtype()));
   if (options.verbose)
     spdlog::info("loaded {} ({} layers, {:.1f} MB of weights on {}) in {:.2f} s", config.architecture,
                  config.num_layers, double(model->weight_bytes()) / 1e6, backend.name(),
