@@ -189,7 +189,7 @@ ModelConfig gqa4_bias_config() {
 }
 
 void write_fp8_model(const fs::path& src, const fs::path& fp8, const fs::path& widened,
-                     const Fp8Layout& layout, uint64_t seed) {
+                     const Fp8Layout& layout, uint64_t seed, const std::string& quantization_config) {
   std::mt19937_64 rng(seed);
   const WeightStore store = WeightStore::open(src).value();
   // Positive e4m3 values in byte order (0x00 .. 0x7e, increasing): the nearest code by bisection.
@@ -280,9 +280,12 @@ void write_fp8_model(const fs::path& src, const fs::path& fp8, const fs::path& w
     if (Status st = write_safetensors(dir / "model.safetensors", list); !st.ok())
       throw std::runtime_error("write_fp8_model: " + st.message());
   };
-  write(fp8, fp8_tensors,
-        R"({"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [)" +
-            std::to_string(layout.block_rows) + ", " + std::to_string(layout.block_cols) + "]}");
+  write(
+      fp8, fp8_tensors,
+      !quantization_config.empty()
+          ? quantization_config
+          : R"({"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [)" +
+                std::to_string(layout.block_rows) + ", " + std::to_string(layout.block_cols) + "]}");
   write(widened, wide_tensors, "");
 }
 

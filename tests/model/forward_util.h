@@ -72,8 +72,10 @@ struct Fp8Layout {
   int64_t block_rows = 128, block_cols = 128;
   std::vector<int> layouts{0, 1, 2};
 };
+// quantization_config: the fp8 config's (empty: the fp8 method's with these blocks, Qwen3-FP8's form).
 void write_fp8_model(const std::filesystem::path& src, const std::filesystem::path& fp8,
-                     const std::filesystem::path& widened, const Fp8Layout& layout, uint64_t seed);
+                     const std::filesystem::path& widened, const Fp8Layout& layout, uint64_t seed,
+                     const std::string& quantization_config = "");
 
 // A small Qwen3-style config (per-head q/k norm, head_dim * heads != hidden) for forward tests.
 ModelConfig qwen3_style_config();

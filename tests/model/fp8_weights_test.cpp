@@ -22,6 +22,13 @@ TEST_CASE("an fp8 checkpoint on the cpu gives the logits of its widened f32 copy
   check_fp8_matches_widened(qwen3_style_config(), {48, 40, {0, 1, 2}}, cpu);
   check_fp8_matches_widened(gqa4_bias_config(), {128, 128, {2}}, cpu);
   check_fp8_matches_widened(preset_config("tiny").value(), {16, 8, {0, 1, 2}}, cpu);
+  // llm-compressor's FP8-dynamic form: compressed-tensors, one scale a row (or one in all).
+  check_fp8_matches_widened(qwen3_style_config(), {0, 0, {0, 1}}, cpu,
+                            R"({"quant_method": "compressed-tensors", "format": "float-quantized",
+                                "ignore": ["lm_head"], "quantization_status": "compressed",
+                                "config_groups": {"group_0": {"targets": ["Linear"],
+                                  "input_activations": {"dynamic": true, "num_bits": 8, "type": "float"},
+                                  "weights": {"num_bits": 8, "strategy": "channel", "type": "float"}}}})");
 }
 
 TEST_CASE("tensor-parallel fp8 shards cut their scales with their rows and columns",
