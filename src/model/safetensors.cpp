@@ -361,6 +361,14 @@ Result<WeightStore> WeightStore::open(const fs::path& model_dir) {
     ws.looked_in_ = "model.safetensors";
   } else {
     if (!fs::is_directory(model_dir, ec)) return not_found(model_dir.string() + ": no such directory");
+    std::string found;
+    for (const char* other :
+         {"pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "consolidated.00.pth"})
+      if (found.empty() && fs::exists(model_dir / other, ec)) found = other;
+    if (!found.empty())
+      return unsupported(model_dir.string() + ": " + found +
+                         " is PyTorch's pickle format, which astrai does not read; save the model as "
+                         "safetensors (transformers: model.save_pretrained(dir, safe_serialization=True))");
     return not_found(model_dir.string() + ": no model.safetensors or model.safetensors.index.json");
   }
   return ws;

@@ -421,6 +421,12 @@ TEST_CASE("WeightStore on a directory without weights says what it looked for", 
   REQUIRE_FALSE(ws.ok());
   CHECK_THAT(ws.status().message(),
              Catch::Contains("model.safetensors") && Catch::Contains(dir.path().string()));
+  // A PyTorch pickle checkpoint is named, with the way to a safetensors one.
+  astrai::test::write_file(dir.path() / "pytorch_model.bin", "not read");
+  ws = WeightStore::open(dir.path());
+  REQUIRE_FALSE(ws.ok());
+  CHECK_THAT(ws.status().message(), Catch::Contains("pytorch_model.bin is PyTorch's pickle format") &&
+                                        Catch::Contains("safe_serialization=True"));
 }
 
 TEST_CASE("the writer refuses duplicate names and overwrites an existing file atomically", "[unit]") {
