@@ -132,7 +132,7 @@ class Fields {
 Status get_block(const Fields& f, std::string_view key, WeightQuantization& out) {
   simdjson::dom::array arr;
   std::vector<int64_t> v;
-  if (!f.at(key).get_array().get(arr))
+  if (f.has(key) && !f.at(key).get_array().get(arr))
     for (element x : arr) {
       int64_t n;
       if (x.get_int64().get(n)) break;

@@ -406,6 +406,11 @@ TEST_CASE("unsupported architectures, activations and MLP biases are errors nami
   CHECK_THAT(error_of(with_key(kLlama32_1B, "quantization_config",
                                R"({"quant_method": "fp8", "weight_block_size": [128]})")),
              Catch::Contains("quantization_config: 'weight_block_size' must be two positive integers"));
+  CHECK_THAT(error_of(with_key(kLlama32_1B, "quantization_config",
+                               R"({"quant_method": "compressed-tensors", "format": "float-quantized",
+                                   "config_groups": {"g": {"weights": {"type": "float", "num_bits": 8,
+                                   "strategy": "block"}}}})")),
+             Catch::Contains("'block_structure' must be two positive integers"));
   CHECK_THAT(error_of(with_key(kLlama32_1B, "quantization_config", R"({"bits": 4})")),
              Catch::Contains("missing 'quant_method'"));
   CHECK(ModelConfig::from_json(with_key(kLlama32_1B, "quantization_config", "null"), "my/config.json").ok());
