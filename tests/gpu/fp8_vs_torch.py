@@ -93,7 +93,7 @@ with open(inp, "w") as f:
 lps = {}
 for name, d in (("fp8", fp8_dir), ("widened", wide_dir)):
     log = sh(["astrai", "score", "--model", d, "--device", "cuda", "--input", inp, "--output",
-              f"{out}_{name}_score.jsonl"])
+              f"{out}_{name}_score.jsonl", "--log-level", "debug"])  # debug: the load line
     m = re.search(r"loaded .* in ([0-9.]+) s", log)
     print(f"LOAD {name}: {m.group(0) if m else '(no load line)'}", flush=True)
     lps[name] = torch.tensor(json.loads(open(f"{out}_{name}_score.jsonl").readline())["logprobs"],

@@ -31,6 +31,32 @@ TEST_CASE("an fp8 checkpoint on the cpu gives the logits of its widened f32 copy
                                   "weights": {"num_bits": 8, "strategy": "channel", "type": "float"}}}})");
 }
 
+TEST_CASE("astrai score on an fp8 model directory writes its widened copy's output and says what it loaded",
+          "[integration]") {
+  const ModelConfig cfg = preset_config("tiny").value();  // the byte tokenizer's vocabulary
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  TempDir src("f32w"), fp8("fp8w"), wide("widew"), io("fp8io");
+  write_random_model(src.path(), cfg, seed, DType::f32, nullptr, /*with_tokenizer=*/true);
+  write_fp8_model(src.path(), fp8.path(), wide.path(), {48, 40, {0, 1, 2}}, seed);
+  std::mt19937_64 rng(seed);
+  write_file(io / "in.jsonl",
+             "{\"id\": \"a\", \"ids\": " + ids_json(random_ids(rng, 40, cfg.vocab_size)) + "}\n");
+  auto score = [&](const TempDir& model, const std::string& out) {
+    auto r = run_command(astrai_bin() + " score --model '" + model.path().string() + "' --input '" +
+                         (io / "in.jsonl").string() + "' --output '" + (io / out).string() +
+                         "' --log-level debug");
+    INFO("stderr: " << r.err);
+    REQUIRE(r.exit_code == 0);
+    return r.out + r.err;
+  };
+  const std::string log = score(fp8, "fp8.jsonl");
+  score(wide, "wide.jsonl");
+  CHECK_THAT(log, Catch::Contains("fp8 weights (quant_method fp8) widened to f32 at load"));
+  REQUIRE(read_file(io / "fp8.jsonl") == read_file(io / "wide.jsonl"));
+  CHECK(read_file(io / "fp8.jsonl").find("\"logprobs\"") != std::string::npos);
+}
+
 TEST_CASE("tensor-parallel fp8 shards cut their scales with their rows and columns",
           "[integration][threads]") {
   const ModelConfig cfg =
