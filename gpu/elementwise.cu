@@ -120,10 +120,6 @@ void launch_convert(cudaStream_t stream, const S* src, const Tensor& dst, int64_
   ASTRAI_CUDA_LAUNCH_CHECK(convert_kernel);
 }
 
-bool is_float(DType t) {
-  return t == DType::f32 || t == DType::bf16 || t == DType::f16;
-}
-
 // dequantize: one thread an element (a load-time op: a checkpoint's matrix once); the byte goes
 // through the hardware's e4m3 -> f16 conversion (exact), the product is one f32 multiply.
 template <typename S, typename D>
@@ -275,7 +271,7 @@ void gather_rows(cudaStream_t stream, const Tensor& x, const Tensor& rows, Tenso
 void convert(cudaStream_t stream, const Tensor& src, Tensor dst) {
   ASTRAI_GPU_CHECK(src.device == Device::cuda && dst.device == Device::cuda,
                    "convert: src and dst must be on cuda");
-  ASTRAI_GPU_CHECK(is_float(src.dtype) && is_float(dst.dtype),
+  ASTRAI_GPU_CHECK(is_float_dtype(src.dtype) && is_float_dtype(dst.dtype),
                    "convert: only f32, bf16 and f16 are supported");
   ASTRAI_GPU_CHECK(
       src.is_contiguous() && dst.is_contiguous() && src.numel() == dst.numel(),

@@ -46,12 +46,12 @@ std::string take_tokens_error(const Tensor& ids, const Tensor& moves, const Tens
 
 std::string dequantize_error(const Tensor& q, const Tensor& scale, int64_t block_rows, int64_t block_cols,
                              const Tensor& out, Device device) {
-  auto is_float = [](DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; };
   for (const Tensor* t : {&q, &scale, &out})
     if (t->device != device || t->ndim != 2 || !t->is_contiguous())
       return "q, scale and out must be contiguous 2-D tensors on the backend's device";
   if (q.dtype != DType::fp8_e4m3) return "q must be fp8_e4m3, not " + std::string(dtype_name(q.dtype));
-  if (!is_float(scale.dtype) || !is_float(out.dtype)) return "scale and out must be f32, bf16 or f16";
+  if (!is_float_dtype(scale.dtype) || !is_float_dtype(out.dtype))
+    return "scale and out must be f32, bf16 or f16";
   if (out.size(0) != q.size(0) || out.size(1) != q.size(1))
     return "out " + out.shape_str() + " must have q's shape " + q.shape_str();
   if (block_rows <= 0 || block_cols <= 0) return "block sizes must be positive";

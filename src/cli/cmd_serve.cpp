@@ -37,13 +37,10 @@ Status load_model(net::ServerState& st) {
   if (chat_template && !tok->chat_template()) return tok->chat_template_status();
   ASTRAI_ASSIGN_OR_RETURN(LoadedModel lm, astrai::load_model(dir, c.device, c.tp, c.threads));
   const WeightQuantization& quant = lm.model->config().quantization;
-  spdlog::info("model {} on {}{}{}", dir.string(), lm.backend->name(),
-               c.tp > 1 ? " (tensor parallel over " + std::to_string(c.tp) + " devices)" : std::string(),
-               quant.method.empty()
-                   ? std::string()
-                   : ", fp8 weights (quant_method " + quant.method + ") widened to " +
-                         std::string(dtype_name(lm.backend->compute_dtype())) + " at load; activations in " +
-                         std::string(dtype_name(lm.backend->compute_dtype())));
+  spdlog::info(
+      "model {} on {}{}{}", dir.string(), lm.backend->name(),
+      c.tp > 1 ? " (tensor parallel over " + std::to_string(c.tp) + " devices)" : std::string(),
+      quant.method.empty() ? std::string() : ", " + quantization_note(quant, lm.backend->compute_dtype()));
   ASTRAI_ASSIGN_OR_RETURN(auto engine, Engine::create(std::move(lm.backend), std::move(lm.model), c.engine));
   st.reasoning = c.reasoning_parser == "auto" ? net::detect_reasoning_parser(*tok)
                                               : *net::reasoning_parser_from_name(c.reasoning_parser);

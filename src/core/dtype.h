@@ -24,6 +24,11 @@ constexpr size_t dtype_size(DType t) {
 
 std::string_view dtype_name(DType t);
 
+// f32, bf16 or f16: the dtypes weights load as, convert converts between and dequantize writes.
+constexpr bool is_float_dtype(DType t) {
+  return t == DType::f32 || t == DType::bf16 || t == DType::f16;
+}
+
 inline float bf16_to_f32(uint16_t h) {
   uint32_t u = uint32_t(h) << 16;
   float f;

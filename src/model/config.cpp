@@ -367,6 +367,12 @@ Result<ModelConfig> ModelConfig::from_json(std::string_view json_text, std::stri
   return c;
 }
 
+std::string quantization_note(const WeightQuantization& q, DType compute) {
+  if (q.method.empty()) return {};
+  const std::string dt(dtype_name(compute));
+  return "fp8 weights (quant_method " + q.method + ") widened to " + dt + " at load; activations in " + dt;
+}
+
 Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
   const std::filesystem::path p = model_dir / "config.json";
   ASTRAI_ASSIGN_OR_RETURN(std::string text, read_text_file(p));

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "src/core/dtype.h"
 #include "src/core/status.h"
 
 namespace astrai {
@@ -42,6 +43,9 @@ struct WeightQuantization {
   std::string method;
   int64_t block_rows = 0, block_cols = 0;
 };
+// What loading does with such weights, for the logs: "fp8 weights (quant_method fp8) widened to
+// bf16 at load; activations in bf16" ("" when not quantized).
+std::string quantization_note(const WeightQuantization& q, DType compute);
 
 struct ModelConfig {
   std::string architecture;  // e.g. "Qwen3ForCausalLM"

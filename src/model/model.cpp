@@ -103,7 +103,7 @@ class WeightUploader {
       be_.upload(flat, src.data);
       return {};
     }
-    if (src.dtype != DType::f32 && src.dtype != DType::bf16 && src.dtype != DType::f16)
+    if (!is_float_dtype(src.dtype))
       return unsupported(src.file + ": tensor '" + src.name + "' has dtype " +
                          std::string(dtype_name(src.dtype)) + " (expected F32, BF16 or F16)");
     const Tensor file(const_cast<void*>(src.data), src.dtype, {n}, Device::cpu);
@@ -657,9 +657,7 @@ Result<std::unique_ptr<Model>> Model::from_config(const ModelConfig& config, con
   auto model = std::make_unique<DecoderModel>(config, backend);
   ASTRAI_RETURN_IF_ERROR(model->load(refs));
   if (options.verbose && !config.quantization.method.empty())
-    spdlog::info("fp8 weights (quant_method {}) widened to {} at load; activations run in {}",
-                 config.quantization.method, dtype_name(backend.compute_dtype()),
-                 dtype_name(backend.compute_dtype()));
+    spdlog::info("{}", quantization_note(config.quantization, backend.compute_dtype()));
   if (options.verbose)
     spdlog::info("loaded {} ({} layers, {:.1f} MB of weights on {}) in {:.2f} s", config.architecture,
                  config.num_layers, double(model->weight_bytes()) / 1e6, backend.name(),

@@ -14,10 +14,6 @@ std::string file_of(const SafeTensor& t) {
   return std::filesystem::path(t.file).filename().string();
 }
 
-bool is_float(DType t) {
-  return t == DType::f32 || t == DType::bf16 || t == DType::f16;
-}
-
 // The scale of fp8 matrix w ([R, C]) and the blocks its shape implies.
 Result<WeightScale> find_scale(const ModelConfig& c, const WeightStore& store, const SafeTensor& w) {
   const SafeTensor* s = store.find(w.name + "_scale_inv");
@@ -25,7 +21,7 @@ Result<WeightScale> find_scale(const ModelConfig& c, const WeightStore& store, c
   if (!s)
     return invalid_argument(file_of(w) + ": tensor '" + w.name + "' is F8_E4M3 but the checkpoint has no '" +
                             w.name + "_scale_inv' or '" + w.name + "_scale' beside it");
-  if (!is_float(s->dtype))
+  if (!is_float_dtype(s->dtype))
     return unsupported(file_of(*s) + ": tensor '" + s->name + "' has dtype " +
                        std::string(safetensors_dtype_name(s->dtype)) + ", expected F32, BF16 or F16");
   const int64_t R = w.shape[0], C = w.shape[1];
@@ -93,7 +89,7 @@ Result<WeightRefs> resolve_weights(const ModelConfig& c, const WeightStore& stor
       ASTRAI_ASSIGN_OR_RETURN(w.scales[t], find_scale(c, store, *t));
       return t;
     }
-    if (!is_float(t->dtype))
+    if (!is_float_dtype(t->dtype))
       return unsupported(
           file_of(*t) + ": tensor '" + name + "' has dtype " + std::string(safetensors_dtype_name(t->dtype)) +
           (shape.size() == 2 ? ", expected F32, BF16, F16 or F8_E4M3" : ", expected F32, BF16 or F16"));

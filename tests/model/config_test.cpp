@@ -389,30 +389,24 @@ TEST_CASE("unsupported architectures, activations and MLP biases are errors nami
   CHECK_THAT(error_of(with_key(kLlama32_1B, "hidden_act", "\"gelu\"")), Catch::Contains("'gelu'"));
   CHECK_THAT(error_of(with_key(kLlama32_1B, "mlp_bias", "true")), Catch::Contains("mlp_bias"));
   // Quantized checkpoints other than fp8 are refused by their config, naming the method or scheme.
-  CHECK_THAT(error_of(with_key(kLlama32_1B, "quantization_config", R"({"bits": 4, "quant_method": "awq"})")),
+  auto quant_error = [](const char* q) { return error_of(with_key(kLlama32_1B, "quantization_config", q)); };
+  CHECK_THAT(quant_error(R"({"bits": 4, "quant_method": "awq"})"),
              Catch::Contains("quant_method 'awq'") && Catch::Contains("fp8 (e4m3)"));
-  CHECK_THAT(
-      error_of(with_key(kLlama32_1B, "quantization_config", R"({"quant_method": "fp8", "fmt": "e5m2"})")),
-      Catch::Contains("fp8 format 'e5m2'"));
-  CHECK_THAT(error_of(with_key(kLlama32_1B, "quantization_config",
-                               R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
-                                   "config_groups": {}})")),
+  CHECK_THAT(quant_error(R"({"quant_method": "fp8", "fmt": "e5m2"})"), Catch::Contains("fp8 format 'e5m2'"));
+  CHECK_THAT(quant_error(R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+                                   "config_groups": {}})"),
              Catch::Contains("format 'pack-quantized'"));
-  CHECK_THAT(error_of(with_key(kLlama32_1B, "quantization_config",
-                               R"({"quant_method": "compressed-tensors", "format": "naive-quantized",
+  CHECK_THAT(quant_error(R"({"quant_method": "compressed-tensors", "format": "naive-quantized",
                                    "config_groups": {"g": {"weights": {"type": "int", "num_bits": 8,
-                                   "strategy": "channel"}}}})")),
+                                   "strategy": "channel"}}}})"),
              Catch::Contains("type 'int' with 8 bits"));
-  CHECK_THAT(error_of(with_key(kLlama32_1B, "quantization_config",
-                               R"({"quant_method": "fp8", "weight_block_size": [128]})")),
+  CHECK_THAT(quant_error(R"({"quant_method": "fp8", "weight_block_size": [128]})"),
              Catch::Contains("quantization_config: 'weight_block_size' must be two positive integers"));
-  CHECK_THAT(error_of(with_key(kLlama32_1B, "quantization_config",
-                               R"({"quant_method": "compressed-tensors", "format": "float-quantized",
+  CHECK_THAT(quant_error(R"({"quant_method": "compressed-tensors", "format": "float-quantized",
                                    "config_groups": {"g": {"weights": {"type": "float", "num_bits": 8,
-                                   "strategy": "block"}}}})")),
+                                   "strategy": "block"}}}})"),
              Catch::Contains("'block_structure' must be two positive integers"));
-  CHECK_THAT(error_of(with_key(kLlama32_1B, "quantization_config", R"({"bits": 4})")),
-             Catch::Contains("missing 'quant_method'"));
+  CHECK_THAT(quant_error(R"({"bits": 4})"), Catch::Contains("missing 'quant_method'"));
   CHECK(ModelConfig::from_json(with_key(kLlama32_1B, "quantization_config", "null"), "my/config.json").ok());
 }
 

@@ -180,13 +180,10 @@ inline void store_from_f32(void* p, DType t, int64_t i, float v) {
     default: break;
   }
 }
-bool is_float(DType t) {
-  return t == DType::f32 || t == DType::bf16 || t == DType::f16;
-}
 }  // namespace
 
 void convert(const Tensor& src, Tensor dst) {
-  ASTRAI_OP_CHECK(is_float(src.dtype) && is_float(dst.dtype),
+  ASTRAI_OP_CHECK(is_float_dtype(src.dtype) && is_float_dtype(dst.dtype),
                   "convert: only f32, bf16 and f16 are supported");
   ASTRAI_OP_CHECK(
       src.is_contiguous() && dst.is_contiguous() && src.numel() == dst.numel(),
