@@ -34,7 +34,7 @@ double prefix_ttft_ms(const PrefixArgs& a, bool cache) {
   eo.prefix_cache = cache;
   eo.max_prefill_tokens = 0;
   eo.kv_memory_bytes = int64_t(1) << 30;
-  auto le = load_engine(a.model, a.common.device, eo).value();
+  auto le = load_engine(a.model, a.common.device, eo, 1, {}, cli::load_options(a.common)).value();
   const int vocab = int(std::min<int64_t>(le.engine->model_config().vocab_size, 256));
   std::mt19937_64 rng(a.seed);
   std::vector<int32_t> prefix;
@@ -104,7 +104,7 @@ void run_offline(const OfflineArgs& a) {
   EngineOptions eo;
   eo.max_batch_size = a.max_batch;
   eo.kv_memory_bytes = int64_t(2) << 30;
-  auto le = load_engine(a.model, a.common.device, eo).value();
+  auto le = load_engine(a.model, a.common.device, eo, 1, {}, cli::load_options(a.common)).value();
   const auto dir =
       std::filesystem::temp_directory_path() / ("astrai-bench-offline-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);

@@ -34,7 +34,7 @@ LoadedModel load_bench_model(const CommonOptions& common, const std::string& mod
                              : has_backend_factory(Device::cuda)               ? "cuda"
                                                                                : "cpu";
   const std::filesystem::path dir = resolve_model_dir(model.empty() ? preset : model, seed).value();
-  return load_model(dir, device, tp, common.threads).value();
+  return load_model(dir, device, tp, common.threads, cli::load_options(common)).value();
 }
 
 }  // namespace astrai::cli

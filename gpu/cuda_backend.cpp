@@ -67,6 +67,15 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::cuda; }
   std::string name() const override { return name_; }
   DType compute_dtype() const override { return DType::bf16; }
+  // fp8 matrices stay fp8 where the loader is asked to keep them (LoadOptions::keep_fp8): the
+  // decode GEMV reads them as they are; GEMMs of more rows widen them into linear's scratch.
+  DType weight_dtype(DType stored) const override {
+    return stored == DType::fp8_e4m3 ? DType::fp8_e4m3 : DType::bf16;
+  }
+  void prepare_weight(const Weight& w) override {
+    enter();
+    linear_->prepare(w);
+  }
 
   int64_t memory_available() const override {
     size_t free_bytes = 0, total = 0;
@@ -129,7 +138,7 @@ class CudaBackend final : public Backend {
     const Scope scope = enter("add_rms_norm");
     gpu::add_rms_norm(stream_, residual, x, w, eps, out);
   }
-  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) override {
+  void linear(const Tensor& x, const Weight& w, const Tensor* bias, Tensor out) override {
     const Scope scope = enter("linear");
     linear_->run(stream_, x, w, bias, out);
   }
@@ -172,14 +181,14 @@ class CudaBackend final : public Backend {
                         batch, scale, out, capture_scratch_ ? *capture_scratch_ : attention_scratch_);
   }
   void add_rms_norm_linear(const Tensor& residual, const Tensor& x, const Tensor& norm_w, float eps,
-                           Tensor residual_out, Tensor h, const Tensor& w, const Tensor* bias,
+                           Tensor residual_out, Tensor h, const Weight& w, const Tensor* bias,
                            Tensor out) override {
     const Scope scope = enter("add_rms_norm_linear");
     linear_->run_add_norm(stream_, residual, x, norm_w, eps, residual_out, h, w, bias, out);
   }
   void add_rms_norm_mlp(const Tensor& residual, const Tensor& x, const Tensor& norm_w, float eps,
-                        Tensor residual_out, Tensor h, const Tensor& w_gate_up, Tensor gate_up, Tensor act,
-                        const Tensor& w_down, Tensor out) override {
+                        Tensor residual_out, Tensor h, const Weight& w_gate_up, Tensor gate_up, Tensor act,
+                        const Weight& w_down, Tensor out) override {
     const Scope scope = enter("add_rms_norm_mlp");
     linear_->run_mlp(stream_, residual, x, norm_w, eps, residual_out, h, w_gate_up, gate_up, act, w_down,
                      out);

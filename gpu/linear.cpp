@@ -35,6 +35,23 @@ bool tuning_enabled() {
   return on;
 }
 
+// w as linear's ops take it: `dtype` (the activations'), or fp8_e4m3 with bf16 activations and
+// scales that cover it.
+void check_weight(const Weight& w, const char* op, DType dtype) {
+  if (w.dtype != DType::fp8_e4m3 || dtype != DType::bf16) {
+    check_tensor(w, op, "w", dtype);
+    return;
+  }
+  check_tensor(w, op, "w", DType::fp8_e4m3);
+  check_tensor(w.scale, op, "w's scale", DType::f32);
+  const int64_t br = w.block_rows, bc = w.block_cols;
+  ASTRAI_GPU_CHECK(w.ndim == 2 && br > 0 && bc > 0 && w.scale.ndim == 2 && w.scale.is_contiguous() &&
+                       w.scale.shape[0] == (w.shape[0] + br - 1) / br &&
+                       w.scale.shape[1] == (w.shape[1] + bc - 1) / bc,
+                   std::string(op) + ": fp8 w " + w.shape_str() + " with scale " + w.scale.shape_str() +
+                       " in blocks of " + std::to_string(br) + " x " + std::to_string(bc));
+}
+
 }  // namespace
 
 Linear::Linear() {
@@ -175,10 +192,25 @@ cublasLtMatmulAlgo_t Linear::timed_pick(const Plan& p, const cublasLtMatmulHeuri
   return cand[best].algo;
 }
 
-void Linear::run(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,
+void Linear::prepare(const Weight& w) {
+  if (w.dtype == DType::fp8_e4m3) widened_.ensure(size_t(w.numel()) * sizeof(uint16_t));
+}
+
+Tensor Linear::widen(cudaStream_t stream, const Weight& w) {
+  const size_t bytes = size_t(w.numel()) * sizeof(uint16_t);
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  ASTRAI_CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
+  ASTRAI_GPU_CHECK(capturing == cudaStreamCaptureStatusNone || bytes <= widened_.size(),
+                   "linear: an fp8 weight " + w.shape_str() + " was not prepared (Backend::prepare_weight)");
+  Tensor wide(widened_.ensure(bytes), DType::bf16, {w.shape[0], w.shape[1]}, Device::cuda);
+  dequantize(stream, w, w.scale, w.block_rows, w.block_cols, wide);
+  return wide;
+}
+
+void Linear::run(cudaStream_t stream, const Tensor& x, const Weight& w, const Tensor* bias, Tensor out,
                  bool gemv_pdl) {
   check_tensor(x, "linear", "x", DType::bf16, DType::f32);
-  check_tensor(w, "linear", "w", x.dtype);
+  check_weight(w, "linear", x.dtype);
   check_tensor(out, "linear", "out", DType::bf16, DType::f32);
   ASTRAI_GPU_CHECK(x.dtype == DType::bf16 || out.dtype == DType::f32, "linear: f32 inputs need an f32 out");
   ASTRAI_GPU_CHECK(x.ndim == 2 && w.ndim == 2 && out.ndim == 2, "linear: x, w, out must be 2-D");
@@ -197,6 +229,10 @@ void Linear::run(cudaStream_t stream, const Tensor& x, const Tensor& w, const Te
   const int64_t ldx = M > 1 ? x.stride[0] : K, ldo = M > 1 ? out.stride[0] : N;
   ASTRAI_GPU_CHECK(ldx >= K && ldo >= N, "linear: row stride smaller than the width");
   if (linear_gemv(stream, x, w, bias, out, gemv_pdl)) return;  // decode-sized M: our weight-streaming GEMV
+  if (w.dtype == DType::fp8_e4m3) {                            // a GEMM: on the widened matrix
+    run(stream, x, widen(stream, w), bias, out, gemv_pdl);
+    return;
+  }
   const Key key{M,
                 N,
                 K,
@@ -224,11 +260,11 @@ void Linear::run(cudaStream_t stream, const Tensor& x, const Tensor& w, const Te
                                      out.data, p.d, &p.algo, workspace_, workspace_bytes_, stream));
 }
 
-void Linear::run_swiglu(cudaStream_t stream, const Tensor& gate, const Tensor& up, const Tensor& w,
+void Linear::run_swiglu(cudaStream_t stream, const Tensor& gate, const Tensor& up, const Weight& w,
                         Tensor act, Tensor out) {
   check_tensor(gate, "add_rms_norm_mlp", "gate", DType::bf16, DType::f32);
   check_tensor(up, "add_rms_norm_mlp", "up", gate.dtype);
-  check_tensor(w, "add_rms_norm_mlp", "w", gate.dtype);
+  check_weight(w, "add_rms_norm_mlp", gate.dtype);
   check_tensor(out, "add_rms_norm_mlp", "out", gate.dtype);
   ASTRAI_GPU_CHECK(gate.ndim == 2 && up.ndim == 2 && gate.shape == up.shape && w.ndim == 2 && out.ndim == 2 &&
                        w.shape[1] == gate.shape[1] && out.shape[0] == gate.shape[0] &&
@@ -249,10 +285,11 @@ namespace {
 // add_rms_norm_linear's operands (and add_rms_norm_mlp's first half, `op`), checked before either
 // path runs, so the fused GEMV takes only what the unfused ops accept.
 void check_add_norm(const char* op, const Tensor& residual, const Tensor& x, const Tensor& norm_w,
-                    const Tensor& residual_out, const Tensor& h, const Tensor& w, const Tensor& out) {
+                    const Tensor& residual_out, const Tensor& h, const Weight& w, const Tensor& out) {
   check_tensor(residual, op, "residual", DType::bf16, DType::f32);
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&x, &norm_w, &residual_out, &h, &w, &out})
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&x, &norm_w, &residual_out, &h, &out})
     check_tensor(*t, op, "operand", residual.dtype);
+  check_weight(w, op, residual.dtype);
   ASTRAI_GPU_CHECK(residual.ndim == 2 && x.shape == residual.shape && residual_out.shape == residual.shape &&
                        h.shape == residual.shape && w.ndim == 2 && w.shape[1] == residual.shape[1] &&
                        out.ndim == 2 && out.shape[0] == residual.shape[0] && out.shape[1] == w.shape[0] &&
@@ -264,7 +301,7 @@ void check_add_norm(const char* op, const Tensor& residual, const Tensor& x, con
 }  // namespace
 
 void Linear::run_add_norm(cudaStream_t stream, const Tensor& residual, const Tensor& x, const Tensor& norm_w,
-                          float eps, Tensor residual_out, Tensor h, const Tensor& w, const Tensor* bias,
+                          float eps, Tensor residual_out, Tensor h, const Weight& w, const Tensor* bias,
                           Tensor out) {
   check_add_norm("add_rms_norm_linear", residual, x, norm_w, residual_out, h, w, out);
   if (residual.shape[0] == 0) return;
@@ -274,8 +311,8 @@ void Linear::run_add_norm(cudaStream_t stream, const Tensor& residual, const Ten
 }
 
 void Linear::run_mlp(cudaStream_t stream, const Tensor& residual, const Tensor& x, const Tensor& norm_w,
-                     float eps, Tensor residual_out, Tensor h, const Tensor& w_gate_up, Tensor gate_up,
-                     Tensor act, const Tensor& w_down, Tensor out) {
+                     float eps, Tensor residual_out, Tensor h, const Weight& w_gate_up, Tensor gate_up,
+                     Tensor act, const Weight& w_down, Tensor out) {
   const char* op = "add_rms_norm_mlp";
   check_add_norm(op, residual, x, norm_w, residual_out, h, w_gate_up, gate_up);
   check_tensor(act, op, "act", residual.dtype);

@@ -1,6 +1,8 @@
 // linear on the GPU: out = x @ w^T (+ bias) through cuBLASLt, bf16 operands with f32 accumulation
 // (out bf16 or f32: the LM head writes f32 logits), bias through the GEMM's epilogue.
 // Decode-sized M (<= 8 rows of x, aligned) takes our own weight-streaming GEMV (linear_kernels.cu).
+// fp8 weights (Weight with scales): the GEMV reads them as they are; a GEMM of more rows widens the
+// matrix into a bf16 scratch first (the dequantize op) and runs on that.
 // Otherwise one cuBLASLt handle and workspace per backend; a plan (descriptors and an algorithm) is
 // cached per shape, so a steady step makes no heuristic queries. The algorithm is the heuristic's
 // first; with ASTRAI_GEMM_TUNE=1 it is picked once per (M bucket, N, K, ...) by timing the
@@ -15,6 +17,7 @@
 #include <map>
 #include <tuple>
 
+#include "gpu/ops.h"
 #include "src/backend/backend.h"
 
 namespace astrai::gpu {
@@ -30,16 +33,16 @@ class Linear {
   Linear& operator=(const Linear&) = delete;
 
   // gemv_pdl false: the decode GEMV, where it runs, goes out with a plain launch (run_mlp).
-  void run(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,
+  void run(cudaStream_t stream, const Tensor& x, const Weight& w, const Tensor* bias, Tensor out,
            bool gemv_pdl = true);
   // out = swiglu(gate, up) @ w^T (run_mlp's second half): decode-sized M computes the activation
   // inside the GEMV where that prologue is short; otherwise swiglu into act, then run.
-  void run_swiglu(cudaStream_t stream, const Tensor& gate, const Tensor& up, const Tensor& w, Tensor act,
+  void run_swiglu(cudaStream_t stream, const Tensor& gate, const Tensor& up, const Weight& w, Tensor act,
                   Tensor out);
   // Backend::add_rms_norm_linear: decode-sized M computes residual + x and its norm inside the GEMV
   // (each block for itself; block 0 writes residual_out); otherwise add, rms_norm into h, then run.
   void run_add_norm(cudaStream_t stream, const Tensor& residual, const Tensor& x, const Tensor& norm_w,
-                    float eps, Tensor residual_out, Tensor h, const Tensor& w, const Tensor* bias,
+                    float eps, Tensor residual_out, Tensor h, const Weight& w, const Tensor* bias,
                     Tensor out);
 
   // Backend::add_rms_norm_mlp. Two to eight rows: one GEMV adds, norms (or add_rms_norm first, as
@@ -52,8 +55,11 @@ class Linear {
   // 212.3 tok/s), where the short ones gained from it (llama-1b and qwen3-0.6b batch 2 -1.5% / -2.5%
   // plain) and their one row lost with the pairs (-2% / -5%).
   void run_mlp(cudaStream_t stream, const Tensor& residual, const Tensor& x, const Tensor& norm_w, float eps,
-               Tensor residual_out, Tensor h, const Tensor& w_gate_up, Tensor gate_up, Tensor act,
-               const Tensor& w_down, Tensor out);
+               Tensor residual_out, Tensor h, const Weight& w_gate_up, Tensor gate_up, Tensor act,
+               const Weight& w_down, Tensor out);
+  // Backend::prepare_weight: an fp8 weight's widened copy fits the scratch from here on (no step
+  // allocates it, and graphs keep its address).
+  void prepare(const Weight& w);
 
  private:
   // M, N, K, ldx, ldo, in dtype, out dtype, bias, alignments of x, w, out, bias.
@@ -71,12 +77,16 @@ class Linear {
   cublasLtMatmulAlgo_t timed_pick(const Plan& p, const cublasLtMatmulHeuristicResult_t* cand, int n,
                                   cudaStream_t stream, const void* x, const void* w, void* out);
 
+  // An fp8 weight widened to bf16 into widened_ (for a GEMM of more rows than the GEMV's).
+  Tensor widen(cudaStream_t stream, const Weight& w);
+
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   std::map<Key, Plan> plans_;
   std::map<Key, cublasLtMatmulAlgo_t> picked_;  // by the key with M rounded up to its bucket
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
+  Scratch widened_;
 };
 
 }  // namespace astrai::gpu

@@ -5,10 +5,15 @@
 //   with M. A decode step is a stream over the weights, so this is what sets its time. Its x may be
 //   computed in the block first (SwiGLU, or residual add + RMSNorm), and for the MLP's gate_up it can
 //   take gate and up rows in pairs and write their SwiGLU (add_rms_norm_mlp).
+//   Its weights may be fp8 (e4m3, an fp8 checkpoint's matrix kept as stored), read at half the bytes
+//   and widened in registers (below: kFp8).
 // - naive: a plain GEMM for the shapes cuBLASLt has no algorithm for (rows that start on 2-byte
 //   boundaries, e.g. column slices at odd offsets): one thread per output, f32 accumulation.
 //   Correct, not fast; the model's shapes never take it.
+#include <cuda_fp8.h>
+
 #include <algorithm>
+#include <type_traits>
 
 #include "gpu/check.h"
 #include "gpu/device_util.cuh"
@@ -58,6 +63,44 @@ __device__ __forceinline__ uint4 load_weights(const uint4* p) {
 // also writing residual + y to its own buffer: the norm kernel before the GEMV is gone.
 enum XMode { kPlain, kSwiglu, kAddNorm };
 
+// kFp8: the weights are e4m3 bytes with f32 scales (Weight). A lane's chunk is then 8 bytes (the
+// same 8 values of K as a bf16 chunk's 16), widened to the bf16 the MMA takes: e4m3 is exact in
+// f16 (the hardware's conversion), and f16's bits shifted into bf16's fields give the value times
+// 2^-112 (exponent bias 15 against 127; e4m3's 3 mantissa bits fit, zero stays zero, and its
+// smallest value, 2^-9, becomes 2^-121: a normal bf16). Each round of a warp's loop covers 128
+// columns (4 chunks a lane, 4 lanes), which lie in one scale block: its sums start from zero and
+// are added to the accumulators times the block's scale (times 2^112). So the products are exact
+// and each 128 columns are scaled once: no rounding of widened weights to bf16 on the way.
+struct Fp8Scales {
+  const float* s = nullptr;  // [ceil(N / block_rows), ld]
+  int64_t ld = 0;
+  int64_t block_rows = 1;
+  int64_t block_cols = 0;  // a multiple of 128, or >= K
+};
+
+// 2^112, the widening's bias (see Fp8Scales).
+constexpr float kFp8Bias = 5.192296858534828e33f;
+
+// Two e4m3 values (the low byte first) as a bf16 pair times 2^-112 (see Fp8Scales).
+__device__ __forceinline__ uint32_t widen_e4m3x2(uint32_t two) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
+  const uint32_t u = uint32_t(h.x) | (uint32_t(h.y) << 16);
+  return ((u >> 3) & 0x0fff0fffu) | (u & 0x80008000u);
+}
+
+// A chunk of 8 e4m3 values as the 8 bf16 (times 2^-112) a bf16 chunk holds, in the same order.
+__device__ __forceinline__ uint4 widen_chunk(uint2 v) {
+  return make_uint4(widen_e4m3x2(v.x & 0xffffu), widen_e4m3x2(v.x >> 16), widen_e4m3x2(v.y & 0xffffu),
+                    widen_e4m3x2(v.y >> 16));
+}
+
+// load_weights for an fp8 chunk (8 bytes).
+__device__ __forceinline__ uint2 load_weights(const uint2* p) {
+  uint2 v;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+
 // What kAddNorm needs beyond x (the residual).
 struct AddNorm {
   const bf16* y = nullptr;  // [M, K], row stride ldy
@@ -100,17 +143,21 @@ __device__ __forceinline__ uint4 swiglu8(uint4 gate, uint4 up) {
 // apart; the tiles, and so the split of K, number the same: N / 16), rounded to bf16 as the
 // projection's output would be, and out [M, F] gets silu(gate) * up rounded where the swiglu op
 // rounds: the projection then the swiglu, bit for bit, without the [M, 2F] round trip or the kernel.
-template <typename TO, int W, int kX, bool kPairs>
+template <typename TO, int W, int kX, bool kPairs, bool kFp8>
 __device__ __forceinline__ void gemv_body(const bf16* __restrict__ x, int64_t ldx, int M,
-                                          const bf16* __restrict__ w, int64_t K, int64_t N,
+                                          const void* __restrict__ w, int64_t K, int64_t N,
                                           const TO* __restrict__ bias, TO* __restrict__ out, int64_t ldo,
-                                          int ksplit, AddNorm an) {
+                                          int ksplit, AddNorm an, Fp8Scales fs) {
   __shared__ float partial[W][kGemvTile][kGemvMaxRows];
   extern __shared__ uint4 x_shared[];  // kSwiglu, kAddNorm: x as [M][K / 8] chunks
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int tiles_per_block = W / ksplit, part = warp % ksplit;
   const int64_t tile = int64_t(blockIdx.x) * tiles_per_block + warp / ksplit, F = N / 2;
-  const int64_t chunks = K / 8, per_part = (chunks + ksplit - 1) / ksplit;  // chunk: 8 values, 16 bytes
+  // chunk: 8 values (16 bytes; fp8: 8). An fp8 warp's range starts on a round (16 chunks, 128
+  // columns), so that each round lies in one scale block.
+  constexpr int64_t kRound = 4 * kGemvUnroll;
+  const int64_t chunks = K / 8, even = (chunks + ksplit - 1) / ksplit;
+  const int64_t per_part = kFp8 ? (even + kRound - 1) / kRound * kRound : even;
   const int64_t begin = part * per_part, end = min(chunks, begin + per_part);
   const bool active = (kPairs ? tile * 8 < F : tile * kGemvTile < N) && begin < end;  // warp-uniform
   float d0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d1[4] = {0.0f, 0.0f, 0.0f, 0.0f};           // two chains of MMAs
@@ -124,9 +171,13 @@ __device__ __forceinline__ void gemv_body(const bf16* __restrict__ x, int64_t ld
     row_a = min(tile * kGemvTile + g, last);
     row_b = min(tile * kGemvTile + g + 8, last);
   }
-  const uint4* wa = reinterpret_cast<const uint4*>(w + row_a * K);
-  const uint4* wb = reinterpret_cast<const uint4*>(w + row_b * K);
-  uint4 va[kGemvUnroll], vb[kGemvUnroll];
+  using Chunk = std::conditional_t<kFp8, uint2, uint4>;
+  const Chunk* wa = reinterpret_cast<const Chunk*>(static_cast<const char*>(w) + row_a * K * (kFp8 ? 1 : 2));
+  const Chunk* wb = reinterpret_cast<const Chunk*>(static_cast<const char*>(w) + row_b * K * (kFp8 ? 1 : 2));
+  Chunk va[kGemvUnroll], vb[kGemvUnroll];
+  float sa = 0.0f, sb = 0.0f;  // kFp8: the round's scales of rows a and b, times 2^112
+  const float* sra = kFp8 ? fs.s + row_a / fs.block_rows * fs.ld : nullptr;
+  const float* srb = kFp8 ? fs.s + row_b / fs.block_rows * fs.ld : nullptr;
   // Past the part's end a lane re-reads its last chunk (no branch, so every load is issued before
   // the first MMA) and multiplies it by zeros in place of x.
   auto load_w = [&](int64_t base) {
@@ -135,6 +186,11 @@ __device__ __forceinline__ void gemv_body(const bf16* __restrict__ x, int64_t ld
       const int64_t cc = min(base + 4 * u + t, end - 1);
       va[u] = load_weights(wa + cc);
       vb[u] = load_weights(wb + cc);
+    }
+    if constexpr (kFp8) {
+      const int64_t col = base * 8 / fs.block_cols;
+      sa = __ldg(sra + col) * kFp8Bias;
+      sb = __ldg(srb + col) * kFp8Bias;
     }
   };
   if (active) load_w(begin);
@@ -195,12 +251,27 @@ __device__ __forceinline__ void gemv_body(const bf16* __restrict__ x, int64_t ld
         vx[u] = kX != kPlain ? xr[min(c, end - 1)] : __ldg(xr + min(c, end - 1));
         if (c >= end) vx[u] = make_uint4(0, 0, 0, 0);
       }
+      if constexpr (kFp8) {
+        float e0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e1[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // this round's sums
 #pragma unroll
-      for (int u = 0; u < kGemvUnroll; ++u) {
-        mma_16x8x16(d0, va[u].x, vb[u].x, va[u].y, vb[u].y, vx[u].x, vx[u].y);
-        mma_16x8x16(d1, va[u].z, vb[u].z, va[u].w, vb[u].w, vx[u].z, vx[u].w);
+        for (int u = 0; u < kGemvUnroll; ++u) {
+          const uint4 a = widen_chunk(va[u]), b = widen_chunk(vb[u]);
+          mma_16x8x16(e0, a.x, b.x, a.y, b.y, vx[u].x, vx[u].y);
+          mma_16x8x16(e1, a.z, b.z, a.w, b.w, vx[u].z, vx[u].w);
+        }
+        // Accumulator layout (below): d[0], d[1] row a (g), d[2], d[3] row b (g + 8).
+        d0[0] += sa * (e0[0] + e1[0]);
+        d0[1] += sa * (e0[1] + e1[1]);
+        d0[2] += sb * (e0[2] + e1[2]);
+        d0[3] += sb * (e0[3] + e1[3]);
+      } else {
+#pragma unroll
+        for (int u = 0; u < kGemvUnroll; ++u) {
+          mma_16x8x16(d0, va[u].x, vb[u].x, va[u].y, vb[u].y, vx[u].x, vx[u].y);
+          mma_16x8x16(d1, va[u].z, vb[u].z, va[u].w, vb[u].w, vx[u].z, vx[u].w);
+        }
       }
-      base += 4 * kGemvUnroll;
+      base += kRound;
       if (base >= end) break;
       load_w(base);
     }
@@ -258,28 +329,28 @@ __device__ __forceinline__ void gemv_body(const bf16* __restrict__ x, int64_t ld
 //   qwen3-8b at 2-8 rows (its 384-block gate/up and qkv grids in 1.45 waves).
 constexpr int kTightBlocks = 3;
 
-template <typename TO, int W, int kX, bool kPairs>
+template <typename TO, int W, int kX, bool kPairs, bool kFp8>
 __global__ void __launch_bounds__(W * 32)
-    gemv_kernel(const bf16* __restrict__ x, int64_t ldx, int M, const bf16* __restrict__ w, int64_t K,
+    gemv_kernel(const bf16* __restrict__ x, int64_t ldx, int M, const void* __restrict__ w, int64_t K,
                 int64_t N, const TO* __restrict__ bias, TO* __restrict__ out, int64_t ldo, int ksplit,
-                AddNorm an) {
-  gemv_body<TO, W, kX, kPairs>(x, ldx, M, w, K, N, bias, out, ldo, ksplit, an);
+                AddNorm an, Fp8Scales fs) {
+  gemv_body<TO, W, kX, kPairs, kFp8>(x, ldx, M, w, K, N, bias, out, ldo, ksplit, an, fs);
 }
 
-template <typename TO, int W, int kX, bool kPairs>
+template <typename TO, int W, int kX, bool kPairs, bool kFp8>
 __global__ void __launch_bounds__(W * 32, 1)
-    gemv_roomy_kernel(const bf16* __restrict__ x, int64_t ldx, int M, const bf16* __restrict__ w, int64_t K,
+    gemv_roomy_kernel(const bf16* __restrict__ x, int64_t ldx, int M, const void* __restrict__ w, int64_t K,
                       int64_t N, const TO* __restrict__ bias, TO* __restrict__ out, int64_t ldo, int ksplit,
-                      AddNorm an) {
-  gemv_body<TO, W, kX, kPairs>(x, ldx, M, w, K, N, bias, out, ldo, ksplit, an);
+                      AddNorm an, Fp8Scales fs) {
+  gemv_body<TO, W, kX, kPairs, kFp8>(x, ldx, M, w, K, N, bias, out, ldo, ksplit, an, fs);
 }
 
-template <typename TO, int W, int kX, bool kPairs>
+template <typename TO, int W, int kX, bool kPairs, bool kFp8>
 __global__ void __launch_bounds__(W * 32, kTightBlocks)
-    gemv_tight_kernel(const bf16* __restrict__ x, int64_t ldx, int M, const bf16* __restrict__ w, int64_t K,
+    gemv_tight_kernel(const bf16* __restrict__ x, int64_t ldx, int M, const void* __restrict__ w, int64_t K,
                       int64_t N, const TO* __restrict__ bias, TO* __restrict__ out, int64_t ldo, int ksplit,
-                      AddNorm an) {
-  gemv_body<TO, W, kX, kPairs>(x, ldx, M, w, K, N, bias, out, ldo, ksplit, an);
+                      AddNorm an, Fp8Scales fs) {
+  gemv_body<TO, W, kX, kPairs, kFp8>(x, ldx, M, w, K, N, bias, out, ldo, ksplit, an, fs);
 }
 
 // Blocks of `kernel` (W warps a block) resident on the device at once, with the largest x that fuse_prologue
@@ -298,20 +369,20 @@ int64_t gemv_slots() {
 // The kernel a grid of `blocks` runs under (see above). ASTRAI_GEMV_BUDGET=loose / roomy / tight:
 // the compiler's fit, the roomiest, the tightest budget a kernel has, at every grid (to measure, and
 // to test each on any shape).
-template <typename TO, int W, int kX, bool kPairs>
+template <typename TO, int W, int kX, bool kPairs, bool kFp8>
 auto pick_gemv_kernel(int64_t blocks) {
-  constexpr auto loose = gemv_kernel<TO, W, kX, kPairs>;
+  constexpr auto loose = gemv_kernel<TO, W, kX, kPairs, kFp8>;
   static const bool force_loose = env_is("ASTRAI_GEMV_BUDGET", "loose"),
                     force_roomy = env_is("ASTRAI_GEMV_BUDGET", "roomy"),
                     force_tight = env_is("ASTRAI_GEMV_BUDGET", "tight");
   if (force_loose) return loose;
   if constexpr (kX == kPlain) {
-    constexpr auto roomy = gemv_roomy_kernel<TO, W, kX, kPairs>;
+    constexpr auto roomy = gemv_roomy_kernel<TO, W, kX, kPairs, kFp8>;
     if (force_roomy || force_tight) return force_roomy ? roomy : loose;
     const int64_t slots[] = {gemv_slots<roomy, W>(), gemv_slots<loose, W>()};
     return pick_register_budget(blocks, slots) == 0 ? roomy : loose;
   } else if constexpr (kX == kAddNorm && W == 8) {
-    constexpr auto tight = gemv_tight_kernel<TO, W, kX, kPairs>;
+    constexpr auto tight = gemv_tight_kernel<TO, W, kX, kPairs, kFp8>;
     if (force_roomy || force_tight) return force_tight ? tight : loose;
     const int64_t slots[] = {gemv_slots<loose, W>(), gemv_slots<tight, W>()};
     return pick_register_budget(blocks, slots) == 0 ? loose : tight;
@@ -320,18 +391,26 @@ auto pick_gemv_kernel(int64_t blocks) {
   }
 }
 
-template <int W, typename TO, int kX, bool kPairs>
-void launch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, const Tensor& w,
+template <int W, typename TO, int kX, bool kPairs, bool kFp8>
+void launch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, const Weight& w,
                  const Tensor* bias, Tensor out, int64_t ldo, int ksplit, const AddNorm& an, bool pdl) {
+  Fp8Scales fs;
+  if constexpr (kFp8) {
+    fs.s = w.scale.ptr<float>();
+    fs.ld = w.scale.shape[1];
+    fs.block_rows = w.block_rows;
+    fs.block_cols = w.block_cols;
+  }
   const int64_t K = w.shape[1], N = w.shape[0];
   const int64_t tiles = (N + kGemvTile - 1) / kGemvTile, tiles_per_block = W / ksplit;
   const int64_t blocks = (tiles + tiles_per_block - 1) / tiles_per_block;
   const LaunchConfig lc(dim3(unsigned(blocks)), dim3(W * 32),
                         kX != kPlain ? size_t(M * K * int64_t(sizeof(bf16))) : 0, stream,
                         pdl && pdl_enabled());
-  ASTRAI_CUDA_CHECK(cudaLaunchKernelEx(
-      &lc.cfg, pick_gemv_kernel<TO, W, kX, kPairs>(blocks), x, ldx, int(M), w.ptr<bf16>(), K, N,
-      bias ? bias->ptr<TO>() : static_cast<const TO*>(nullptr), out.ptr<TO>(), ldo, ksplit, an));
+  ASTRAI_CUDA_CHECK(cudaLaunchKernelEx(&lc.cfg, pick_gemv_kernel<TO, W, kX, kPairs, kFp8>(blocks), x, ldx,
+                                       int(M), static_cast<const void*>(w.data), K, N,
+                                       bias ? bias->ptr<TO>() : static_cast<const TO*>(nullptr),
+                                       out.ptr<TO>(), ldo, ksplit, an, fs));
 }
 
 // Split K 8 ways: shorter ranges of K put more warps, and more loads, in flight. Where 8 ways leave
@@ -348,9 +427,9 @@ bool wide_gemv_blocks(int64_t N) {
 
 // pdl: launched with programmatic dependent launch (when the device has it), which the decode
 // GEMVs are but for the exception in Linear::run_mlp.
-template <int kX, bool kPairs = false>
-void dispatch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, const Tensor& w,
-                   const Tensor* bias, Tensor out, int64_t ldo, const AddNorm& an = {}, bool pdl = true) {
+template <int kX, bool kPairs, bool kFp8>
+void dispatch_gemv_of(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, const Weight& w,
+                      const Tensor* bias, Tensor out, int64_t ldo, const AddNorm& an, bool pdl) {
   const int64_t tiles = (w.shape[0] + kGemvTile - 1) / kGemvTile;
   int ksplit = 8;
   if (tiles * ksplit > kGemvSplitWarps && tiles * ksplit < 8 * kGemvSplitWarps)
@@ -358,15 +437,25 @@ void dispatch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, c
   const bool wide_blocks = wide_gemv_blocks(w.shape[0]);
   if (out.dtype == DType::bf16) {
     if (wide_blocks)
-      launch_gemv<16, bf16, kX, kPairs>(stream, x, ldx, M, w, bias, out, ldo, 16, an, pdl);
+      launch_gemv<16, bf16, kX, kPairs, kFp8>(stream, x, ldx, M, w, bias, out, ldo, 16, an, pdl);
     else
-      launch_gemv<8, bf16, kX, kPairs>(stream, x, ldx, M, w, bias, out, ldo, ksplit, an, pdl);
+      launch_gemv<8, bf16, kX, kPairs, kFp8>(stream, x, ldx, M, w, bias, out, ldo, ksplit, an, pdl);
   } else if constexpr (!kPairs) {
     if (wide_blocks)
-      launch_gemv<16, float, kX, kPairs>(stream, x, ldx, M, w, bias, out, ldo, 16, an, pdl);
+      launch_gemv<16, float, kX, kPairs, kFp8>(stream, x, ldx, M, w, bias, out, ldo, 16, an, pdl);
     else
-      launch_gemv<8, float, kX, kPairs>(stream, x, ldx, M, w, bias, out, ldo, ksplit, an, pdl);
+      launch_gemv<8, float, kX, kPairs, kFp8>(stream, x, ldx, M, w, bias, out, ldo, ksplit, an, pdl);
   }
+}
+
+// The GEMV for w's dtype (bf16, or fp8 with its scales).
+template <int kX, bool kPairs = false>
+void dispatch_gemv(cudaStream_t stream, const bf16* x, int64_t ldx, int64_t M, const Weight& w,
+                   const Tensor* bias, Tensor out, int64_t ldo, const AddNorm& an = {}, bool pdl = true) {
+  if (w.dtype == DType::fp8_e4m3)
+    dispatch_gemv_of<kX, kPairs, true>(stream, x, ldx, M, w, bias, out, ldo, an, pdl);
+  else
+    dispatch_gemv_of<kX, kPairs, false>(stream, x, ldx, M, w, bias, out, ldo, an, pdl);
 }
 
 // Whether a fused prologue (kSwiglu, kAddNorm) runs for M rows of K into an N-row weight: only while
@@ -405,19 +494,24 @@ void launch(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor*
   ASTRAI_CUDA_LAUNCH_CHECK(linear_naive_kernel);
 }
 
+// Whether the GEMV reads w as it is: bf16, or fp8 in scale blocks it takes (gemv_takes_fp8).
+bool gemv_weights(const Weight& w) {
+  return (w.dtype == DType::bf16 || gemv_takes_fp8(w)) && aligned16(w.data);
+}
+
 // Whether the GEMV takes x (reading it as it is); ldx its row stride.
-bool gemv_takes(const Tensor& x, const Tensor& w, int64_t& ldx) {
+bool gemv_takes(const Tensor& x, const Weight& w, int64_t& ldx) {
   const int64_t M = x.shape[0], K = x.shape[1];
   ldx = M > 1 ? x.stride[0] : K;
   return x.dtype == DType::bf16 && M >= 1 && M <= kGemvMaxRows && K % 8 == 0 && ldx % 8 == 0 &&
-         aligned16(x.data) && aligned16(w.data);
+         aligned16(x.data) && gemv_weights(w);
 }
 
 // add_rms_norm_linear's GEMV (and with the SwiGLU pairs after it, whose own bounds
 // add_rms_norm_linear_swiglu_gemv checks): false where the shapes or the alignment do not take it.
 template <bool kPairs>
 bool add_norm_gemv(cudaStream_t stream, const Tensor& residual, const Tensor& x, const Tensor& norm_w,
-                   float eps, const Tensor& residual_out, const Tensor& w, const Tensor* bias,
+                   float eps, const Tensor& residual_out, const Weight& w, const Tensor* bias,
                    const Tensor& out) {
   const int64_t M = residual.shape[0], K = residual.shape[1];
   auto ld = [&](const Tensor& t) { return M > 1 ? t.stride[0] : K; };
@@ -429,7 +523,7 @@ bool add_norm_gemv(cudaStream_t stream, const Tensor& residual, const Tensor& x,
   const int64_t span = ((M - 1) * std::max(ldr, ld_out) + K) * int64_t(sizeof(bf16));
   if (residual.dtype != DType::bf16 || M < 1 || M > kGemvMaxRows || K % 8 != 0 || ldr % 8 != 0 ||
       ldy % 8 != 0 || ld_out % 8 != 0 || !aligned16(residual.data) || !aligned16(x.data) ||
-      !aligned16(residual_out.data) || !aligned16(norm_w.data) || !aligned16(w.data) ||
+      !aligned16(residual_out.data) || !aligned16(norm_w.data) || !gemv_weights(w) ||
       residual.stride[1] != 1 || x.stride[1] != 1 || residual_out.stride[1] != 1 ||
       (o0 < r0 + span && r0 < o0 + span))
     return false;
@@ -448,7 +542,13 @@ bool add_norm_gemv(cudaStream_t stream, const Tensor& residual, const Tensor& x,
 
 }  // namespace
 
-bool linear_gemv(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,
+bool gemv_takes_fp8(const Weight& w) {
+  const int64_t K = w.ndim == 2 ? w.shape[1] : 0;
+  return w.dtype == DType::fp8_e4m3 && w.scale.dtype == DType::f32 && w.block_rows > 0 &&
+         (w.block_cols % 128 == 0 || w.block_cols >= K) && w.block_cols > 0 && K % 8 == 0;
+}
+
+bool linear_gemv(cudaStream_t stream, const Tensor& x, const Weight& w, const Tensor* bias, Tensor out,
                  bool pdl) {
   int64_t ldx = 0;
   if (!gemv_takes(x, w, ldx)) return false;
@@ -457,13 +557,13 @@ bool linear_gemv(cudaStream_t stream, const Tensor& x, const Tensor& w, const Te
   return true;
 }
 
-bool swiglu_linear_gemv(cudaStream_t stream, const Tensor& gate, const Tensor& up, const Tensor& w,
+bool swiglu_linear_gemv(cudaStream_t stream, const Tensor& gate, const Tensor& up, const Weight& w,
                         Tensor out) {
   const int64_t M = gate.shape[0], K = gate.shape[1];
   const int64_t ldx = M > 1 ? gate.stride[0] : 2 * K, ldo = M > 1 ? out.stride[0] : w.shape[0];
   // gate and up must be the two halves of one [M, 2K] buffer: the kernel finds up K past gate.
   if (gate.dtype != DType::bf16 || up.dtype != DType::bf16 || M < 1 || M > kGemvMaxRows || K % 8 != 0 ||
-      ldx % 8 != 0 || ldx < 2 * K || !aligned16(gate.data) || !aligned16(w.data) ||
+      ldx % 8 != 0 || ldx < 2 * K || !aligned16(gate.data) || !gemv_weights(w) ||
       static_cast<const char*>(up.data) !=
           static_cast<const char*>(gate.data) + K * int64_t(sizeof(uint16_t)) ||
       (M > 1 && up.stride[0] != gate.stride[0]))
@@ -475,14 +575,14 @@ bool swiglu_linear_gemv(cudaStream_t stream, const Tensor& gate, const Tensor& u
 }
 
 bool add_rms_norm_linear_gemv(cudaStream_t stream, const Tensor& residual, const Tensor& x,
-                              const Tensor& norm_w, float eps, Tensor residual_out, const Tensor& w,
+                              const Tensor& norm_w, float eps, Tensor residual_out, const Weight& w,
                               const Tensor* bias, Tensor out) {
   return add_norm_gemv<false>(stream, residual, x, norm_w, eps, residual_out, w, bias, out);
 }
 
 bool add_rms_norm_linear_swiglu_gemv(cudaStream_t stream, const Tensor& residual, const Tensor& x,
                                      const Tensor& norm_w, float eps, Tensor residual_out, Tensor h,
-                                     const Tensor& w, Tensor act) {
+                                     const Weight& w, Tensor act) {
   static const bool never = env_is("ASTRAI_SWIGLU", "unpaired");  // to measure without the pairs
   // The pairs take whole 8-row groups of each half, so the tiles (and the split of K) are the
   // unpaired projection's; act is bf16, as the projection's output would be.

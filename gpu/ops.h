@@ -24,6 +24,7 @@ class Scratch {
   // At least `bytes` of device memory (contents undefined). Growing frees the old block, which
   // cudaFree orders after every kernel already launched.
   void* ensure(size_t bytes);
+  size_t size() const { return bytes_; }
 
  private:
   void* ptr_ = nullptr;
@@ -91,24 +92,29 @@ size_t sample_workspace_bytes(int rows, int vocab);
 // cuBLASLt has no algorithm for.
 // The GEMV's rows: at most this many rows of x (a decode step's) take it.
 constexpr int kGemvMaxRows = 8;
+// Each GEMV takes bf16 weights, and fp8_e4m3 ones with their scales (Weight) where a scale block
+// spans whole multiples of 128 columns (or every column): it reads the fp8 bytes, multiplies them
+// by x on the tensor cores as bf16 (exact), and scales each 128 columns' partial sums.
 // pdl false: launched plainly (it starts once the kernel before it has finished).
-bool linear_gemv(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out,
+bool linear_gemv(cudaStream_t stream, const Tensor& x, const Weight& w, const Tensor* bias, Tensor out,
                  bool pdl = true);
 // The same GEMV with x = swiglu(gate, up) computed as it is read (the down projection without the
 // swiglu kernel); false unless gate and up are the two halves of one bf16 [M, 2K] buffer.
-bool swiglu_linear_gemv(cudaStream_t stream, const Tensor& gate, const Tensor& up, const Tensor& w,
+bool swiglu_linear_gemv(cudaStream_t stream, const Tensor& gate, const Tensor& up, const Weight& w,
                         Tensor out);
 // add_rms_norm_linear's decode GEMV (Linear::run_add_norm); false (nothing launched) when the shapes
 // do not take it.
 bool add_rms_norm_linear_gemv(cudaStream_t stream, const Tensor& residual, const Tensor& x,
-                              const Tensor& norm_w, float eps, Tensor residual_out, const Tensor& w,
+                              const Tensor& norm_w, float eps, Tensor residual_out, const Weight& w,
                               const Tensor* bias, Tensor out);
 // The same with the SwiGLU of the projection's two halves after it (the MLP's gate_up, w [2F, K]):
 // act [M, F]. Where the GEMV would not add and norm, add_rms_norm into h first (as
 // add_rms_norm_linear does there). False (nothing launched) when the shapes do not take it.
 bool add_rms_norm_linear_swiglu_gemv(cudaStream_t stream, const Tensor& residual, const Tensor& x,
                                      const Tensor& norm_w, float eps, Tensor residual_out, Tensor h,
-                                     const Tensor& w, Tensor act);
+                                     const Weight& w, Tensor act);
+// Whether the GEMV reads fp8 weight w as it is (its scale blocks; see above).
+bool gemv_takes_fp8(const Weight& w);
 void linear_fallback(cudaStream_t stream, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out);
 
 }  // namespace astrai::gpu

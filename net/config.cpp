@@ -131,6 +131,8 @@ std::vector<ConfigKey> make_keys() {
       int_key(&ServeConfig::threads, 0, 4096, "threads"));
   add("tp", "Tensor-parallel ranks: the model is split over GPUs 0..tp-1 (1: one device)", true,
       int_key(&ServeConfig::tp, 1, 64, "tp"));
+  add("fp8_weights", "widen | keep: an fp8 checkpoint's projections widened at load, or kept in fp8 (GPU)",
+      false, str_key(&ServeConfig::fp8_weights, {"widen", "keep"}, "fp8_weights"));
   add("log_level", "trace | debug | info | warn | error | off", false,
       str_key(&ServeConfig::log_level, {"trace", "debug", "info", "warn", "error", "off"}, "log_level"));
   add("net_threads", "Threads running the network event loop", true,

@@ -22,7 +22,8 @@ struct ServeConfig {
   std::string device = "auto";
   std::string dtype = "auto";
   int threads = 0;
-  int tp = 1;  // tensor-parallel ranks: GPUs 0..tp-1 (src/model/tp_model.h)
+  int tp = 1;                         // tensor-parallel ranks: GPUs 0..tp-1 (src/model/tp_model.h)
+  std::string fp8_weights = "widen";  // widen | keep (LoadOptions::keep_fp8)
   std::string log_level = "info";
   int net_threads = 1;
   int worker_threads = 2;         // CPU-heavy request work (tokenizing, templates), off the net threads

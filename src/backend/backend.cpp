@@ -61,7 +61,7 @@ void Backend::rope_attention(Tensor q, Tensor k, const Tensor& v, const Tensor* 
 }
 
 void Backend::add_rms_norm_linear(const Tensor& residual, const Tensor& x, const Tensor& norm_w, float eps,
-                                  Tensor residual_out, Tensor h, const Tensor& w, const Tensor* bias,
+                                  Tensor residual_out, Tensor h, const Weight& w, const Tensor* bias,
                                   Tensor out) {
   add(residual, x, residual_out);
   rms_norm(residual_out, norm_w, eps, h);
@@ -69,8 +69,8 @@ void Backend::add_rms_norm_linear(const Tensor& residual, const Tensor& x, const
 }
 
 void Backend::add_rms_norm_mlp(const Tensor& residual, const Tensor& x, const Tensor& norm_w, float eps,
-                               Tensor residual_out, Tensor h, const Tensor& w_gate_up, Tensor gate_up,
-                               Tensor act, const Tensor& w_down, Tensor out) {
+                               Tensor residual_out, Tensor h, const Weight& w_gate_up, Tensor gate_up,
+                               Tensor act, const Weight& w_down, Tensor out) {
   add_rms_norm_linear(residual, x, norm_w, eps, residual_out, h, w_gate_up, nullptr, gate_up);
   const int64_t F = act.shape[1];
   swiglu(gate_up.cols(0, F), gate_up.cols(F, 2 * F), act);

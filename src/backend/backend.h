@@ -105,10 +105,16 @@ class Backend {
   // it as `stored`: compute_dtype() (converted on load) unless this backend's linear and embedding
   // take `stored` as it is. The CPU keeps bf16 matrices in bf16 and widens them as it reads them
   // (exact: the results of f32 copies, with half their memory and half the bytes a decode step reads).
+  // fp8_e4m3 is for linear's w alone (a Weight with its scales; embedding tables are widened), and
+  // the loader keeps an fp8 matrix so only where LoadOptions asks it to.
   virtual DType weight_dtype(DType stored) const {
     (void)stored;
     return compute_dtype();
   }
+  // Called by the loader once for each matrix it keeps in fp8 (weight_dtype(fp8_e4m3) ==
+  // fp8_e4m3): the backend reserves what its linear ops need to run it, so that no step allocates.
+  // The default reserves nothing.
+  virtual void prepare_weight(const Weight& w) { (void)w; }
 
   // ---- memory -------------------------------------------------------------------------------
   virtual Buffer alloc(size_t bytes) = 0;                        // zero-initialised
@@ -134,8 +140,8 @@ class Backend {
 
   // out = x @ w^T (+ bias)                  x [M, K], w [N, K] (nn.Linear layout), bias [N], out [M, N]
   //   x and out may have a row stride larger than their width (column slices); w is contiguous,
-  //   in compute_dtype() or weight_dtype()'s dtype.
-  virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) = 0;
+  //   in compute_dtype() or weight_dtype()'s dtype (fp8_e4m3 with its scales: w = values * scale).
+  virtual void linear(const Tensor& x, const Weight& w, const Tensor* bias, Tensor out) = 0;
 
   // In-place rotary embedding, Hugging Face rotate-half pairing: dims (i, i + D/2) rotate together.
   //   x [T, heads, D] (row stride may exceed heads*D: q/k may be column slices of one qkv buffer),
@@ -190,7 +196,7 @@ class Backend {
   //   fuse (its contents are unspecified after). A decode step's GEMV on the GPU computes the norm in
   //   each block instead, which is why the residual is not updated in place: its blocks all read it.
   virtual void add_rms_norm_linear(const Tensor& residual, const Tensor& x, const Tensor& norm_w, float eps,
-                                   Tensor residual_out, Tensor h, const Tensor& w, const Tensor* bias,
+                                   Tensor residual_out, Tensor h, const Weight& w, const Tensor* bias,
                                    Tensor out);
 
   // The MLP sub-layer after its pre-norm's residual add (x is the attention's output):
@@ -200,8 +206,8 @@ class Backend {
   //   out [T, N]; the rest as in add_rms_norm_linear. gate_up and act are where the intermediate
   //   values go when the backend does not fuse (their contents are unspecified after); out may be x.
   virtual void add_rms_norm_mlp(const Tensor& residual, const Tensor& x, const Tensor& norm_w, float eps,
-                                Tensor residual_out, Tensor h, const Tensor& w_gate_up, Tensor gate_up,
-                                Tensor act, const Tensor& w_down, Tensor out);
+                                Tensor residual_out, Tensor h, const Weight& w_gate_up, Tensor gate_up,
+                                Tensor act, const Weight& w_down, Tensor out);
 
   // Copies rows: out[i, :] = x[rows[i], :]     x [T, H], rows [R] i32, out [R, H]
   virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) = 0;

@@ -65,7 +65,7 @@ void run(const GenerateArgs& a, const CLI::App& sub) {
   oo.resume = a.resume;
   oo.progress = !a.no_progress;
   const std::optional<ChatTemplateText> chat_template = chat_template_option(a.chat_template).value();
-  auto le = load_engine(a.model, a.common.device, eo, a.tp, chat_template).value();
+  auto le = load_engine(a.model, a.common.device, eo, a.tp, chat_template, load_options(a.common)).value();
   if (chat_template && !le.tokenizer->chat_template()) throw Error(le.tokenizer->chat_template_status());
   // A line's fields win over the flags, the flags over the model's generation_config.json, and that
   // over the built-in defaults.

@@ -153,7 +153,7 @@ void run(const ScoreOptions& o) {
   if (bo.device == Device::cpu && o.common.dtype == "bf16")
     throw Error(unsupported("--dtype bf16 is not supported on the CPU backend (it computes in f32)"));
   auto backend = make_backend(bo).value();
-  auto model = Model::load(dir, *backend, LoadOptions{o.common.log_level == "debug"}).value();
+  auto model = Model::load(dir, *backend, load_options(o.common, o.common.log_level == "debug")).value();
   auto tok = Tokenizer::load(dir).value();
   const ModelConfig& cfg = model->config();
 

@@ -35,12 +35,15 @@ Status load_model(net::ServerState& st) {
   ASTRAI_ASSIGN_OR_RETURN(auto tok, Tokenizer::load(dir, c.template_limits, chat_template));
   // A template the user names must work; the model's own may fail (chat routes then say why).
   if (chat_template && !tok->chat_template()) return tok->chat_template_status();
-  ASTRAI_ASSIGN_OR_RETURN(LoadedModel lm, astrai::load_model(dir, c.device, c.tp, c.threads));
+  LoadOptions lo;
+  lo.keep_fp8 = c.fp8_weights == "keep";
+  ASTRAI_ASSIGN_OR_RETURN(LoadedModel lm, astrai::load_model(dir, c.device, c.tp, c.threads, lo));
   const WeightQuantization& quant = lm.model->config().quantization;
-  spdlog::info(
-      "model {} on {}{}{}", dir.string(), lm.backend->name(),
-      c.tp > 1 ? " (tensor parallel over " + std::to_string(c.tp) + " devices)" : std::string(),
-      quant.method.empty() ? std::string() : ", " + quantization_note(quant, lm.backend->compute_dtype()));
+  spdlog::info("model {} on {}{}{}", dir.string(), lm.backend->name(),
+               c.tp > 1 ? " (tensor parallel over " + std::to_string(c.tp) + " devices)" : std::string(),
+               quant.method.empty() ? std::string()
+                                    : ", " + quantization_note(quant, lm.backend->compute_dtype(),
+                                                               keeps_fp8(*lm.backend, lo)));
   ASTRAI_ASSIGN_OR_RETURN(auto engine, Engine::create(std::move(lm.backend), std::move(lm.model), c.engine));
   st.reasoning = c.reasoning_parser == "auto" ? net::detect_reasoning_parser(*tok)
                                               : *net::reasoning_parser_from_name(c.reasoning_parser);
@@ -69,10 +72,11 @@ void run(CLI::App& sub, ServeArgs& a) {
   if (sub.count("--dtype")) cfg.dtype = a.common.dtype;
   if (sub.count("--threads")) cfg.threads = a.common.threads;
   if (sub.count("--log-level")) cfg.log_level = a.common.log_level;
+  if (sub.count("--fp8-weights")) cfg.fp8_weights = a.common.fp8_weights;
   if (a.no_cuda_graphs) cfg.engine.cuda_graphs = false;
   if (a.no_overlap) cfg.engine.overlap = 0;
   // The file may have set these: apply them the same way the flags would have been.
-  CommonOptions effective{cfg.device, cfg.dtype, cfg.threads, cfg.log_level};
+  CommonOptions effective{cfg.device, cfg.dtype, cfg.threads, cfg.log_level, cfg.fp8_weights};
   apply_common_options(effective);
   if (cfg.model.empty() && cfg.preset.empty())
     check(invalid_argument("serve: give --model DIR or --preset NAME"));

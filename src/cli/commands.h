@@ -10,6 +10,7 @@
 
 #include "src/core/status.h"
 #include "src/engine/sampling_defaults.h"
+#include "src/model/model.h"
 #include "src/tokenizer/tokenizer.h"
 
 namespace astrai::cli {
@@ -46,10 +47,13 @@ struct CommonOptions {
   std::string dtype = "auto";   // f32 | bf16 | auto (cpu: f32, cuda: bf16)
   int threads = 0;              // 0: all cores
   std::string log_level = "info";
+  std::string fp8_weights = "widen";  // widen | keep (LoadOptions::keep_fp8)
 };
 void add_common_options(CLI::App& sub, CommonOptions& opts);
 // Applies --log-level and --threads; call first thing in a callback.
 void apply_common_options(const CommonOptions& opts);
+// The model loader's options from the common flags (--fp8-weights); verbose: log the load.
+LoadOptions load_options(const CommonOptions& opts, bool verbose = false);
 
 // `serve` and `generate` with --generation-config auto: the model directory's sampling defaults
 // (src/engine/sampling_defaults.h), each value left out logged as a warning and those in force at

@@ -88,6 +88,18 @@ struct Tensor {
   std::string shape_str() const;
 };
 
+// A weight matrix as linear takes it: a Tensor of its values and, when they are fp8_e4m3 (an fp8
+// checkpoint's matrix kept as it is stored, Backend::keeps_fp8), their scales: the weight is
+// values[n, k] * scale[n / block_rows, k / block_cols]. Every other weight is a plain Tensor, which
+// converts to a Weight without scales.
+struct Weight : Tensor {
+  Tensor scale;  // f32 [ceil(N / block_rows), ceil(K / block_cols)], contiguous, on the values' device
+  int64_t block_rows = 0, block_cols = 0;
+
+  Weight() = default;
+  Weight(const Tensor& t) : Tensor(t) {}  // NOLINT(google-explicit-constructor): any Tensor is a weight
+};
+
 // Owning allocation. The deleter knows the device (host free, cudaFree, munmap...).
 class Buffer {
  public:

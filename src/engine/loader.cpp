@@ -11,7 +11,7 @@
 namespace astrai {
 
 Result<LoadedModel> load_model(const std::filesystem::path& dir, const std::string& device, int tp,
-                               int threads, bool verbose) {
+                               int threads, const LoadOptions& options) {
   if (tp < 1) return invalid_argument("--tp must be at least 1 (got " + std::to_string(tp) + ")");
   BackendOptions bo;
   bo.device = device == "cuda" || device == "auto" ? Device::cuda : Device::cpu;  // auto: cuda when present
@@ -35,19 +35,18 @@ Result<LoadedModel> load_model(const std::filesystem::path& dir, const std::stri
                                            b.status().message());
     others.push_back(std::move(b).value());
   }
-  LoadOptions lo;
-  lo.verbose = verbose;
-  ASTRAI_ASSIGN_OR_RETURN(lm.model, load_tensor_parallel(dir, *lm.backend, std::move(others), lo));
+  ASTRAI_ASSIGN_OR_RETURN(lm.model, load_tensor_parallel(dir, *lm.backend, std::move(others), options));
   return lm;
 }
 
 Result<LoadedEngine> load_engine(const std::string& model_or_preset, const std::string& device,
                                  EngineOptions options, int tp,
-                                 const std::optional<ChatTemplateText>& chat_template) {
+                                 const std::optional<ChatTemplateText>& chat_template,
+                                 const LoadOptions& load) {
   LoadedEngine le;
   ASTRAI_ASSIGN_OR_RETURN(le.dir, resolve_model_dir(model_or_preset));
   ASTRAI_ASSIGN_OR_RETURN(le.tokenizer, Tokenizer::load(le.dir, {}, chat_template));
-  ASTRAI_ASSIGN_OR_RETURN(LoadedModel lm, load_model(le.dir, device, tp));
+  ASTRAI_ASSIGN_OR_RETURN(LoadedModel lm, load_model(le.dir, device, tp, 0, load));
   for (int32_t t : le.tokenizer->special_tokens().stop_ids) options.stop_ids.push_back(t);
   ASTRAI_ASSIGN_OR_RETURN(le.engine, Engine::create(std::move(lm.backend), std::move(lm.model), options));
   return le;

@@ -31,13 +31,14 @@ struct LoadedModel {
 // device: "cpu", "cuda" or "auto" (cuda when available, else cpu); threads: CPU compute threads (0:
 // all cores). Errors: tp < 1; tp beyond the visible GPUs; sizes tp does not divide.
 Result<LoadedModel> load_model(const std::filesystem::path& dir, const std::string& device, int tp = 1,
-                               int threads = 0, bool verbose = false);
+                               int threads = 0, const LoadOptions& options = {});
 
 // device as for load_model. The tokenizer's stop ids (eos + generation_config.json) are added to
 // options.stop_ids. chat_template: in place of the model's (Tokenizer::load).
 Result<LoadedEngine> load_engine(const std::string& model_or_preset, const std::string& device,
                                  EngineOptions options, int tp = 1,
-                                 const std::optional<ChatTemplateText>& chat_template = {});
+                                 const std::optional<ChatTemplateText>& chat_template = {},
+                                 const LoadOptions& load = {});
 
 // "2GiB", "512M", "1.5G", "1000000" -> bytes (K/M/G/T, binary multiples; optional "iB"/"B").
 Result<int64_t> parse_byte_size(const std::string& text);

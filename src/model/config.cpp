@@ -367,9 +367,12 @@ Result<ModelConfig> ModelConfig::from_json(std::string_view json_text, std::stri
   return c;
 }
 
-std::string quantization_note(const WeightQuantization& q, DType compute) {
+std::string quantization_note(const WeightQuantization& q, DType compute, bool kept) {
   if (q.method.empty()) return {};
   const std::string dt(dtype_name(compute));
+  if (kept)
+    return "fp8 weights (quant_method " + q.method +
+           ") kept in fp8 for the projections (embeddings widened to " + dt + "); activations in " + dt;
   return "fp8 weights (quant_method " + q.method + ") widened to " + dt + " at load; activations in " + dt;
 }
 

@@ -44,8 +44,9 @@ struct WeightQuantization {
   int64_t block_rows = 0, block_cols = 0;
 };
 // What loading does with such weights, for the logs: "fp8 weights (quant_method fp8) widened to
-// bf16 at load; activations in bf16" ("" when not quantized).
-std::string quantization_note(const WeightQuantization& q, DType compute);
+// bf16 at load; activations in bf16" ("" when not quantized); kept: the projections stay fp8
+// (LoadOptions::keep_fp8 on a backend that takes them).
+std::string quantization_note(const WeightQuantization& q, DType compute, bool kept = false);
 
 struct ModelConfig {
   std::string architecture;  // e.g. "Qwen3ForCausalLM"

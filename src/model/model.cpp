@@ -20,8 +20,10 @@
 #include <deque>
 #include <map>
 #include <new>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "src/core/out_of_memory.h"
 #include "src/dist/communicator.h"
@@ -69,7 +71,8 @@ std::vector<int64_t> decode_buckets(int64_t max_seqs) {
 using Clock = std::chrono::steady_clock;
 
 struct LayerWeights {
-  Tensor input_norm, qkv, qkv_bias, o, o_bias, q_norm, k_norm, post_norm, gate_up, down;
+  Tensor input_norm, qkv_bias, o_bias, q_norm, k_norm, post_norm;
+  Weight qkv, o, gate_up, down;  // fp8 with their scales where LoadOptions::keep_fp8 kept them
   bool has_qkv_bias = false, has_o_bias = false;
 };
 
@@ -97,12 +100,12 @@ class WeightUploader {
     const int64_t n = src.numel();
     if (dst.numel() != n)
       return internal_error(src.file + ": tensor '" + src.name + "' does not fit its destination");
-    if (src.dtype == DType::fp8_e4m3) return dequantize(dst, src, part.scale);
     Tensor flat(dst.data, dst.dtype, {n}, dst.device);
-    if (src.dtype == dst.dtype && dst.device != Device::cpu) {
+    if (src.dtype == dst.dtype && dst.device != Device::cpu) {  // fp8 kept: its scales go up apart
       be_.upload(flat, src.data);
       return {};
     }
+    if (src.dtype == DType::fp8_e4m3) return dequantize(dst, src, part.scale);
     if (!is_float_dtype(src.dtype))
       return unsupported(src.file + ": tensor '" + src.name + "' has dtype " +
                          std::string(dtype_name(src.dtype)) + " (expected F32, BF16 or F16)");
@@ -166,11 +169,61 @@ class WeightUploader {
   Buffer staging_, scales_;
 };
 
+// The scales of an fp8 matrix stacked from `parts` along its rows (q, k, v; gate, up), as one f32
+// grid [ceil(R / block_rows), ceil(C / block_cols)] in blocks every part fits: the parts' own where
+// they share them and each part but the last ends on a block's edge, else one row a block.
+struct StackedScales {
+  std::vector<float> grid;
+  int64_t block_rows = 0, block_cols = 0, cols = 0;
+};
+
+float scale_at(const SafeTensor& s, int64_t i) {
+  switch (s.dtype) {
+    case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(s.data)[i]);
+    case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(s.data)[i]);
+    default: return static_cast<const float*>(s.data)[i];
+  }
+}
+
+// nullopt where the parts' column blocks differ, or a scale is not finite or not below 2^16 (the
+// range Weight's scales must keep to): the matrix is then widened at load instead.
+std::optional<StackedScales> stack_scales(std::initializer_list<WeightPart> parts, int64_t C) {
+  StackedScales out;
+  bool aligned = true;
+  size_t i = 0;
+  for (const WeightPart& p : parts) {
+    if (!p.scale || !p.scale->scale) return std::nullopt;
+    const int64_t bc = std::min(p.scale->block_cols, C), br = p.scale->block_rows;
+    if (out.block_cols == 0) {
+      out.block_cols = bc;
+      out.block_rows = br;
+    }
+    if (bc != out.block_cols) return std::nullopt;
+    aligned = aligned && br == out.block_rows && (++i == parts.size() || p.t->shape[0] % br == 0);
+  }
+  if (!aligned) out.block_rows = 1;
+  out.cols = (C + out.block_cols - 1) / out.block_cols;
+  for (const WeightPart& p : parts) {
+    const SafeTensor& s = *p.scale->scale;
+    const int64_t R = p.t->shape[0], br = p.scale->block_rows;
+    const int64_t rows = aligned ? (R + br - 1) / br : R;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t sr = aligned ? r : r / br;
+      for (int64_t c = 0; c < out.cols; ++c) {
+        const float v = scale_at(s, sr * out.cols + c);
+        if (!std::isfinite(v) || std::fabs(v) >= 65536.0f) return std::nullopt;
+        out.grid.push_back(v);
+      }
+    }
+  }
+  return out;
+}
+
 class DecoderModel final : public Model {
  public:
   // c: the config this rank runs at (shard_config of the checkpoint's when shard.world > 1).
-  DecoderModel(const ModelConfig& c, Backend& be, const ShardSpec& shard = {})
-      : cfg_(c), be_(be), shard_(shard) {}
+  DecoderModel(const ModelConfig& c, Backend& be, const ShardSpec& shard = {}, bool keep_fp8 = false)
+      : cfg_(c), be_(be), shard_(shard), keep_fp8_(keep_fp8) {}
 
   Status load(const WeightRefs& refs) {
     const DType dt = be_.compute_dtype();
@@ -182,26 +235,47 @@ class DecoderModel final : public Model {
         size_t(cfg_.num_parameters()) * dtype_size(be_.weight_dtype(refs.embed->dtype));
     // Allocates a tensor on the backend and fills it from one or more file tensors stacked along dim 0:
     // a vector (a norm, a bias) in the compute dtype, a matrix (2-D: linear's w, the embedding) in
-    // the dtype the backend keeps its parts' dtype in (Backend::weight_dtype).
-    auto make = [&](std::initializer_list<int64_t> dims, std::initializer_list<WeightPart> parts,
-                    Tensor& out) -> Status {
+    // the dtype the backend keeps its parts' dtype in (Backend::weight_dtype). fp8 parts stay fp8,
+    // with their scales stacked into one grid, only for a projection (`projection`) when
+    // LoadOptions::keep_fp8 asks it (and stack_scales takes their scales).
+    auto make = [&](std::initializer_list<int64_t> dims, std::initializer_list<WeightPart> parts, Weight& out,
+                    bool projection) -> Status {
       DType wdt = dt;
+      std::optional<StackedScales> kept;
       if (dims.size() == 2) {
         const DType stored = parts.begin()->t->dtype;
         bool same = true;
         for (const WeightPart& p : parts) same = same && p.t->dtype == stored;
         wdt = same ? be_.weight_dtype(stored) : dt;
+        if (wdt == DType::fp8_e4m3 && projection && keep_fp8_)
+          kept = stack_scales(parts, *(dims.begin() + 1));
+        if (wdt == DType::fp8_e4m3 && !kept) wdt = dt;
       }
       Tensor shape_only(nullptr, wdt, dims, be_.device());
-      try {
-        owned_.push_back(be_.alloc(shape_only.nbytes()));
-      } catch (const std::bad_alloc& e) {
-        return resource_exhausted("out of memory allocating " + parts.begin()->t->name + " " +
-                                  shape_only.shape_str() + " (the weights take " + memory_size(total_bytes) +
-                                  ", " + memory_size(weight_bytes_) + " of them loaded): " + e.what());
-      }
+      auto alloc = [&](size_t bytes) -> Status {
+        try {
+          owned_.push_back(be_.alloc(bytes));
+        } catch (const std::bad_alloc& e) {
+          return resource_exhausted("out of memory allocating " + parts.begin()->t->name + " " +
+                                    shape_only.shape_str() + " (the weights take " +
+                                    memory_size(total_bytes) + ", " + memory_size(weight_bytes_) +
+                                    " of them loaded): " + e.what());
+        }
+        return {};
+      };
+      ASTRAI_RETURN_IF_ERROR(alloc(shape_only.nbytes()));
       out = owned_.back().as(wdt, dims);
       weight_bytes_ += out.nbytes();
+      if (kept) {
+        const int64_t rows = int64_t(kept->grid.size()) / kept->cols;
+        ASTRAI_RETURN_IF_ERROR(alloc(kept->grid.size() * sizeof(float)));
+        out.scale = owned_.back().as(DType::f32, {rows, kept->cols});
+        out.block_rows = kept->block_rows;
+        out.block_cols = kept->block_cols;
+        be_.upload(out.scale, kept->grid.data());
+        weight_bytes_ += out.scale.nbytes();
+        be_.prepare_weight(out);
+      }
       int64_t row = 0;
       const int64_t row_elems = shape_only.ndim == 2 ? shape_only.shape[1] : 1;
       for (const WeightPart& p : parts) {
@@ -210,6 +284,13 @@ class DecoderModel final : public Model {
         ASTRAI_RETURN_IF_ERROR(uploader.upload(flat.rows(row * row_elems, (row + rows) * row_elems), p));
         row += rows;
       }
+      return {};
+    };
+    auto make_tensor = [&](std::initializer_list<int64_t> dims, std::initializer_list<WeightPart> parts,
+                           Tensor& out) -> Status {
+      Weight w;
+      ASTRAI_RETURN_IF_ERROR(make(dims, parts, w, false));
+      out = static_cast<const Tensor&>(w);
       return {};
     };
 
@@ -237,41 +318,41 @@ class DecoderModel final : public Model {
             &slice_scales.emplace_back(slice_scale(*s, t->shape[1], rank * n, (rank + 1) * n, false, slices));
       return p;
     };
-    ASTRAI_RETURN_IF_ERROR(make({cfg_.vocab_size, H}, {whole(refs.embed)}, embed_));
+    ASTRAI_RETURN_IF_ERROR(make_tensor({cfg_.vocab_size, H}, {whole(refs.embed)}, embed_));
     if (cfg_.tie_word_embeddings || refs.lm_head == refs.embed || !refs.lm_head) {
       lm_head_ = embed_;  // one buffer for both
     } else if (rank != 0) {
       lm_head_ = Tensor();  // only rank 0 computes logits
     } else {
-      ASTRAI_RETURN_IF_ERROR(make({cfg_.vocab_size, H}, {whole(refs.lm_head)}, lm_head_));
+      ASTRAI_RETURN_IF_ERROR(make_tensor({cfg_.vocab_size, H}, {whole(refs.lm_head)}, lm_head_));
     }
-    ASTRAI_RETURN_IF_ERROR(make({H}, {refs.final_norm}, final_norm_));
+    ASTRAI_RETURN_IF_ERROR(make_tensor({H}, {refs.final_norm}, final_norm_));
     layers_.resize(refs.layers.size());
     for (size_t l = 0; l < refs.layers.size(); ++l) {
       const LayerWeightRefs& r = refs.layers[l];
       LayerWeights& w = layers_[l];
-      ASTRAI_RETURN_IF_ERROR(make({H}, {r.input_norm}, w.input_norm));
+      ASTRAI_RETURN_IF_ERROR(make_tensor({H}, {r.input_norm}, w.input_norm));
       slices.clear();
       slice_scales.clear();
       ASTRAI_RETURN_IF_ERROR(
-          make({qd + 2 * kvd, H}, {rows_part(r.q), rows_part(r.k), rows_part(r.v)}, w.qkv));
+          make({qd + 2 * kvd, H}, {rows_part(r.q), rows_part(r.k), rows_part(r.v)}, w.qkv, true));
       if (r.q_bias && r.k_bias && r.v_bias) {
-        ASTRAI_RETURN_IF_ERROR(make(
+        ASTRAI_RETURN_IF_ERROR(make_tensor(
             {qd + 2 * kvd}, {rows_part(r.q_bias), rows_part(r.k_bias), rows_part(r.v_bias)}, w.qkv_bias));
         w.has_qkv_bias = true;
       }
-      ASTRAI_RETURN_IF_ERROR(make({H, qd}, {cols_part(r.o)}, w.o));
+      ASTRAI_RETURN_IF_ERROR(make({H, qd}, {cols_part(r.o)}, w.o, true));
       if (r.o_bias && rank == 0) {  // added once: the all-reduce sums the ranks' partial outputs
-        ASTRAI_RETURN_IF_ERROR(make({H}, {r.o_bias}, w.o_bias));
+        ASTRAI_RETURN_IF_ERROR(make_tensor({H}, {r.o_bias}, w.o_bias));
         w.has_o_bias = true;
       }
       if (cfg_.qk_norm) {
-        ASTRAI_RETURN_IF_ERROR(make({cfg_.head_dim}, {r.q_norm}, w.q_norm));
-        ASTRAI_RETURN_IF_ERROR(make({cfg_.head_dim}, {r.k_norm}, w.k_norm));
+        ASTRAI_RETURN_IF_ERROR(make_tensor({cfg_.head_dim}, {r.q_norm}, w.q_norm));
+        ASTRAI_RETURN_IF_ERROR(make_tensor({cfg_.head_dim}, {r.k_norm}, w.k_norm));
       }
-      ASTRAI_RETURN_IF_ERROR(make({H}, {r.post_norm}, w.post_norm));
-      ASTRAI_RETURN_IF_ERROR(make({2 * F, H}, {rows_part(r.gate), rows_part(r.up)}, w.gate_up));
-      ASTRAI_RETURN_IF_ERROR(make({H, F}, {cols_part(r.down)}, w.down));
+      ASTRAI_RETURN_IF_ERROR(make_tensor({H}, {r.post_norm}, w.post_norm));
+      ASTRAI_RETURN_IF_ERROR(make({2 * F, H}, {rows_part(r.gate), rows_part(r.up)}, w.gate_up, true));
+      ASTRAI_RETURN_IF_ERROR(make({H, F}, {cols_part(r.down)}, w.down, true));
     }
     // RoPE table, f32 on every backend (angles need the precision).
     max_pos_ = std::max<int64_t>(cfg_.max_context(), 1);
@@ -290,7 +371,12 @@ class DecoderModel final : public Model {
     if (lm_head_.data && lm_head_.data != embed_.data) fn(lm_head_);
     fn(final_norm_);
     for (const LayerWeights& w : layers_) {
-      for (const Tensor* t : {&w.input_norm, &w.qkv, &w.o, &w.post_norm, &w.gate_up, &w.down}) fn(*t);
+      fn(w.input_norm);
+      fn(w.post_norm);
+      for (const Weight* m : {&w.qkv, &w.o, &w.gate_up, &w.down}) {
+        fn(*m);
+        if (m->scale.data) fn(m->scale);  // an fp8 projection's scales
+      }
       if (w.has_qkv_bias) fn(w.qkv_bias);
       if (w.has_o_bias) fn(w.o_bias);
       if (cfg_.qk_norm) {
@@ -513,7 +599,7 @@ class DecoderModel final : public Model {
     // The residual stream alternates between two buffers: each add_rms_norm_linear reads one and
     // writes the sum to the other (backend.h says why).
     Tensor x = ws_.x(T), x_next = ws_.x2(T);
-    auto add_norm_linear = [&](const Tensor& norm, const Tensor& w, const Tensor* bias, const Tensor& out) {
+    auto add_norm_linear = [&](const Tensor& norm, const Weight& w, const Tensor* bias, const Tensor& out) {
       be_.add_rms_norm_linear(x, y, norm, eps, x_next, h, w, bias, out);
       std::swap(x, x_next);
     };
@@ -633,6 +719,7 @@ class DecoderModel final : public Model {
   ModelConfig cfg_;
   Backend& be_;
   ShardSpec shard_;
+  bool keep_fp8_ = false;  // LoadOptions::keep_fp8
   std::vector<Buffer> owned_;
   size_t weight_bytes_ = 0;
   Tensor embed_, lm_head_, final_norm_, cos_sin_;
@@ -649,15 +736,20 @@ class DecoderModel final : public Model {
 
 }  // namespace
 
+bool keeps_fp8(const Backend& backend, const LoadOptions& options) {
+  return options.keep_fp8 && backend.weight_dtype(DType::fp8_e4m3) == DType::fp8_e4m3;
+}
+
 Result<std::unique_ptr<Model>> Model::from_config(const ModelConfig& config, const WeightStore& weights,
                                                   Backend& backend, const LoadOptions& options) {
   ASTRAI_RETURN_IF_ERROR(config.validate());
   ASTRAI_ASSIGN_OR_RETURN(WeightRefs refs, resolve_weights(config, weights));
   const auto t0 = std::chrono::steady_clock::now();
-  auto model = std::make_unique<DecoderModel>(config, backend);
+  auto model = std::make_unique<DecoderModel>(config, backend, ShardSpec{}, options.keep_fp8);
   ASTRAI_RETURN_IF_ERROR(model->load(refs));
   if (options.verbose && !config.quantization.method.empty())
-    spdlog::info("{}", quantization_note(config.quantization, backend.compute_dtype()));
+    spdlog::info(
+        "{}", quantization_note(config.quantization, backend.compute_dtype(), keeps_fp8(backend, options)));
   if (options.verbose)
     spdlog::info("loaded {} ({} layers, {:.1f} MB of weights on {}) in {:.2f} s", config.architecture,
                  config.num_layers, double(model->weight_bytes()) / 1e6, backend.name(),
@@ -666,10 +758,10 @@ Result<std::unique_ptr<Model>> Model::from_config(const ModelConfig& config, con
 }
 
 Result<std::unique_ptr<Model>> make_shard(const ModelConfig& full, const WeightRefs& refs, Backend& backend,
-                                          const ShardSpec& shard) {
+                                          const ShardSpec& shard, const LoadOptions& options) {
   ASTRAI_ASSIGN_OR_RETURN(ModelConfig local, shard_config(full, shard.world));
   ASTRAI_RETURN_IF_ERROR(check_scale_cuts(refs, shard.world));
-  auto model = std::make_unique<DecoderModel>(local, backend, shard);
+  auto model = std::make_unique<DecoderModel>(local, backend, shard, options.keep_fp8);
   ASTRAI_RETURN_IF_ERROR(model->load(refs));
   return std::unique_ptr<Model>(std::move(model));
 }

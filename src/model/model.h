@@ -47,7 +47,16 @@ struct StepLimits {
 struct LoadOptions {
   // Log what was loaded (architecture, layers, weight bytes, backend, seconds) at info level.
   bool verbose = false;
+  // An fp8 checkpoint's projections (q, k, v, o, gate, up, down) stay fp8 on a backend whose linear
+  // takes them (Backend::weight_dtype(fp8_e4m3) == fp8_e4m3: CUDA), with their scales: half the
+  // memory and half the bytes a decode step reads. false (and on other backends): widened to the
+  // compute dtype at load, which gives the widened checkpoint's results bit for bit. Embeddings and
+  // the LM head are widened either way.
+  bool keep_fp8 = false;
 };
+
+// Whether `backend` keeps an fp8 checkpoint's projections in fp8 under `options`.
+bool keeps_fp8(const Backend& backend, const LoadOptions& options);
 
 class Model {
  public:

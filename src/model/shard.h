@@ -42,7 +42,7 @@ Result<ModelConfig> shard_config(const ModelConfig& full, int world);
 // `backend` (src/model/model.cpp). Its forward expects the same ForwardBatch on every rank of the
 // group at once (the all-reduces meet); its KV cache holds this rank's KV heads only.
 Result<std::unique_ptr<Model>> make_shard(const ModelConfig& full, const WeightRefs& refs, Backend& backend,
-                                          const ShardSpec& shard);
+                                          const ShardSpec& shard, const LoadOptions& options = {});
 
 // A file tensor cut to one rank's part, as a SafeTensor the loader uploads like any other. A row
 // slice points into the file's mapping; a column slice is gathered into `gathered` (host memory

@@ -41,10 +41,10 @@ class TpModel final : public Model {
         fn);
   }
 
-  Status load(const WeightRefs& refs) {
+  Status load(const WeightRefs& refs, const LoadOptions& options) {
     return on_all_ranks([&](int r) -> Status {
       ShardSpec spec{r, world(), comms_[size_t(r)].get()};
-      ASTRAI_ASSIGN_OR_RETURN(shards_[size_t(r)], make_shard(cfg_, refs, rank_backend(r), spec));
+      ASTRAI_ASSIGN_OR_RETURN(shards_[size_t(r)], make_shard(cfg_, refs, rank_backend(r), spec, options));
       return {};
     });
   }
@@ -134,7 +134,7 @@ Result<std::unique_ptr<Model>> make_tensor_parallel(const ModelConfig& config, c
   ASTRAI_ASSIGN_OR_RETURN(auto comms, make_communicators(ranks));
   const auto t0 = std::chrono::steady_clock::now();
   auto model = std::make_unique<TpModel>(config, rank0, std::move(others), std::move(comms));
-  ASTRAI_RETURN_IF_ERROR(model->load(refs));
+  ASTRAI_RETURN_IF_ERROR(model->load(refs, options));
   if (options.verbose)
     spdlog::info(
         "loaded {} ({} layers) in {} tensor-parallel shards, {:.1f} MB of weights on rank 0 ({}), in {:.2f} "

@@ -220,17 +220,22 @@ TEST_CASE("fp8_e4m3_to_f32 decodes every byte as the e4m3fn format defines it", 
 // Random fp8 matrices in every scale layout a checkpoint uses (one scale, one a row, 128 x 128
 // blocks over sizes they do not divide, random blocks), scales f32 and bf16, into f32 and the
 // backend's dtypes: each element exactly the float64 product rounded to f32, then to out's dtype.
+// Layouts 4 and 5 have columns and column blocks in multiples of 8 (the CUDA backend's 8-wide path
+// into bf16, which a GEMM over fp8 weights kept on the device runs each step).
 void dequantize_scales_each_block(Backend& be) {
   const uint64_t seed = fresh_seed();
   INFO("seed " << seed);
   Rng rng(seed);
-  for (int layout = 0; layout < 4; ++layout) {
-    const int64_t R = layout == 2 ? rng.randint(129, 400) : rng.randint(1, 300);
-    const int64_t C = layout == 2 ? rng.randint(129, 400) : rng.randint(1, 300);
+  for (int layout = 0; layout < 6; ++layout) {
+    const int64_t R = layout == 2 || layout == 4 ? rng.randint(129, 400) : rng.randint(1, 300);
+    const int64_t C = layout == 2   ? rng.randint(129, 400)
+                      : layout >= 4 ? 8 * rng.randint(layout == 4 ? 17 : 1, 50)
+                                    : rng.randint(1, 300);
     int64_t br = R, bc = C;  // layout 0: one scale
     if (layout == 1) br = 1;
-    if (layout == 2) br = bc = 128;
+    if (layout == 2 || layout == 4) br = bc = 128;
     if (layout == 3) br = rng.randint(1, int(R) + 3), bc = rng.randint(1, int(C) + 3);
+    if (layout == 5) br = rng.randint(1, int(R) + 3), bc = 8 * rng.randint(1, 8);
     const int64_t sr = (R + br - 1) / br, sc = (C + bc - 1) / bc;
     std::vector<uint8_t> qh(size_t(R * C));
     for (auto& b : qh) {

@@ -46,7 +46,7 @@ class CountingBackend final : public Backend {
     ++ops;
     in_.add_rms_norm(r, x, w, eps, out);
   }
-  void linear(const Tensor& x, const Tensor& w, const Tensor* b, Tensor out) override {
+  void linear(const Tensor& x, const Weight& w, const Tensor* b, Tensor out) override {
     ++ops;
     in_.linear(x, w, b, out);
   }

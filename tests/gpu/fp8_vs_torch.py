@@ -11,7 +11,9 @@
 #  3. score: 1,000 random tokens through `astrai score --device cuda` on both: the logprobs must be
 #     equal (the same bf16 weights, so the same kernels' output), and against transformers' bf16
 #     forward on the widened checkpoint: max and mean |delta logprob| (bf16 noise);
-#  4. the load time `astrai score` logs for each.
+#  4. the load time `astrai score` logs for each;
+#  5. kept: the fp8 checkpoint with --fp8-weights keep (its projections stay fp8 on the device):
+#     |delta logprob| against the widened checkpoint's and against transformers'.
 import json, os, random, re, shutil, subprocess, sys
 import torch
 from safetensors.torch import load_file, save_file
@@ -91,9 +93,9 @@ inp = out + "_score_in.jsonl"
 with open(inp, "w") as f:
     f.write(json.dumps({"id": "s", "ids": seq}) + "\n")
 lps = {}
-for name, d in (("fp8", fp8_dir), ("widened", wide_dir)):
+for name, d, flags in (("fp8", fp8_dir, []), ("widened", wide_dir, []), ("kept", fp8_dir, ["--fp8-weights", "keep"])):
     log = sh(["astrai", "score", "--model", d, "--device", "cuda", "--input", inp, "--output",
-              f"{out}_{name}_score.jsonl", "--log-level", "debug"])  # debug: the load line
+              f"{out}_{name}_score.jsonl", "--log-level", "debug"] + flags)  # debug: the load line
     m = re.search(r"loaded .* in ([0-9.]+) s", log)
     print(f"LOAD {name}: {m.group(0) if m else '(no load line)'}", flush=True)
     lps[name] = torch.tensor(json.loads(open(f"{out}_{name}_score.jsonl").readline())["logprobs"],
@@ -111,5 +113,9 @@ d = (lps["fp8"] - ref).abs()
 print(f"SCORE fp8 vs transformers (bf16, widened weights): {len(seq)} tokens, |delta logprob| max "
       f"{d.max():.4f} mean {d.mean():.5f} (ref mean logprob {ref.mean():.3f}, astrai {lps['fp8'].mean():.3f})",
       flush=True)
+k = (lps["kept"] - ref).abs()
+kw = (lps["kept"] - lps["widened"]).abs()
+print(f"KEPT fp8 kept vs transformers: |delta logprob| max {k.max():.4f} mean {k.mean():.5f}; vs widened: "
+      f"max {kw.max():.4f} mean {kw.mean():.5f}", flush=True)
 bad = int((diff != 0).sum())
 sys.exit(1 if bad else 0)

@@ -21,6 +21,10 @@ TEST_CASE("an fp8 checkpoint on the cpu gives the logits of its widened f32 copy
   auto cpu = [] { return make_backend(BackendOptions{}).value(); };
   check_fp8_matches_widened(qwen3_style_config(), {48, 40, {0, 1, 2}}, cpu);
   check_fp8_matches_widened(gqa4_bias_config(), {128, 128, {2}}, cpu);
+  // Asked to keep fp8, the CPU widens all the same (its linear takes no fp8 weights).
+  LoadOptions keep;
+  keep.keep_fp8 = true;
+  check_fp8_matches_widened(gqa4_bias_config(), {128, 128, {2}}, cpu, "", keep);
   check_fp8_matches_widened(preset_config("tiny").value(), {16, 8, {0, 1, 2}}, cpu);
   // llm-compressor's FP8-dynamic form: compressed-tensors, one scale a row (or one in all).
   check_fp8_matches_widened(qwen3_style_config(), {0, 0, {0, 1}}, cpu,
@@ -42,10 +46,10 @@ TEST_CASE("astrai score on an fp8 model directory writes its widened copy's outp
   std::mt19937_64 rng(seed);
   write_file(io / "in.jsonl",
              "{\"id\": \"a\", \"ids\": " + ids_json(random_ids(rng, 40, cfg.vocab_size)) + "}\n");
-  auto score = [&](const TempDir& model, const std::string& out) {
+  auto score = [&](const TempDir& model, const std::string& out, const std::string& flags = "") {
     auto r = run_command(astrai_bin() + " score --model '" + model.path().string() + "' --input '" +
                          (io / "in.jsonl").string() + "' --output '" + (io / out).string() +
-                         "' --log-level debug");
+                         "' --log-level debug" + flags);
     INFO("stderr: " << r.err);
     REQUIRE(r.exit_code == 0);
     return r.out + r.err;
@@ -54,6 +58,10 @@ TEST_CASE("astrai score on an fp8 model directory writes its widened copy's outp
   score(wide, "wide.jsonl");
   CHECK_THAT(log, Catch::Contains("fp8 weights (quant_method fp8) widened to f32 at load"));
   REQUIRE(read_file(io / "fp8.jsonl") == read_file(io / "wide.jsonl"));
+  // --fp8-weights keep on the CPU: widened all the same, and said so.
+  CHECK_THAT(score(fp8, "keep.jsonl", " --fp8-weights keep"),
+             Catch::Contains("fp8 weights (quant_method fp8) widened to f32 at load"));
+  REQUIRE(read_file(io / "keep.jsonl") == read_file(io / "wide.jsonl"));
   CHECK(read_file(io / "fp8.jsonl").find("\"logprobs\"") != std::string::npos);
 }
 

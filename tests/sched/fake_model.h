@@ -33,7 +33,7 @@ class NullBackend final : public Backend {
   void embedding(const Tensor&, const Tensor&, Tensor) override { fail(); }
   void rms_norm(const Tensor&, const Tensor&, float, Tensor) override { fail(); }
   void add_rms_norm(Tensor, const Tensor&, const Tensor&, float, Tensor) override { fail(); }
-  void linear(const Tensor&, const Tensor&, const Tensor*, Tensor) override { fail(); }
+  void linear(const Tensor&, const Weight&, const Tensor*, Tensor) override { fail(); }
   void rope(Tensor, const Tensor&, const Tensor&) override { fail(); }
   void swiglu(const Tensor&, const Tensor&, Tensor) override { fail(); }
   void add(const Tensor&, const Tensor&, Tensor) override { fail(); }

@@ -28,7 +28,7 @@ class FailingBackend final : public Backend {
   void add_rms_norm(Tensor r, const Tensor& x, const Tensor& w, float e, Tensor o) override {
     in_->add_rms_norm(r, x, w, e, o);
   }
-  void linear(const Tensor& x, const Tensor& w, const Tensor* b, Tensor o) override {
+  void linear(const Tensor& x, const Weight& w, const Tensor* b, Tensor o) override {
     if (fail_after >= 0 && fail_after-- == 0) throw Error(internal_error("injected failure in linear"));
     in_->linear(x, w, b, o);
   }

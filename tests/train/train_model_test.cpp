@@ -260,7 +260,7 @@ class ForwardOnlyBackend final : public Backend {
   void add_rms_norm(Tensor r, const Tensor& x, const Tensor& w, float eps, Tensor out) override {
     cpu_->add_rms_norm(r, x, w, eps, out);
   }
-  void linear(const Tensor& x, const Tensor& w, const Tensor* b, Tensor out) override {
+  void linear(const Tensor& x, const Weight& w, const Tensor* b, Tensor out) override {
     cpu_->linear(x, w, b, out);
   }
   void rope(Tensor x, const Tensor& p, const Tensor& cs) override { cpu_->rope(x, p, cs); }

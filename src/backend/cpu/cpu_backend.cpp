@@ -50,7 +50,7 @@ class CpuBackend final : public Backend {
     use_thread_count();
     cpu::add_rms_norm(residual, x, w, eps, out);
   }
-  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) override {
+  void linear(const Tensor& x, const Weight& w, const Tensor* bias, Tensor out) override {
     use_thread_count();
     cpu::linear(x, w, bias, out);
   }
