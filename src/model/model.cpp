@@ -76,13 +76,6 @@ struct LayerWeights {
   bool has_qkv_bias = false, has_o_bias = false;
 };
 
-// A checkpoint tensor to load, with its scales when it is an fp8 matrix.
-struct WeightPart {
-  WeightPart(const SafeTensor* tensor, const WeightScale* scales = nullptr) : t(tensor), scale(scales) {}
-  const SafeTensor* t;
-  const WeightScale* scale;
-};
-
 // Copies file tensors into backend tensors (the compute dtype, or a matrix's Backend::weight_dtype).
 // On the CPU the backend's `convert` reads the mapped file directly into the destination (in
 // parallel, no staging copy), converting or, for equal dtypes, copying. On a device equal dtypes
@@ -168,56 +161,6 @@ class WeightUploader {
   Backend& be_;
   Buffer staging_, scales_;
 };
-
-// The scales of an fp8 matrix stacked from `parts` along its rows (q, k, v; gate, up), as one f32
-// grid [ceil(R / block_rows), ceil(C / block_cols)] in blocks every part fits: the parts' own where
-// they share them and each part but the last ends on a block's edge, else one row a block.
-struct StackedScales {
-  std::vector<float> grid;
-  int64_t block_rows = 0, block_cols = 0, cols = 0;
-};
-
-float scale_at(const SafeTensor& s, int64_t i) {
-  switch (s.dtype) {
-    case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(s.data)[i]);
-    case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(s.data)[i]);
-    default: return static_cast<const float*>(s.data)[i];
-  }
-}
-
-// nullopt where the parts' column blocks differ, or a scale is not finite or not below 2^16 (the
-// range Weight's scales must keep to): the matrix is then widened at load instead.
-std::optional<StackedScales> stack_scales(std::initializer_list<WeightPart> parts, int64_t C) {
-  StackedScales out;
-  bool aligned = true;
-  size_t i = 0;
-  for (const WeightPart& p : parts) {
-    if (!p.scale || !p.scale->scale) return std::nullopt;
-    const int64_t bc = std::min(p.scale->block_cols, C), br = p.scale->block_rows;
-    if (out.block_cols == 0) {
-      out.block_cols = bc;
-      out.block_rows = br;
-    }
-    if (bc != out.block_cols) return std::nullopt;
-    aligned = aligned && br == out.block_rows && (++i == parts.size() || p.t->shape[0] % br == 0);
-  }
-  if (!aligned) out.block_rows = 1;
-  out.cols = (C + out.block_cols - 1) / out.block_cols;
-  for (const WeightPart& p : parts) {
-    const SafeTensor& s = *p.scale->scale;
-    const int64_t R = p.t->shape[0], br = p.scale->block_rows;
-    const int64_t rows = aligned ? (R + br - 1) / br : R;
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t sr = aligned ? r : r / br;
-      for (int64_t c = 0; c < out.cols; ++c) {
-        const float v = scale_at(s, sr * out.cols + c);
-        if (!std::isfinite(v) || std::fabs(v) >= 65536.0f) return std::nullopt;
-        out.grid.push_back(v);
-      }
-    }
-  }
-  return out;
-}
 
 class DecoderModel final : public Model {
  public:

@@ -1,5 +1,7 @@
 #include "src/model/weights.h"
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 namespace astrai {
@@ -131,6 +133,50 @@ Result<WeightRefs> resolve_weights(const ModelConfig& c, const WeightStore& stor
     ASTRAI_ASSIGN_OR_RETURN(w.lm_head, get("lm_head.weight", {V, H}));
   }
   return w;
+}
+
+namespace {
+
+float scale_at(const SafeTensor& s, int64_t i) {
+  switch (s.dtype) {
+    case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(s.data)[i]);
+    case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(s.data)[i]);
+    default: return static_cast<const float*>(s.data)[i];
+  }
+}
+
+}  // namespace
+
+std::optional<StackedScales> stack_scales(std::initializer_list<WeightPart> parts, int64_t C) {
+  StackedScales out;
+  bool aligned = true;
+  size_t i = 0;
+  for (const WeightPart& p : parts) {
+    if (!p.scale || !p.scale->scale) return std::nullopt;
+    const int64_t bc = std::min(p.scale->block_cols, C), br = p.scale->block_rows;
+    if (out.block_cols == 0) {
+      out.block_cols = bc;
+      out.block_rows = br;
+    }
+    if (bc != out.block_cols) return std::nullopt;
+    aligned = aligned && br == out.block_rows && (++i == parts.size() || p.t->shape[0] % br == 0);
+  }
+  if (!aligned) out.block_rows = 1;
+  out.cols = (C + out.block_cols - 1) / out.block_cols;
+  for (const WeightPart& p : parts) {
+    const SafeTensor& s = *p.scale->scale;
+    const int64_t R = p.t->shape[0], br = p.scale->block_rows;
+    const int64_t rows = aligned ? (R + br - 1) / br : R;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t sr = aligned ? r : r / br;
+      for (int64_t c = 0; c < out.cols; ++c) {
+        const float v = scale_at(s, sr * out.cols + c);
+        if (!std::isfinite(v) || std::fabs(v) >= 65536.0f) return std::nullopt;
+        out.grid.push_back(v);
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace astrai

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,6 +34,25 @@ struct WeightScale {
   const SafeTensor* scale = nullptr;  // [ceil(R / block_rows), ceil(C / block_cols)], F32, BF16 or F16
   int64_t block_rows = 0, block_cols = 0;
 };
+
+// A checkpoint tensor to load, with its scales when it is an fp8 matrix.
+struct WeightPart {
+  WeightPart(const SafeTensor* tensor, const WeightScale* scales = nullptr) : t(tensor), scale(scales) {}
+  const SafeTensor* t;
+  const WeightScale* scale;
+};
+
+// The scales of an fp8 matrix stacked from `parts` along its rows (q, k, v; gate, up: each [R_i, C])
+// as one f32 grid [ceil(R / block_rows), cols = ceil(C / block_cols)], in blocks every part fits:
+// the parts' own where they share them and each part but the last ends on a block's edge, else
+// one row a block (one scale for a whole part then repeats down its rows). nullopt where the
+// parts' column blocks differ, or a scale is not finite or not below 2^16 (the range Weight's
+// scales keep to, src/core/tensor.h): the loader then widens the matrix instead of keeping it.
+struct StackedScales {
+  std::vector<float> grid;
+  int64_t block_rows = 0, block_cols = 0, cols = 0;
+};
+std::optional<StackedScales> stack_scales(std::initializer_list<WeightPart> parts, int64_t C);
 
 struct WeightRefs {
   const SafeTensor *embed = nullptr, *final_norm = nullptr;

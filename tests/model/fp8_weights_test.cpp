@@ -5,6 +5,7 @@
 // a user can meet name the tensor.
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "model/fp8_check.h"
@@ -176,6 +177,64 @@ TEST_CASE("fp8 checkpoint errors name the tensor: no scale, a scale of the wrong
   CHECK_THAT(st.message(),
              Catch::Contains(
                  "'model.layers.0.input_layernorm.weight' has dtype F8_E4M3, expected F32, BF16 or F16"));
+}
+
+TEST_CASE("stack_scales stacks q/k/v or gate/up scales into one grid, or says the matrix widens", "[unit]") {
+  const int64_t C = 300;
+  // A part of R rows in blocks of br x bc, its scale grid filled with `base` + its index.
+  struct Part {
+    SafeTensor t, s;
+    std::vector<float> v;
+    WeightScale ws;
+    Part(int64_t R, int64_t br, int64_t bc, float base) {
+      t.shape = {R, C};
+      t.dtype = DType::fp8_e4m3;
+      const int64_t sr = (R + br - 1) / br, sc = (C + bc - 1) / bc;
+      for (int64_t i = 0; i < sr * sc; ++i) v.push_back(base + float(i));
+      s.shape = {sr, sc};
+      s.data = v.data();
+      s.nbytes = v.size() * sizeof(float);
+      ws = {&s, br, bc};
+    }
+    WeightPart part() const { return {&t, &ws}; }
+  };
+  SECTION("blocks every part ends on: the grids one after the other") {
+    const Part q(256, 128, 128, 1), k(128, 128, 128, 100), v(100, 128, 128, 200);
+    const auto st = stack_scales({q.part(), k.part(), v.part()}, C);
+    REQUIRE(st);
+    CHECK(st->block_rows == 128);
+    CHECK(st->block_cols == 128);
+    CHECK(st->cols == 3);
+    std::vector<float> want = q.v;
+    want.insert(want.end(), k.v.begin(), k.v.end());
+    want.insert(want.end(), v.v.begin(), v.v.end());
+    CHECK(st->grid == want);
+  }
+  SECTION("one scale a matrix and one a row: one a row, a matrix's repeated down its rows") {
+    const Part q(4, 4, C, 7), k(3, 1, C, 20), v(2, 2, C, 50);
+    const auto st = stack_scales({q.part(), k.part(), v.part()}, C);
+    REQUIRE(st);
+    CHECK(st->block_rows == 1);
+    CHECK(st->block_cols == C);
+    CHECK(st->grid == std::vector<float>{7, 7, 7, 7, 20, 21, 22, 50, 50});
+  }
+  SECTION("blocks a part does not end on: one row a block, each row its block's scales") {
+    const Part gate(3, 2, 128, 1), up(2, 2, 128, 10);
+    const auto st = stack_scales({gate.part(), up.part()}, C);
+    REQUIRE(st);
+    CHECK(st->block_rows == 1);
+    CHECK(st->grid == std::vector<float>{1, 2, 3, 1, 2, 3, 4, 5, 6, 10, 11, 12, 10, 11, 12});
+  }
+  SECTION("column blocks that differ, a scale out of range, a part without scales: nullopt") {
+    const Part a(8, 8, 128, 1), b(8, 8, C, 1);
+    CHECK_FALSE(stack_scales({a.part(), b.part()}, C));
+    Part big(8, 8, 128, 1);
+    big.v[1] = 65536.0f;
+    CHECK_FALSE(stack_scales({big.part()}, C));
+    big.v[1] = std::numeric_limits<float>::infinity();
+    CHECK_FALSE(stack_scales({big.part()}, C));
+    CHECK_FALSE(stack_scales({WeightPart(&a.t)}, C));
+  }
 }
 
 }  // namespace astrai::test
