@@ -62,7 +62,7 @@ void add_common_options(CLI::App& sub, CommonOptions& o) {
   sub.add_option(
          "--fp8-weights", o.fp8_weights,
          "An fp8 checkpoint's projections: widen (to the compute dtype at load) | keep (fp8 on a GPU: "
-         "half the memory, faster small-batch decode)")
+         "half the memory, faster decode up to 8 sequences, slower prefill and larger batches)")
       ->check(CLI::IsMember({"widen", "keep"}))
       ->capture_default_str();
 }
