@@ -30,6 +30,7 @@
 #include <new>
 #include <string>
 
+#include "src/core/float_elements.h"
 #include "src/model/rope.h"
 #include "src/model/views.h"
 #include "src/model/weights.h"
@@ -240,17 +241,11 @@ class DecoderTrainModel final : public TrainModel {
       be_.synchronize();  // q and s are freed on return
       return {};
     }
+    if (n > 0 && !is_float_dtype(src.dtype))
+      return unsupported(src.file + ": tensor '" + src.name + "' has dtype " +
+                         std::string(dtype_name(src.dtype)) + " (expected F32, BF16 or F16)");
     std::vector<float> host(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) {
-      switch (src.dtype) {
-        case DType::f32: host[size_t(i)] = static_cast<const float*>(src.data)[i]; break;
-        case DType::bf16: host[size_t(i)] = bf16_to_f32(static_cast<const uint16_t*>(src.data)[i]); break;
-        case DType::f16: host[size_t(i)] = f16_to_f32(static_cast<const uint16_t*>(src.data)[i]); break;
-        default:
-          return unsupported(src.file + ": tensor '" + src.name + "' has dtype " +
-                             std::string(dtype_name(src.dtype)) + " (expected F32, BF16 or F16)");
-      }
-    }
+    for (int64_t i = 0; i < n; ++i) host[size_t(i)] = load_as_f32(src.data, src.dtype, i);
     be_.upload(dst, host.data());
     return {};
   }

@@ -26,6 +26,11 @@ struct ServeArgs {
   bool no_overlap = false;
 };
 
+// The common flags' values serve runs with (serve.yaml's, overridden by the flags).
+CommonOptions common_options(const net::ServeConfig& c) {
+  return CommonOptions{c.device, c.dtype, c.threads, c.log_level, c.fp8_weights};
+}
+
 Status load_model(net::ServerState& st) {
   const auto& c = st.config;
   const std::string source = !c.model.empty() ? c.model : c.preset;
@@ -35,8 +40,7 @@ Status load_model(net::ServerState& st) {
   ASTRAI_ASSIGN_OR_RETURN(auto tok, Tokenizer::load(dir, c.template_limits, chat_template));
   // A template the user names must work; the model's own may fail (chat routes then say why).
   if (chat_template && !tok->chat_template()) return tok->chat_template_status();
-  LoadOptions lo;
-  lo.keep_fp8 = c.fp8_weights == "keep";
+  const LoadOptions lo = load_options(common_options(c));
   ASTRAI_ASSIGN_OR_RETURN(LoadedModel lm, astrai::load_model(dir, c.device, c.tp, c.threads, lo));
   const WeightQuantization& quant = lm.model->config().quantization;
   spdlog::info("model {} on {}{}{}", dir.string(), lm.backend->name(),
@@ -76,8 +80,7 @@ void run(CLI::App& sub, ServeArgs& a) {
   if (a.no_cuda_graphs) cfg.engine.cuda_graphs = false;
   if (a.no_overlap) cfg.engine.overlap = 0;
   // The file may have set these: apply them the same way the flags would have been.
-  CommonOptions effective{cfg.device, cfg.dtype, cfg.threads, cfg.log_level, cfg.fp8_weights};
-  apply_common_options(effective);
+  apply_common_options(common_options(cfg));
   if (cfg.model.empty() && cfg.preset.empty())
     check(invalid_argument("serve: give --model DIR or --preset NAME"));
   if (!cfg.model.empty() && !cfg.preset.empty())

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <filesystem>
 
+#include "src/core/float_elements.h"
+
 namespace astrai {
 
 namespace {
@@ -135,18 +137,6 @@ Result<WeightRefs> resolve_weights(const ModelConfig& c, const WeightStore& stor
   return w;
 }
 
-namespace {
-
-float scale_at(const SafeTensor& s, int64_t i) {
-  switch (s.dtype) {
-    case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(s.data)[i]);
-    case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(s.data)[i]);
-    default: return static_cast<const float*>(s.data)[i];
-  }
-}
-
-}  // namespace
-
 std::optional<StackedScales> stack_scales(std::initializer_list<WeightPart> parts, int64_t C) {
   StackedScales out;
   bool aligned = true;
@@ -170,7 +160,7 @@ std::optional<StackedScales> stack_scales(std::initializer_list<WeightPart> part
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t sr = aligned ? r : r / br;
       for (int64_t c = 0; c < out.cols; ++c) {
-        const float v = scale_at(s, sr * out.cols + c);
+        const float v = load_as_f32(s.data, s.dtype, sr * out.cols + c);
         if (!std::isfinite(v) || std::fabs(v) >= 65536.0f) return std::nullopt;
         out.grid.push_back(v);
       }

@@ -7,6 +7,7 @@
 #include "src/backend/cpu/ops.h"
 #include "src/backend/cpu/rows.h"
 #include "src/backend/cpu/vec.h"
+#include "src/core/float_elements.h"
 
 namespace astrai::cpu {
 
@@ -164,14 +165,6 @@ void take_tokens(Tensor ids, const Tensor& moves, const Tensor& draws) {
 }
 
 namespace {
-inline float load_as_f32(const void* p, DType t, int64_t i) {
-  switch (t) {
-    case DType::f32: return static_cast<const float*>(p)[i];
-    case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    default: return 0.0f;
-  }
-}
 inline void store_from_f32(void* p, DType t, int64_t i, float v) {
   switch (t) {
     case DType::f32: static_cast<float*>(p)[i] = v; break;
